@@ -1,0 +1,47 @@
+"""adaptive_runtime: per-call GPU / SIMD / SCALAR selection that learns, and shows why.
+
+See DESIGN.md for the architecture; the names below are the public contract.
+"""
+
+from . import ops
+from ._dispatch import SelectionKey
+from .backend import Backend
+from .config import RuntimeConfig
+from .errors import (
+    AdaptiveRuntimeError,
+    AllBackendsFailedError,
+    BackendUnavailableError,
+    ConfigError,
+    RegistrationError,
+    UnknownOperationError,
+)
+from .history import HistoryRecord
+from .keys import size_bucket
+from .operations import DeviceProbe, Kind, Operation
+from .policy import Decision, Reason
+from .runtime import AdaptiveRuntime, get_runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdaptiveRuntime",
+    "AdaptiveRuntimeError",
+    "AllBackendsFailedError",
+    "Backend",
+    "BackendUnavailableError",
+    "ConfigError",
+    "Decision",
+    "DeviceProbe",
+    "HistoryRecord",
+    "Kind",
+    "Operation",
+    "Reason",
+    "RegistrationError",
+    "RuntimeConfig",
+    "SelectionKey",
+    "UnknownOperationError",
+    "__version__",
+    "get_runtime",
+    "ops",
+    "size_bucket",
+]

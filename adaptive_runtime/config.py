@@ -1,0 +1,208 @@
+"""Runtime configuration: one frozen dataclass, every field also an environment variable.
+
+Values are validated once, here, with messages naming the field (or the variable) and its
+accepted range; the hot path trusts them afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .backend import Backend
+from .errors import ConfigError
+
+__all__ = ["ENV_PREFIX", "RuntimeConfig"]
+
+ENV_PREFIX = "ADAPTIVE_RUNTIME_"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """Everything the runtime can be told. Build with keywords or :meth:`from_env`.
+
+    Selection
+      force_backend: run every call on this arm (an error at start-up if it is unavailable).
+      disabled_backends: arms never selected.
+      min_samples_per_arm: timings each plausible arm gets before the runtime commits.
+      switch_margin: a challenger must be this fraction faster than the committed arm to take
+        over (hysteresis against flip-flopping on near-ties).
+      recheck_interval: decisions between sparse re-checks of other plausible arms on a
+        committed key (doubles each time a re-check confirms the choice, up to 64x).
+      drift_threshold: Page-Hinkley alarm level, in units of the committed arm's mean latency;
+        lower reacts faster to a slowdown, higher ignores more noise.
+    Gating
+      sampling_threshold_us: calls at least this long are always traced and always timed.
+      hot_path_calls_per_sec: an operation called faster than this is *hot*: tracing stops
+        for it, learning goes on. It stops being hot below half of this rate.
+      max_measure_period: a converged key with cheap calls is timed 1-in-N, N up to this
+        (a power of two).
+      tracing: export spans at all.
+      trace_sample_rate: share of fast, unremarkable calls that are traced.
+      spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.
+    Memory and persistence
+      max_history_keys: (operation, size bucket) keys kept; least recently used go first.
+      history_path: history file loaded at start-up and saved at exit.
+      prometheus_port: also serve metrics for Prometheus on this port.
+    """
+
+    force_backend: Backend | None = None
+    disabled_backends: frozenset[Backend] = frozenset()
+    sampling_threshold_us: float = 100.0
+    hot_path_calls_per_sec: float = 10_000.0
+    history_path: str | None = None
+    tracing: bool = True
+    prometheus_port: int | None = None
+    max_history_keys: int = 16_384
+    min_samples_per_arm: int = 3
+    switch_margin: float = 0.05
+    recheck_interval: int = 64
+    drift_threshold: float = 4.0
+    max_measure_period: int = 1024
+    trace_sample_rate: float = 0.01
+    spans_per_sec: float = 200.0
+    spans_per_sec_per_key: float = 20.0
+
+    def __post_init__(self) -> None:
+        # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
+        if self.force_backend is not None:
+            object.__setattr__(
+                self, "force_backend", _backend(self.force_backend, "force_backend"))
+        object.__setattr__(
+            self, "disabled_backends",
+            frozenset(_backend(b, "disabled_backends") for b in _iterable(self.disabled_backends)))
+        if self.force_backend is not None and self.force_backend in self.disabled_backends:
+            raise ConfigError(f"force_backend={self.force_backend.value!r} is also listed in "
+                              "disabled_backends; a forced arm cannot be disabled")
+        if len(self.disabled_backends) == len(Backend):
+            raise ConfigError("disabled_backends disables every arm (gpu, simd, scalar); "
+                              "at least one must stay enabled")
+        _number(self, "sampling_threshold_us", low=0.0)
+        _number(self, "hot_path_calls_per_sec", low=0.0, low_open=True)
+        _number(self, "switch_margin", low=0.0, high=0.9)
+        _number(self, "drift_threshold", low=0.0, low_open=True)
+        _number(self, "trace_sample_rate", low=0.0, high=1.0)
+        _number(self, "spans_per_sec", low=0.0)
+        _number(self, "spans_per_sec_per_key", low=0.0)
+        _integer(self, "max_history_keys", low=1)
+        _integer(self, "min_samples_per_arm", low=1, high=1000)
+        _integer(self, "recheck_interval", low=1)
+        _integer(self, "max_measure_period", low=1, high=1 << 20)
+        if self.max_measure_period & (self.max_measure_period - 1):
+            raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "
+                              f"got {self.max_measure_period}")
+        if self.prometheus_port is not None:
+            _integer(self, "prometheus_port", low=0, high=65535)
+        if not isinstance(self.tracing, bool):
+            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}")
+        if self.history_path is not None:
+            object.__setattr__(self, "history_path", os.fspath(self.history_path))
+
+    def replace(self, **changes: Any) -> RuntimeConfig:
+        """Return a copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RuntimeConfig:
+        """Build a config from ``ADAPTIVE_RUNTIME_*`` variables (``os.environ`` by default).
+
+        Unset or empty variables keep the default; a malformed one raises :class:`ConfigError`
+        naming the variable and what it accepts. ``overrides`` win over the environment.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            name = ENV_PREFIX + _ENV_NAMES.get(field.name, field.name.upper())
+            raw = env.get(name, "").strip()
+            if not raw:
+                continue
+            try:
+                values[field.name] = _PARSERS.get(field.name, _parse_by_type(field))(raw)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{name}={raw!r} is invalid: {exc}") from None
+        values.update(overrides)
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            # Say which variable the bad value came from, not just the field.
+            for field_name in values:
+                if field_name not in overrides and str(exc).startswith(field_name):
+                    var = ENV_PREFIX + _ENV_NAMES.get(field_name, field_name.upper())
+                    raise ConfigError(f"{var}: {exc}") from None
+            raise
+
+
+# Environment names that differ from the upper-cased field name.
+_ENV_NAMES = {"disabled_backends": "DISABLE_BACKENDS", "history_path": "HISTORY"}
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "on", "true", "yes"):
+        return True
+    if lowered in ("0", "off", "false", "no"):
+        return False
+    raise ValueError("accepted values are on/off (also true/false, 1/0, yes/no)")
+
+
+def _parse_backend_list(raw: str) -> frozenset[Backend]:
+    return frozenset(Backend.parse(part, what="each listed backend")
+                     for part in raw.split(",") if part.strip())
+
+
+_PARSERS = {
+    "force_backend": lambda raw: Backend.parse(raw, what="the forced backend"),
+    "disabled_backends": _parse_backend_list,
+    "tracing": _parse_bool,
+    "history_path": str,
+}
+
+
+def _parse_by_type(field: dataclasses.Field) -> Any:
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    if kind.startswith("int"):
+        return int
+    if kind.startswith("float"):
+        return float
+    return str
+
+
+def _backend(value: object, field: str) -> Backend:
+    try:
+        return Backend.parse(value, what=field)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _iterable(value: object) -> Iterable[object]:
+    if isinstance(value, str | Backend):
+        return [part for part in str(value).split(",") if part.strip()] \
+            if not isinstance(value, Backend) else [value]
+    if isinstance(value, Iterable):
+        return value
+    raise ConfigError(f"disabled_backends must be a collection of backends, got {value!r}")
+
+
+def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf,
+            low_open: bool = False) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high or math.isinf(value):
+        low_text = f"> {low:g}" if low_open else f">= {low:g}"
+        high_text = "" if math.isinf(high) else f" and <= {high:g}"
+        raise ConfigError(f"{name} must be a finite number {low_text}{high_text}, got {value!r}")
+    object.__setattr__(cfg, name, float(value))
+
+
+def _integer(cfg: RuntimeConfig, name: str, *, low: int, high: int | None = None) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        high_text = "" if high is None else f" and <= {high}"
+        raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {value}")

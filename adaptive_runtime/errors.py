@@ -1,0 +1,52 @@
+"""Exceptions raised by adaptive_runtime. Every one names what was wrong and what is accepted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = [
+    "AdaptiveRuntimeError",
+    "AllBackendsFailedError",
+    "BackendUnavailableError",
+    "ConfigError",
+    "RegistrationError",
+    "UnknownOperationError",
+]
+
+
+class AdaptiveRuntimeError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(AdaptiveRuntimeError, ValueError):
+    """A configuration value (argument or environment variable) is out of its accepted range."""
+
+
+class RegistrationError(AdaptiveRuntimeError, ValueError):
+    """An operation or implementation was registered wrongly (duplicate, unknown arm, none)."""
+
+
+class UnknownOperationError(AdaptiveRuntimeError, KeyError):
+    """``run()`` was asked for an operation that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class BackendUnavailableError(AdaptiveRuntimeError, RuntimeError):
+    """A forced arm cannot run here (its library or device is missing, or it is disabled)."""
+
+
+class AllBackendsFailedError(AdaptiveRuntimeError, RuntimeError):
+    """Every candidate arm of one call raised.
+
+    ``errors`` maps each tried backend to the exception it raised, in the order they were tried;
+    the last one is also chained as ``__cause__``.
+    """
+
+    def __init__(self, operation: str, errors: Mapping[object, BaseException]) -> None:
+        self.operation = operation
+        self.errors = dict(errors)
+        detail = "; ".join(f"{getattr(b, 'value', b)}: {type(e).__name__}: {e}"
+                           for b, e in self.errors.items())
+        super().__init__(f"every backend of operation {operation!r} failed ({detail})")

@@ -1,0 +1,275 @@
+"""The gates of one call: is the operation hot, is this call timed, is it traced.
+
+All three take the time as an argument (an injected clock upstream), so tests drive them with
+a fake clock and no sleeping.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .policy import Reason
+
+__all__ = [
+    "HotPathDetector",
+    "HotPathTransition",
+    "SamplingReason",
+    "TokenBucket",
+    "TraceGate",
+    "TraceVerdict",
+    "measure_period",
+]
+
+
+# ---------------------------------------------------------------------------- hot path
+
+
+@dataclass(frozen=True, slots=True)
+class HotPathTransition:
+    """An operation entered or left the hot path. ``suppressed`` counts the selections not
+    traced while it was hot (0 when entering)."""
+
+    operation: str
+    entered: bool
+    calls_per_sec: float
+    suppressed: int
+
+
+class _Rate:
+    __slots__ = ("hot", "rate", "suppressed", "window_calls", "window_start")
+
+    def __init__(self, now_s: float) -> None:
+        self.window_start = now_s
+        self.window_calls = 0
+        self.rate = 0.0
+        self.hot = False
+        self.suppressed = 0
+
+
+class HotPathDetector:
+    """Calls per second per operation over windows of ``window_s`` (1 s).
+
+    An operation becomes hot when a window's rate is above ``enter_calls_per_sec`` and stops
+    being hot when a window's rate is below half of it. A rate, not a lifetime total: 15,000
+    calls spread over 3 s are 5,000 calls/s and never hot. Bounded: at most ``max_operations``
+    operations are tracked, least recently seen dropped first.
+    """
+
+    def __init__(self, enter_calls_per_sec: float, *, window_s: float = 1.0,
+                 max_operations: int = 16_384) -> None:
+        if enter_calls_per_sec <= 0:
+            raise ValueError(f"enter_calls_per_sec must be > 0, got {enter_calls_per_sec}")
+        if window_s <= 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        self.enter_calls_per_sec = float(enter_calls_per_sec)
+        self.leave_calls_per_sec = self.enter_calls_per_sec / 2.0
+        self.window_s = float(window_s)
+        self.max_operations = max_operations
+        self._ops: OrderedDict[str, _Rate] = OrderedDict()
+
+    def observe(self, operation: str, calls: int, now_s: float) -> HotPathTransition | None:
+        """Count ``calls`` calls of ``operation`` at ``now_s``; return a transition if any."""
+        state = self._ops.get(operation)
+        if state is None:
+            state = self._ops[operation] = _Rate(now_s)
+            if len(self._ops) > self.max_operations:
+                self._ops.popitem(last=False)
+        else:
+            self._ops.move_to_end(operation)
+        state.window_calls += calls
+        if state.hot:
+            state.suppressed += calls  # nothing of a hot operation is traced
+        return self._close_window(operation, state, now_s)
+
+    def _close_window(self, operation: str, state: _Rate,
+                      now_s: float) -> HotPathTransition | None:
+        elapsed = now_s - state.window_start
+        if elapsed < self.window_s:
+            return None
+        state.rate = state.window_calls / elapsed
+        state.window_start = now_s
+        state.window_calls = 0
+        if not state.hot and state.rate > self.enter_calls_per_sec:
+            state.hot = True
+            state.suppressed = 0
+            return HotPathTransition(operation, True, state.rate, 0)
+        if state.hot and state.rate < self.leave_calls_per_sec:
+            state.hot = False
+            return HotPathTransition(operation, False, state.rate, state.suppressed)
+        return None
+
+    def is_hot(self, operation: str, now_s: float) -> bool:
+        """Whether ``operation`` is hot now (a stale window is closed first)."""
+        state = self._ops.get(operation)
+        if state is None:
+            return False
+        if state.hot:
+            self._close_window(operation, state, now_s)
+        return state.hot
+
+    def rate(self, operation: str) -> float:
+        """Calls/s measured over the last closed window (0 before the first one closes)."""
+        state = self._ops.get(operation)
+        return state.rate if state is not None else 0.0
+
+    def hot_operations(self) -> list[str]:
+        return [op for op, s in self._ops.items() if s.hot]
+
+    def clear(self) -> None:
+        self._ops.clear()
+
+
+# ---------------------------------------------------------------------------- measurement
+
+
+def measure_period(mean_us: float, sampling_threshold_us: float, max_period: int) -> int:
+    """How many calls of a converged key share one timing: a power of two in [1, max_period].
+
+    A call as long as ``sampling_threshold_us`` or longer is timed every time: two clock reads
+    are noise next to it, and drift must be seen within a few calls. Shorter calls are timed
+    1-in-N with N about ``threshold / mean`` so timing costs a near-constant share of the work.
+    """
+    if not mean_us < sampling_threshold_us:  # also NaN: unknown cost is timed every call
+        return 1
+    if mean_us <= 0.0:
+        return max_period
+    ratio = int(sampling_threshold_us / mean_us)
+    period = 1 << (ratio.bit_length() - 1) if ratio > 1 else 1
+    return period if period < max_period else max_period
+
+
+# ---------------------------------------------------------------------------- tracing
+
+
+class SamplingReason(str, enum.Enum):
+    """Why a call's spans were exported, or why not."""
+
+    TRACING_OFF = "tracing_off"
+    HOT_PATH = "hot_path"
+    DECISION = "decision"  # not a plain exploit: explore, recheck, drift, forced, ...
+    FIRST_CALL = "first_call"
+    ERROR = "error"
+    SLOW = "slow"
+    SAMPLED = "sampled"
+    NOT_SAMPLED = "not_sampled"
+    BUDGET = "budget"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class TraceVerdict:
+    """Whether to export one call's spans; ``weight`` = calls the exported span stands for."""
+
+    export: bool
+    reason: SamplingReason
+    weight: float = 1.0
+
+
+class TokenBucket:
+    """``rate_per_s`` tokens a second, at most ``burst`` saved up."""
+
+    __slots__ = ("burst", "rate_per_s", "tokens", "updated_s")
+
+    def __init__(self, rate_per_s: float, burst: float, now_s: float) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self.tokens = burst
+        self.updated_s = now_s
+
+    def refill(self, now_s: float) -> None:
+        elapsed = now_s - self.updated_s
+        if elapsed > 0:
+            self.tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s)
+            self.updated_s = now_s
+
+    def take(self, now_s: float) -> bool:
+        self.refill(now_s)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class _KeySampling:
+    __slots__ = ("bucket", "credit", "pending_calls")
+
+    def __init__(self, bucket: TokenBucket) -> None:
+        self.bucket = bucket
+        self.credit = 0.0
+        self.pending_calls = 0
+
+
+class TraceGate:
+    """Decides per measured call whether its spans are exported, in this order:
+
+    tracing off → no; operation hot → no; a decision that is not a plain exploit, the first
+    call of a key, or an error → yes; duration ≥ ``sampling_threshold_us`` → yes; otherwise a
+    deterministic ``sample_rate`` share of calls (weighted by the calls each timing stands
+    for) → yes. Every *yes* must also get a token from the per-key and the per-process
+    budgets, else it becomes a *no* for reason ``budget``. Every *no* is counted by reason.
+    """
+
+    def __init__(self, *, tracing: bool, sampling_threshold_us: float, sample_rate: float,
+                 spans_per_sec: float, spans_per_sec_per_key: float, now_s: float = 0.0,
+                 max_keys: int = 16_384) -> None:
+        self.tracing = tracing
+        self.sampling_threshold_us = sampling_threshold_us
+        self.sample_rate = sample_rate
+        self.spans_per_sec_per_key = spans_per_sec_per_key
+        self._process = TokenBucket(spans_per_sec, max(1.0, spans_per_sec), now_s)
+        self._keys: OrderedDict[object, _KeySampling] = OrderedDict()
+        self._max_keys = max_keys
+        self.exported: dict[SamplingReason, int] = dict.fromkeys(SamplingReason, 0)
+        self.suppressed: dict[SamplingReason, int] = dict.fromkeys(SamplingReason, 0)
+
+    def admit(self, key: object, reason: Reason, duration_us: float, hot: bool,
+              first_call: bool, failed: bool, calls: int, now_s: float) -> TraceVerdict:
+        """Verdict for one measured call that stands for ``calls`` calls of ``key``."""
+        if not self.tracing:
+            return self._no(SamplingReason.TRACING_OFF, calls)
+        if hot:
+            return self._no(SamplingReason.HOT_PATH, calls)
+        if failed:
+            why = SamplingReason.ERROR
+        elif first_call:
+            why = SamplingReason.FIRST_CALL
+        elif not reason.is_routine:
+            why = SamplingReason.DECISION
+        elif duration_us >= self.sampling_threshold_us:
+            why = SamplingReason.SLOW
+        else:
+            why = SamplingReason.SAMPLED
+        sampling = self._sampling(key, now_s)
+        weight = 1.0
+        if why is SamplingReason.SAMPLED:
+            # Deterministic systematic sampling: credit accrues per call represented, a span
+            # goes out each time it reaches 1 and stands for every call since the last one.
+            sampling.pending_calls += calls
+            sampling.credit += calls * self.sample_rate
+            if sampling.credit < 1.0:
+                return self._no(SamplingReason.NOT_SAMPLED, calls)
+            sampling.credit -= 1.0
+            weight = float(sampling.pending_calls)
+        if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
+            return self._no(SamplingReason.BUDGET, calls)
+        if why is SamplingReason.SAMPLED:
+            sampling.pending_calls = 0
+        self.exported[why] += 1
+        return TraceVerdict(True, why, weight)
+
+    def _no(self, why: SamplingReason, calls: int) -> TraceVerdict:
+        self.suppressed[why] += calls
+        return TraceVerdict(False, why, 0.0)
+
+    def _sampling(self, key: object, now_s: float) -> _KeySampling:
+        state = self._keys.get(key)
+        if state is None:
+            rate = self.spans_per_sec_per_key
+            state = self._keys[key] = _KeySampling(TokenBucket(rate, max(1.0, rate), now_s))
+            if len(self._keys) > self._max_keys:
+                self._keys.popitem(last=False)
+        return state

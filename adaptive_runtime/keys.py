@@ -1,0 +1,37 @@
+"""The one definition of a *size bucket*: the unit of history.
+
+Sizes ``n`` and ``m`` share learned history exactly when ``size_bucket(n) == size_bucket(m)``.
+Buckets are powers of two (``n.bit_length()``): bucket 0 holds size 0, bucket 1 holds 1,
+bucket 2 holds 2-3, bucket k holds ``2**(k-1) .. 2**k - 1``. Kernel cost changes smoothly with
+size, so one bucket per doubling keeps history small (at most 64 keys per operation for 64-bit
+sizes) while separating sizes whose best arm differs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["bucket_bounds", "size_bucket"]
+
+
+def size_bucket(n: int) -> int:
+    """Return the size bucket of an input of ``n`` elements (``n.bit_length()``).
+
+    Raises ``TypeError`` for a non-integer (``bool`` included) and ``ValueError`` for a negative
+    size.
+    """
+    if type(n) is not int:
+        # numpy integers are accepted (they are sizes people naturally pass); bools are not.
+        if isinstance(n, bool) or not hasattr(n, "__index__"):
+            raise TypeError(f"input_size must be an int, got {type(n).__name__}: {n!r}")
+        n = n.__index__()
+    if n < 0:
+        raise ValueError(f"input_size must be >= 0, got {n}")
+    return n.bit_length()
+
+
+def bucket_bounds(bucket: int) -> tuple[int, int]:
+    """Return the inclusive ``(smallest, largest)`` sizes that fall in ``bucket``."""
+    if type(bucket) is not int or bucket < 0:
+        raise ValueError(f"bucket must be an int >= 0, got {bucket!r}")
+    if bucket == 0:
+        return (0, 0)
+    return (1 << (bucket - 1), (1 << bucket) - 1)

@@ -1,0 +1,286 @@
+"""Operations, their per-arm implementations, and which arms can run on this machine.
+
+The registry is strict and says exactly what is wrong: a duplicate name, an implementation for
+an arm that does not exist, an operation with no implementation at all.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .backend import Backend
+from .errors import RegistrationError, UnknownOperationError
+
+if TYPE_CHECKING:  # the owning runtime, only for the type of Operation._owner
+    from .runtime import AdaptiveRuntime
+
+__all__ = [
+    "DeviceProbe",
+    "Implementation",
+    "Kind",
+    "Operation",
+    "OperationRegistry",
+    "infer_kind",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class Kind(str, enum.Enum):
+    """What shape of work an operation is: a hint for cold-start choices only."""
+
+    VECTOR = "vector"
+    MATRIX = "matrix"
+    REDUCTION = "reduction"
+    ELEMENTWISE = "elementwise"
+    OTHER = "other"
+
+    @property
+    def matrix_like(self) -> bool:
+        """Work that grows faster than its input (GEMM, convolution): worth a GPU early."""
+        return self is Kind.MATRIX
+
+    @classmethod
+    def parse(cls, value: object) -> Kind:
+        if isinstance(value, Kind):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        accepted = ", ".join(k.value for k in cls)
+        raise RegistrationError(f"kind must be one of {accepted}; got {value!r}")
+
+
+_MATRIX_NAMES = re.compile(r"mat|mm|gemm|conv|bmm|einsum|attention")
+_VECTOR_NAMES = re.compile(r"dot|add|scale|axpy|mul|sub|norm|sum|relu|gelu|softmax|exp")
+
+
+def infer_kind(operation: str) -> Kind:
+    """Kind guessed from an operation name, for names used without registration.
+
+    ``matrix``/``matmul``/``conv``/``gemm`` → matrix-like; ``dot``/``add``/``scale``/… → vector;
+    anything else → other.
+    """
+    lowered = operation.lower()
+    if _MATRIX_NAMES.search(lowered):
+        return Kind.MATRIX
+    if _VECTOR_NAMES.search(lowered):
+        return Kind.VECTOR
+    return Kind.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Implementation:
+    """One arm's kernel for one operation.
+
+    ``compile_count`` (optional) returns how many specialisations the kernel has compiled so
+    far — for a numba dispatcher, ``len(fn.signatures)``. A call during which it grows paid for
+    compilation, and its timing is not learned from.
+    """
+
+    backend: Backend
+    fn: Callable[..., Any]
+    compile_count: Callable[[], int] | None = None
+
+
+def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
+    signatures = getattr(fn, "signatures", None)
+    if isinstance(signatures, list) and hasattr(fn, "py_func"):
+        return lambda: len(fn.signatures)
+    return None
+
+
+def _default_size_of(*args: Any, **_kwargs: Any) -> int:
+    """Elements of the first argument: ``.size``, else ``len()``, else 1 (a scalar)."""
+    if not args:
+        return 0
+    first = args[0]
+    size = getattr(first, "size", None)
+    if isinstance(size, int):
+        return size
+    if callable(size):  # torch.Tensor.size is a method; numel() is the element count
+        numel = getattr(first, "numel", None)
+        if callable(numel):
+            return int(numel())
+    try:
+        return len(first)
+    except TypeError:
+        return 1
+
+
+class Operation:
+    """A named operation with one implementation per arm.
+
+    Created by :meth:`AdaptiveRuntime.register`; add arms with :meth:`implementation`. Calling
+    the operation runs it through its runtime (``op(x)`` is ``rt.run(op.name, x)``).
+    """
+
+    __slots__ = ("_impls", "_owner", "kind", "name", "size_of")
+
+    def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
+                 owner: AdaptiveRuntime | None = None) -> None:
+        self.name = name
+        self.size_of = size_of
+        self.kind = kind
+        self._impls: dict[Backend, Implementation] = {}
+        self._owner = owner
+
+    def __repr__(self) -> str:
+        arms = ", ".join(b.value for b in self._impls) or "no implementations"
+        return f"<Operation {self.name!r} kind={self.kind.value} arms=[{arms}]>"
+
+    def implementation(self, backend: Backend | str) -> Callable[[Callable[..., Any]],
+                                                                  Callable[..., Any]]:
+        """Decorator registering ``fn`` as this operation's kernel on ``backend``.
+
+        Returns ``fn`` unchanged, so the kernel stays callable on its own.
+        """
+        arm = _arm(backend, self.name)
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add_implementation(arm, fn)
+            return fn
+
+        return register
+
+    def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
+                           compile_count: Callable[[], int] | None = None) -> None:
+        """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`)."""
+        arm = _arm(backend, self.name)
+        if not callable(fn):
+            raise RegistrationError(
+                f"implementation of {self.name!r} on {arm.value} must be callable, got {fn!r}")
+        if arm in self._impls:
+            raise RegistrationError(
+                f"operation {self.name!r} already has a {arm.value} implementation "
+                f"({_describe(self._impls[arm].fn)}); register each arm once")
+        self._impls[arm] = Implementation(
+            arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn))
+        if self._owner is not None:
+            self._owner._implementations_changed(self.name)
+
+    @property
+    def backends(self) -> tuple[Backend, ...]:
+        """Arms this operation has an implementation for (available here or not)."""
+        return tuple(self._impls)
+
+    def implementation_for(self, backend: Backend) -> Implementation | None:
+        """The implementation registered for ``backend``, or ``None``."""
+        return self._impls.get(backend)
+
+    def __call__(self, *args: Any) -> Any:
+        if self._owner is None:
+            raise RegistrationError(f"operation {self.name!r} is not registered with a runtime")
+        return self._owner.run(self.name, *args)
+
+
+def _arm(backend: object, operation: str) -> Backend:
+    try:
+        return Backend.parse(backend, what=f"the arm of an implementation of {operation!r}")
+    except ValueError as exc:
+        raise RegistrationError(str(exc)) from None
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+class OperationRegistry:
+    """Operations by name. Thread-safe for registration; lookups are plain dict reads."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Operation] = {}
+        self._lock = threading.Lock()
+
+    def register(self, name: str, *, size: Callable[..., int] | None = None,
+                 kind: Kind | str = Kind.OTHER,
+                 owner: AdaptiveRuntime | None = None) -> Operation:
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise RegistrationError(
+                f"operation name must be a non-empty string without surrounding spaces, "
+                f"got {name!r}")
+        if size is not None and not callable(size):
+            raise RegistrationError(
+                f"size= of operation {name!r} must be a callable returning the element count, "
+                f"got {size!r}")
+        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner)
+        with self._lock:
+            if name in self._ops:
+                raise RegistrationError(f"operation {name!r} is already registered")
+            self._ops[name] = op
+        return op
+
+    def get(self, name: str) -> Operation:
+        try:
+            return self._ops[name]
+        except KeyError:
+            known = ", ".join(sorted(self._ops)) or "none"
+            raise UnknownOperationError(
+                f"operation {name!r} is not registered (registered: {known})") from None
+
+    def find(self, name: str) -> Operation | None:
+        return self._ops.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(list(self._ops.values()))
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
+class DeviceProbe:
+    """Which arms this machine can run, found once and then cached.
+
+    SIMD and SCALAR always run (numpy is a dependency). GPU is available when torch sees a
+    CUDA device, else when JAX has a GPU device, else when numba sees a real CUDA device. Tests
+    pass ``gpu=True`` to mark the GPU arm available without a device (a test double).
+    """
+
+    def __init__(self, *, gpu: bool | None = None) -> None:
+        self._gpu = gpu
+        self._lock = threading.Lock()
+
+    @property
+    def gpu_available(self) -> bool:
+        if self._gpu is None:
+            with self._lock:
+                if self._gpu is None:
+                    self._gpu = _probe_gpu()
+        return self._gpu
+
+    def available(self, backend: Backend) -> bool:
+        return self.gpu_available if backend is Backend.GPU else True
+
+
+def _probe_gpu() -> bool:
+    # Only import a GPU library that is installed, and never let a broken driver crash start-up:
+    # a GPU we cannot use is simply not a candidate.
+    probes: list[tuple[str, Callable[[], bool]]] = [
+        ("torch", lambda: bool(__import__("torch").cuda.is_available())),
+        ("jax", lambda: any(d.platform == "gpu" for d in __import__("jax").devices())),
+    ]
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+        # The CUDA simulator says "available" on any machine; it is not a GPU.
+        probes.append(("numba", lambda: bool(__import__("numba.cuda").cuda.is_available())))
+    for module, probe in probes:
+        if importlib.util.find_spec(module) is None:
+            continue
+        try:
+            if probe():
+                return True
+        except Exception as exc:  # a missing driver raises all sorts of things
+            _log.debug("GPU probe via %s failed: %s", module, exc)
+    return False

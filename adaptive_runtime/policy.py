@@ -1,0 +1,248 @@
+"""The selection policy: pure. Given a key's history, return a :class:`Decision`.
+
+It reads history and never writes it, so recorded history can be replayed against another
+policy offline. The runtime applies what a decision implies (commit, re-check schedule, new
+epoch after drift).
+
+Phases of one key:
+
+1. *heuristic* — no data yet: Trueno's cold-start rules (matrix-like work above 10,000
+   elements → GPU if available; under 1,000 elements → SCALAR; otherwise SIMD).
+2. *explore* — each candidate arm is timed ``min_samples`` times; an arm whose first timing is
+   over ``prune_ratio`` x the best so far needs no more (it is clearly not the answer).
+3. *exploit* — commit to the fastest; a challenger takes over only when faster by
+   ``switch_margin`` (hysteresis). Sparse *recheck* calls re-time plausible other arms, at
+   intervals that double while the choice holds.
+4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
+   slower than when it was chosen), the key is re-explored.
+
+A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
+a call re-routed after an arm raised.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
+
+from .backend import Backend
+from .history import ArmStats, KeyHistory
+from .operations import Kind
+
+__all__ = ["Decision", "Policy", "PolicyConfig", "Reason", "best_arm", "heuristic_order"]
+
+# Trueno's cold-start thresholds (elements).
+MATRIX_GPU_MIN_ELEMENTS = 10_000
+SCALAR_MAX_ELEMENTS = 1_000
+
+
+class Reason(str, enum.Enum):
+    """Why an arm was chosen."""
+
+    HEURISTIC = "heuristic"
+    EXPLORE = "explore"
+    EXPLOIT = "exploit"
+    RECHECK = "recheck"
+    DRIFT = "drift"
+    FORCED = "forced"
+    FALLBACK = "fallback"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_routine(self) -> bool:
+        """A plain exploit: the one decision that is not interesting enough to trace by itself."""
+        return self is Reason.EXPLOIT
+
+
+_EMPTY: Mapping[Backend, float] = MappingProxyType({})
+
+
+class Decision(NamedTuple):
+    """One selection: the arm, why, how sure, and the latency estimates it was based on.
+
+    Immutable. A ``NamedTuple`` rather than a frozen dataclass because one is built on every
+    exploring call, and a frozen dataclass costs ~4x as much to construct.
+
+    ``confidence`` is in [0, 1]: 0 while guessing or exploring, 1 when forced; for exploit the
+    probability (normal approximation) that the chosen arm really is faster than the runner-up.
+    ``estimates_us`` holds the expected latency of each arm with history (``inf`` for an arm
+    whose last attempt failed).
+    """
+
+    backend: Backend
+    reason: Reason
+    confidence: float = 0.0
+    estimates_us: Mapping[Backend, float] = _EMPTY
+    samples: int = 0
+
+    @property
+    def has_history(self) -> bool:
+        return bool(self.estimates_us)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    min_samples: int = 3
+    switch_margin: float = 0.05
+    drift_threshold: float = 4.0
+    prune_ratio: float = 3.0
+    plausible_ratio: float = 4.0
+    # every Nth re-check considers every arm, not only plausible ones, so an arm that was
+    # slow for a while (contention, throttling) is eventually seen again
+    full_recheck_every: int = 4
+
+
+def heuristic_order(kind: Kind, input_size: int,
+                    candidates: Sequence[Backend]) -> tuple[Backend, ...]:
+    """Candidates in Trueno's cold-start preference order for this kind and size."""
+    if kind.matrix_like and input_size > MATRIX_GPU_MIN_ELEMENTS:
+        preferred = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
+    elif input_size < SCALAR_MAX_ELEMENTS:
+        preferred = (Backend.SCALAR, Backend.SIMD, Backend.GPU)
+    else:
+        preferred = (Backend.SIMD, Backend.SCALAR, Backend.GPU)
+    return tuple(b for b in preferred if b in candidates)
+
+
+class Policy:
+    """Pure decision function over a key's history (see the module docstring)."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig()
+
+    def decide(self, key: KeyHistory | None, candidates: Sequence[Backend],
+               now_s: float) -> Decision:
+        """Choose among ``candidates`` (available arms in heuristic order; never empty)."""
+        if key is None or not key.arms:
+            return Decision(candidates[0], Reason.HEURISTIC)
+        arms = key.arms
+        cfg = self.config
+        incumbent = key.incumbent
+        if incumbent is not None:
+            # Committed and nothing due: the memo of the last full exploit decision stands.
+            # The runtime drops the memo whenever another arm learns something.
+            memo = key.memo
+            stats = arms[incumbent]
+            if (memo is not None and key.decisions < key.memo_until
+                    and key.decisions < key.next_recheck
+                    and stats.drift_sum - stats.drift_min <= cfg.drift_threshold
+                    and not stats.consecutive_failures):
+                return memo
+
+        usable = [b for b in candidates
+                  if b not in arms or arms[b].quarantined_until_s <= now_s]
+        if not usable:
+            # Every arm is quarantined: something must run; take the one released soonest.
+            soonest = min(candidates, key=lambda b: arms[b].quarantined_until_s)
+            return Decision(soonest, Reason.FALLBACK, 0.0, _estimates(key), _samples(key))
+
+        if (incumbent is not None and incumbent in usable
+                and arms[incumbent].drift_score > cfg.drift_threshold):
+            others = [b for b in usable if b is not incumbent] or usable
+            return Decision(best_arm(others, arms) or others[0], Reason.DRIFT, 0.0,
+                            _estimates(key), _samples(key))
+
+        best_seen = math.inf
+        for b in usable:
+            stats = arms.get(b)
+            if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
+                    and stats.mean_us < best_seen):
+                best_seen = stats.mean_us
+        pick: Backend | None = None
+        pick_n = 0
+        for b in usable:  # fewest samples first; ties keep the heuristic order
+            stats = arms.get(b)
+            if self._needs_samples(stats, best_seen):
+                n = stats.epoch_samples if stats is not None else 0
+                if pick is None or n < pick_n:
+                    pick, pick_n = b, n
+        if pick is not None:
+            if not key.has_samples:
+                return Decision(pick, Reason.HEURISTIC)
+            return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), _samples(key))
+
+        best = best_arm(usable, arms)
+        if best is None:  # every usable arm failed last time and is out of quarantine
+            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), _samples(key))
+        chosen = best
+        if incumbent is not None and incumbent in usable and incumbent is not best:
+            if arms[best].estimate_us >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin):
+                chosen = incumbent  # not clearly better: keep the committed arm
+        if incumbent is chosen and key.decisions >= key.next_recheck:
+            target = self._recheck_target(key, usable)
+            if target is not None:
+                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), _samples(key))
+        return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, usable, arms),
+                        _estimates(key), _samples(key))
+
+    def _needs_samples(self, stats: ArmStats | None, best_seen: float) -> bool:
+        if stats is None or stats.consecutive_failures:
+            # never tried in this epoch, or failed and now out of quarantine: try (again)
+            return True
+        n = stats.epoch_samples
+        if n >= self.config.min_samples:
+            return False
+        # Two timings far above the best so far rule an arm out (one might be a warm-up
+        # outlier; the estimate is the lower of the two).
+        return n < 2 or stats.mean_us <= best_seen * self.config.prune_ratio
+
+    def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
+        arms = key.arms
+        incumbent_us = arms[key.incumbent].estimate_us if key.incumbent else math.inf
+        full = (key.rechecks + 1) % self.config.full_recheck_every == 0
+        others = [b for b in usable if b is not key.incumbent and b in arms and
+                  (full or arms[b].estimate_us <= incumbent_us * self.config.plausible_ratio)]
+        if not others:
+            return None
+        # the arm we have heard from least recently
+        return min(others, key=lambda b: arms[b].last_update)
+
+
+def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> Backend | None:
+    """The arm of ``backends`` with the lowest estimate in the current epoch, or ``None``."""
+    best, best_us = None, math.inf
+    for b in backends:
+        stats = arms.get(b)
+        if stats is None or not stats.epoch_samples:
+            continue
+        est = stats.estimate_us
+        if est < best_us:
+            best, best_us = b, est
+    return best
+
+
+def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
+    return MappingProxyType({b: s.estimate_us for b, s in key.arms.items()
+                             if s.epoch_samples or s.consecutive_failures})
+
+
+def _samples(key: KeyHistory) -> int:
+    return sum(s.samples for s in key.arms.values())
+
+
+def _confidence(chosen: Backend, usable: Sequence[Backend],
+                arms: Mapping[Backend, ArmStats]) -> float:
+    """P(chosen is faster than the runner-up), normal approximation of the two estimates."""
+    mine = arms[chosen]
+    runner, runner_us = None, math.inf
+    for b in usable:
+        if b is chosen or b not in arms or not arms[b].epoch_samples:
+            continue
+        if arms[b].estimate_us < runner_us:
+            runner, runner_us = arms[b], arms[b].estimate_us
+    if runner is None:
+        return 1.0 if len(usable) == 1 else 0.5
+    if math.isinf(runner_us):
+        return 1.0
+    se = math.sqrt(mine.var_us2 / max(mine.epoch_samples, 1)
+                   + runner.var_us2 / max(runner.epoch_samples, 1))
+    gap = runner_us - mine.estimate_us
+    if se == 0.0:
+        return 1.0 if gap > 0 else 0.5
+    return 0.5 * (1.0 + math.erf(gap / (se * math.sqrt(2.0))))
