@@ -24,10 +24,24 @@ from typing import Any
 from .backend import Backend
 from .config import RuntimeConfig
 from .errors import AllBackendsFailedError, BackendUnavailableError, RegistrationError
-from .gating import HotPathDetector, HotPathTransition, TraceGate, TraceVerdict, measure_period
+from .gating import (
+    HotPathDetector,
+    HotPathTransition,
+    OperationRate,
+    TraceGate,
+    TraceVerdict,
+    measure_period,
+)
 from .history import ArmStats, HistoryStore, KeyHistory
 from .keys import size_bucket
-from .operations import DeviceProbe, Kind, Operation, OperationRegistry, infer_kind
+from .operations import (
+    DeviceProbe,
+    Implementation,
+    Kind,
+    Operation,
+    OperationRegistry,
+    infer_kind,
+)
 from .policy import Decision, Policy, Reason, best_arm, heuristic_order
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
@@ -68,16 +82,25 @@ class _Entry:
     """Fast-path state of one (operation, size bucket). Mutated in place, never replaced, so
     tickets taken by racing threads are never lost."""
 
-    __slots__ = ("backend", "bucket", "candidates", "counted", "impl", "mask", "ticks")
+    __slots__ = ("backend", "bucket", "candidates", "counted", "impl", "impls", "key", "mask",
+                 "next", "rate", "ticks")
 
-    def __init__(self, bucket: int, candidates: tuple[Backend, ...]) -> None:
-        self.bucket = bucket
+    def __init__(self, key: KeyHistory, candidates: tuple[Backend, ...], op: Operation,
+                 rate: OperationRate) -> None:
+        self.key = key
+        self.rate = rate
+        self.bucket = key.bucket
         self.candidates = candidates
+        self.impls: dict[Backend, Implementation] = {
+            b: impl for b in candidates if (impl := op.implementation_for(b)) is not None}
         self.ticks = itertools.count()
         self.mask = 0  # 0: every call takes the slow path
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
         self.counted = 0  # tickets already reflected in the selection counters
+        # the decision for the key's next timed call, made when the previous one was learned
+        # from (so a timed call takes the lock once); None: decide when the call comes
+        self.next: Decision | None = None
 
     def issued(self) -> int:
         """Tickets handed out so far, read without taking one (``repr`` is ``count(N)``)."""
@@ -110,6 +133,10 @@ class Dispatcher:
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
         self._selections: Counter[tuple[str, Backend, Reason]] = Counter()
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
+        # registered operations' call-rate state, pinned in the detector
+        self._rates: dict[str, OperationRate] = {}
+        # hot-path transitions seen under the lock, handed to hot_sink outside it
+        self._pending_transitions: list[HotPathTransition] = []
         self._forced = config.force_backend
         self._enabled = tuple(b for b in Backend if b not in config.disabled_backends)
 
@@ -136,91 +163,163 @@ class Dispatcher:
 
     def _slow(self, op: Operation, entries: dict[int, _Entry], n: int, args: tuple[Any, ...],
               entry: _Entry | None, ticket: int) -> Any:
-        bucket = size_bucket(n)  # validates what size_of returned
-        operation = op.name
-        with self._lock:
-            now = self._clock()
-            if entry is None:
-                entry = entries.get(bucket)
-                if entry is None:
-                    entry = entries[bucket] = _Entry(bucket, self._candidates_of(op, n))
-                calls = 1
-            else:
-                # tickets counted..ticket-1 ran on the fast path since this key's last visit
-                fast = ticket - entry.counted
-                if fast > 0 and entry.backend is not None:
-                    self._selections[(operation, entry.backend, _EXPLOIT)] += fast
-                calls = fast + 1 if fast > 0 else 1
-                if ticket + 1 > entry.counted:
-                    entry.counted = ticket + 1
-            key = self._history.key(operation, bucket)
-            transition = self._hot.observe(operation, calls, now)
-            decision = self._decide(key, entry.candidates, now)
-            self._selections[(operation, decision.backend, decision.reason)] += 1
-        if transition is not None and self.hot_sink is not None:
-            self.hot_sink(transition)
-        return self._execute(op, key, entry, n, decision, args, calls)
-
-    def _execute(self, op: Operation, key: KeyHistory, entry: _Entry, n: int, decision: Decision,
-                 args: tuple[Any, ...], calls: int) -> Any:
+        """A call that is timed: run the arm decided for it, then (one lock) learn and decide
+        the key's next timed call."""
+        # validate what size_of returned (size_bucket raises a clear error) unless plainly fine
+        bucket = n.bit_length() if type(n) is int and n >= 0 else size_bucket(n)
+        decision = entry.next if entry is not None else None
+        if decision is None:
+            entry, decision = self._first_decision(op, entries, n, bucket)
         backend = decision.backend
+        impl = entry.impls[backend]
+        compile_count = impl.compile_count
+        compiled_before = compile_count() if compile_count is not None else 0
+        timer = self._timer
+        start_ns = timer()
+        try:
+            result = impl.fn(*args)
+        except Exception as exc:
+            return self._recover(op, entry, n, decision, args, ticket, exc, start_ns, timer())
+        end_ns = timer()
+        duration_us = (end_ns - start_ns) / 1000.0
+        # A call that compiled a kernel measured the compiler, not the kernel.
+        learn = compile_count is None or compile_count() == compiled_before
+        with self._lock:
+            verdict = self._settle(op, entry, decision, ticket, duration_us if learn else None,
+                                   False)
+        if self._pending_transitions:
+            self._deliver_transitions()
+        if verdict is not None:
+            self._emit(op.name, n, bucket, decision, backend, start_ns, end_ns, None, None,
+                       verdict)
+        return result
+
+    def _first_decision(self, op: Operation, entries: dict[int, _Entry], n: int,
+                        bucket: int) -> tuple[_Entry, Decision]:
+        """Entry and decision for a call with nothing decided in advance (a new key, or the
+        previous decision was invalidated)."""
+        with self._lock:
+            entry = entries.get(bucket)
+            if entry is None:
+                key = self._history.key(op.name, bucket)
+                entry = entries[bucket] = _Entry(key, self._candidates_of(op, n), op,
+                                                 self._rates[op.name])
+            decision = entry.next
+            if decision is None:
+                decision = self._decide(entry.key, entry.candidates, self._clock())
+            return entry, decision
+
+    def _settle(self, op: Operation, entry: _Entry, decision: Decision, ticket: int,
+                duration_us: float | None, failed: bool) -> TraceVerdict | None:
+        """After a timed call: count it, learn from it, decide the key's next timed call and
+        point the fast path at the committed arm. Caller holds the lock."""
+        now = self._clock()
+        operation = op.name
+        selections = self._selections
+        calls = 1
+        if ticket >= 0:
+            # tickets counted..ticket-1 ran on the fast path since this key's last timed call
+            fast = ticket - entry.counted
+            if fast > 0:
+                if entry.backend is not None:
+                    selections[(operation, entry.backend, _EXPLOIT)] += fast
+                calls += fast
+            if ticket >= entry.counted:
+                entry.counted = ticket + 1
+        selections[(operation, decision.backend, decision.reason)] += 1
+        rate = entry.rate
+        transition = rate.add(calls, now)
+        if transition is not None and self.hot_sink is not None:
+            self._pending_transitions.append(transition)
+        key = entry.key
+        if not key.decisions & 15:
+            self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
+        if duration_us is not None:
+            self._history.record(key, decision.backend, duration_us)
+        entry.next = self._decide(key, entry.candidates, now)
+        if key.incumbent is not None or entry.mask:
+            self._refresh(entry, key)
+        if self.span_sink is None:
+            return None
+        verdict = self._gate.admit(
+            key.id, decision.reason, math.inf if duration_us is None else duration_us,
+            rate.hot, key.samples + key.failures <= 1, failed, calls, now)
+        return verdict if verdict.export else None
+
+    def _recover(self, op: Operation, entry: _Entry, n: int, decision: Decision,
+                 args: tuple[Any, ...], ticket: int, exc: Exception, start_ns: int,
+                 end_ns: int) -> Any:
+        """The chosen arm raised: record, quarantine, and run the next-best arm (repeatedly)."""
         errors: dict[Backend, BaseException] = {}
         undo: list[tuple[ArmStats, int, float]] = []
+        key = entry.key
         timer = self._timer
         while True:
-            impl = op.implementation_for(backend)
-            if impl is None:
-                raise BackendUnavailableError(
-                    f"operation {op.name!r} has no {backend.value} implementation "
-                    f"(it has: {', '.join(b.value for b in op.backends) or 'none'})")
+            backend = decision.backend
+            errors[backend] = exc
+            with self._lock:
+                stats = key.arm(backend)
+                undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
+                self._history.record_failure(key, backend, self._clock())
+                if key.incumbent is backend:
+                    key.incumbent = None  # re-decide from the remaining arms
+                    stats.disarm_drift_detection()
+                nxt = self._fallback_after(key, entry.candidates, errors)
+                if nxt is not None:
+                    self._fallbacks[(op.name, backend, nxt)] += 1
+                    self._refresh(entry, key)
+                    verdict = self._verdict_for_failure(key, decision)
+                else:
+                    # Every arm failed on this input: that says nothing about which arm is
+                    # bad (usually the input is), so lift this call's quarantines.
+                    for arm_stats, consecutive, until in undo:
+                        arm_stats.consecutive_failures = consecutive
+                        arm_stats.quarantined_until_s = until
+                    verdict = self._settle(op, entry, decision, ticket, None, True)
+            if verdict is not None:
+                self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns, exc,
+                           nxt, verdict)
+            if nxt is None:
+                raise AllBackendsFailedError(op.name, errors) from exc
+            decision = Decision(nxt, Reason.FALLBACK, 0.0, decision.estimates_us,
+                                decision.samples)
+            impl = entry.impls[nxt]
             compile_count = impl.compile_count
             compiled_before = compile_count() if compile_count is not None else 0
             start_ns = timer()
             try:
                 result = impl.fn(*args)
-            except Exception as exc:
+            except Exception as next_exc:
                 end_ns = timer()
-                errors[backend] = exc
-                with self._lock:
-                    stats = key.arm(backend)
-                    undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
-                    self._history.record_failure(key, backend, self._clock())
-                    if key.incumbent is backend:
-                        key.incumbent = None  # re-decide from the remaining arms
-                        stats.disarm_drift_detection()
-                    nxt = self._fallback_after(key, entry.candidates, errors)
-                    if nxt is not None:
-                        self._fallbacks[(op.name, backend, nxt)] += 1
-                    else:
-                        # Every arm failed on this input: that says nothing about which arm
-                        # is bad (usually the input is), so lift this call's quarantines.
-                        for arm_stats, consecutive, until in undo:
-                            arm_stats.consecutive_failures = consecutive
-                            arm_stats.quarantined_until_s = until
-                    self._refresh(entry, key, op)
-                    verdict = self._verdict(key, decision, math.inf, calls, True)
-                if verdict is not None:
-                    self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns,
-                               exc, nxt, verdict)
-                if nxt is None:
-                    raise AllBackendsFailedError(op.name, errors) from exc
-                decision = Decision(nxt, Reason.FALLBACK, 0.0, decision.estimates_us,
-                                    decision.samples)
-                backend = nxt
+                exc = next_exc
                 continue
             end_ns = timer()
             duration_us = (end_ns - start_ns) / 1000.0
-            # A call that compiled a kernel measured the compiler, not the kernel.
-            warm_up = compile_count is not None and compile_count() != compiled_before
+            learn = compile_count is None or compile_count() == compiled_before
             with self._lock:
-                if not warm_up:
-                    self._history.record(key, backend, duration_us)
-                self._refresh(entry, key, op)
-                verdict = self._verdict(key, decision, duration_us, calls, False)
+                verdict = self._settle(op, entry, decision, ticket,
+                                       duration_us if learn else None, False)
             if verdict is not None:
-                self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns, None,
+                self._emit(op.name, n, entry.bucket, decision, nxt, start_ns, end_ns, None,
                            None, verdict)
             return result
+
+    def _deliver_transitions(self) -> None:
+        with self._lock:
+            transitions, self._pending_transitions = self._pending_transitions, []
+        sink = self.hot_sink
+        if sink is not None:
+            for transition in transitions:
+                sink(transition)
+
+    def _verdict_for_failure(self, key: KeyHistory, decision: Decision) -> TraceVerdict | None:
+        """Trace verdict for an arm that raised (the call goes on). Caller holds the lock."""
+        if self.span_sink is None:
+            return None
+        now = self._clock()
+        verdict = self._gate.admit(key.id, decision.reason, math.inf,
+                                   self._hot.is_hot(key.operation, now), False, True, 1, now)
+        return verdict if verdict.export else None
 
     # ------------------------------------------------------------------ decisions
 
@@ -232,7 +331,7 @@ class Dispatcher:
             return Decision(self._forced, Reason.FORCED, 1.0,
                             {self._forced: stats.estimate_us} if stats else {},
                             stats.samples if stats else 0)
-        decision = self._policy.decide(key, candidates, now)
+        decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
         key.decisions += 1
         reason = decision.reason
         if reason is _EXPLOIT:
@@ -265,14 +364,14 @@ class Dispatcher:
 
         return min(left, key=rank)
 
-    def _refresh(self, entry: _Entry, key: KeyHistory, op: Operation) -> None:
+    def _refresh(self, entry: _Entry, key: KeyHistory) -> None:
         """Point the key's fast path at its committed arm, timed 1-in-N. Caller holds the lock."""
         target = self._forced if self._forced is not None else key.incumbent
         stats = key.arms.get(target) if target is not None else None
         if stats is None or not stats.epoch_samples or stats.consecutive_failures:
             entry.mask = 0
             return
-        impl = op.implementation_for(target)  # type: ignore[arg-type]
+        impl = entry.impls.get(target)  # type: ignore[arg-type]
         if impl is None:
             entry.mask = 0
             return
@@ -281,21 +380,6 @@ class Dispatcher:
         entry.backend = target
         entry.mask = measure_period(stats.mean_us, self._config.sampling_threshold_us,
                                     self._config.max_measure_period) - 1
-
-    def _verdict(self, key: KeyHistory, decision: Decision, duration_us: float, calls: int,
-                 failed: bool) -> TraceVerdict | None:
-        """The trace gate's verdict when it is exported; ``None`` when not (or no sink).
-
-        With no span sink attached nothing could be exported, so the gate is not consulted:
-        a runtime without telemetry pays nothing for tracing. Caller holds the lock.
-        """
-        if self.span_sink is None:
-            return None
-        now = self._clock()
-        verdict = self._gate.admit((key.operation, key.bucket), decision.reason, duration_us,
-                                   self._hot.is_hot(key.operation, now), key.decisions == 1,
-                                   failed, calls, now)
-        return verdict if verdict.export else None
 
     def _emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
               start_ns: int, end_ns: int, error: BaseException | None,
@@ -393,12 +477,15 @@ class Dispatcher:
     def _refresh_route(self, operation: str, bucket: int, key: KeyHistory) -> None:
         route = self._routes.get(operation)
         if route is not None and bucket in route[1]:
-            self._refresh(route[1][bucket], key, route[2])
+            entry = route[1][bucket]
+            entry.next = None  # decide afresh from what was just learned or selected
+            self._refresh(entry, key)
 
     # ------------------------------------------------------------------ routes and counts
 
     def add_route(self, op: Operation) -> None:
         with self._lock:
+            self._rates[op.name] = self._hot.state(op.name, self._clock(), pin=True)
             self._routes[op.name] = (op.size_of, {}, op)
 
     def reset_route(self, operation: str) -> None:

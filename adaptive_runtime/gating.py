@@ -15,6 +15,7 @@ from .policy import Reason
 __all__ = [
     "HotPathDetector",
     "HotPathTransition",
+    "OperationRate",
     "SamplingReason",
     "TokenBucket",
     "TraceGate",
@@ -37,15 +38,45 @@ class HotPathTransition:
     suppressed: int
 
 
-class _Rate:
-    __slots__ = ("hot", "rate", "suppressed", "window_calls", "window_start")
+class OperationRate:
+    """Call-rate window and hot state of one operation (see :class:`HotPathDetector`)."""
 
-    def __init__(self, now_s: float) -> None:
+    __slots__ = ("detector", "hot", "operation", "rate", "suppressed", "window_calls",
+                 "window_start")
+
+    def __init__(self, detector: HotPathDetector, operation: str, now_s: float) -> None:
+        self.detector = detector
+        self.operation = operation
         self.window_start = now_s
         self.window_calls = 0
         self.rate = 0.0
         self.hot = False
         self.suppressed = 0
+
+    def add(self, calls: int, now_s: float) -> HotPathTransition | None:
+        """Count ``calls`` calls at ``now_s``; return a transition if one happened."""
+        self.window_calls += calls
+        if self.hot:
+            self.suppressed += calls  # nothing of a hot operation is traced
+        if now_s - self.window_start < self.detector.window_s:
+            return None
+        return self.close_window(now_s)
+
+    def close_window(self, now_s: float) -> HotPathTransition | None:
+        elapsed = now_s - self.window_start
+        if elapsed < self.detector.window_s:
+            return None
+        self.rate = self.window_calls / elapsed
+        self.window_start = now_s
+        self.window_calls = 0
+        if not self.hot and self.rate > self.detector.enter_calls_per_sec:
+            self.hot = True
+            self.suppressed = 0
+            return HotPathTransition(self.operation, True, self.rate, 0)
+        if self.hot and self.rate < self.detector.leave_calls_per_sec:
+            self.hot = False
+            return HotPathTransition(self.operation, False, self.rate, self.suppressed)
+        return None
 
 
 class HotPathDetector:
@@ -54,7 +85,8 @@ class HotPathDetector:
     An operation becomes hot when a window's rate is above ``enter_calls_per_sec`` and stops
     being hot when a window's rate is below half of it. A rate, not a lifetime total: 15,000
     calls spread over 3 s are 5,000 calls/s and never hot. Bounded: at most ``max_operations``
-    operations are tracked, least recently seen dropped first.
+    unpinned operations are tracked, least recently seen dropped first; registered operations
+    are pinned (there are few, and their state is looked up once per route).
     """
 
     def __init__(self, enter_calls_per_sec: float, *, window_s: float = 1.0,
@@ -67,58 +99,61 @@ class HotPathDetector:
         self.leave_calls_per_sec = self.enter_calls_per_sec / 2.0
         self.window_s = float(window_s)
         self.max_operations = max_operations
-        self._ops: OrderedDict[str, _Rate] = OrderedDict()
+        self._pinned: dict[str, OperationRate] = {}
+        self._ops: OrderedDict[str, OperationRate] = OrderedDict()
+
+    def state(self, operation: str, now_s: float, *, pin: bool = False) -> OperationRate:
+        """The rate state of ``operation``, created if new (``pin``: never evicted)."""
+        state = self._pinned.get(operation)
+        if state is not None:
+            return state
+        state = self._ops.get(operation)
+        if state is None:
+            state = OperationRate(self, operation, now_s)
+        if pin:
+            self._ops.pop(operation, None)
+            self._pinned[operation] = state
+        elif operation in self._ops:
+            self._ops.move_to_end(operation)
+        else:
+            self._ops[operation] = state
+            if len(self._ops) > self.max_operations:
+                self._ops.popitem(last=False)
+        return state
 
     def observe(self, operation: str, calls: int, now_s: float) -> HotPathTransition | None:
         """Count ``calls`` calls of ``operation`` at ``now_s``; return a transition if any."""
-        state = self._ops.get(operation)
-        if state is None:
-            state = self._ops[operation] = _Rate(now_s)
-            if len(self._ops) > self.max_operations:
-                self._ops.popitem(last=False)
-        else:
-            self._ops.move_to_end(operation)
-        state.window_calls += calls
-        if state.hot:
-            state.suppressed += calls  # nothing of a hot operation is traced
-        return self._close_window(operation, state, now_s)
+        return self.state(operation, now_s).add(calls, now_s)
 
-    def _close_window(self, operation: str, state: _Rate,
-                      now_s: float) -> HotPathTransition | None:
-        elapsed = now_s - state.window_start
-        if elapsed < self.window_s:
-            return None
-        state.rate = state.window_calls / elapsed
-        state.window_start = now_s
-        state.window_calls = 0
-        if not state.hot and state.rate > self.enter_calls_per_sec:
-            state.hot = True
-            state.suppressed = 0
-            return HotPathTransition(operation, True, state.rate, 0)
-        if state.hot and state.rate < self.leave_calls_per_sec:
-            state.hot = False
-            return HotPathTransition(operation, False, state.rate, state.suppressed)
-        return None
+    def _find(self, operation: str) -> OperationRate | None:
+        state = self._pinned.get(operation)
+        return state if state is not None else self._ops.get(operation)
 
     def is_hot(self, operation: str, now_s: float) -> bool:
         """Whether ``operation`` is hot now (a stale window is closed first)."""
-        state = self._ops.get(operation)
+        state = self._find(operation)
         if state is None:
             return False
         if state.hot:
-            self._close_window(operation, state, now_s)
+            state.close_window(now_s)
         return state.hot
 
     def rate(self, operation: str) -> float:
         """Calls/s measured over the last closed window (0 before the first one closes)."""
-        state = self._ops.get(operation)
+        state = self._find(operation)
         return state.rate if state is not None else 0.0
 
     def hot_operations(self) -> list[str]:
-        return [op for op, s in self._ops.items() if s.hot]
+        return [s.operation for s in (*self._pinned.values(), *self._ops.values()) if s.hot]
 
     def clear(self) -> None:
+        """Forget every window (pinned states are reset in place, since routes hold them)."""
         self._ops.clear()
+        for state in self._pinned.values():
+            state.window_calls = 0
+            state.rate = 0.0
+            state.hot = False
+            state.suppressed = 0
 
 
 # ---------------------------------------------------------------------------- measurement

@@ -31,6 +31,7 @@ _WARMUP_SAMPLES = 3
 # EWMA weight once an arm has enough samples; before that the weight is 1/n, so early samples
 # count equally instead of the seed dominating.
 _EWMA_ALPHA = 0.1
+_EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(n+1) is larger
 # A sample is clipped to mean + 4 standard deviations (and never below 3x the mean) before it
 # enters the EWMA: one preempted or page-faulting call must not wreck a good estimate.
 _CLIP_SIGMAS = 4.0
@@ -80,28 +81,30 @@ class ArmStats:
             # The first timings of an arm often include one-off costs (cold caches, lazy
             # allocation): estimate from the min of two, then the median of three, so one
             # outlier neither prunes a good arm nor seeds the EWMA.
-            self.warmup_us = (*self.warmup_us, duration_us)
-            ordered = sorted(self.warmup_us)
-            if len(ordered) < _WARMUP_SAMPLES:
-                self.mean_us = ordered[0]
+            if n == 0:
+                self.warmup_us = (duration_us,)
+                self.mean_us = duration_us
+            elif n == 1:
+                first = self.warmup_us[0]
+                self.warmup_us = (first, duration_us)
+                self.mean_us = first if first < duration_us else duration_us
             else:
-                median = ordered[1]
-                self.mean_us = median
-                clipped = [min(x, median * _CLIP_MIN_RATIO) for x in ordered]
-                self.var_us2 = sum((x - median) ** 2 for x in clipped) / (len(clipped) - 1)
+                lo, mid, hi = sorted((*self.warmup_us, duration_us))
+                hi = min(hi, mid * _CLIP_MIN_RATIO)
+                self.mean_us = mid
+                self.var_us2 = ((lo - mid) ** 2 + (hi - mid) ** 2) / 2.0
                 self.warmup_us = ()
         else:
             mean = self.mean_us
-            x = duration_us
-            cap = max(mean * _CLIP_MIN_RATIO, mean + _CLIP_SIGMAS * math.sqrt(self.var_us2))
-            if x > cap:
-                x = cap
-            alpha = 1.0 / (n + 1)
-            if alpha < _EWMA_ALPHA:
-                alpha = _EWMA_ALPHA
-            delta = x - mean
+            var = self.var_us2
+            delta = duration_us - mean
+            # clip to max(3 x mean, mean + 4 sd); the sqrt only for the rare large sample
+            if duration_us > mean * _CLIP_MIN_RATIO and delta * delta > _CLIP_SIGMAS ** 2 * var:
+                cap = mean + _CLIP_SIGMAS * math.sqrt(var)
+                delta = (cap if cap > mean * _CLIP_MIN_RATIO else mean * _CLIP_MIN_RATIO) - mean
+            alpha = 1.0 / (n + 1) if n < _EWMA_WARM_SAMPLES else _EWMA_ALPHA
             self.mean_us = mean + alpha * delta
-            self.var_us2 = (1.0 - alpha) * (self.var_us2 + alpha * delta * delta)
+            self.var_us2 = (1.0 - alpha) * (var + alpha * delta * delta)
         if self.drift_baseline_us > 0.0:
             ratio = duration_us / self.drift_baseline_us
             if ratio > _PH_RATIO_CAP:
@@ -142,12 +145,14 @@ class ArmStats:
 class KeyHistory:
     """History of one (operation, size bucket): its arms and the policy's per-key state."""
 
-    __slots__ = ("arms", "bucket", "decisions", "epoch", "incumbent", "memo", "memo_until",
-                 "next_recheck", "operation", "recheck_interval", "rechecks", "switches")
+    __slots__ = ("arms", "bucket", "decisions", "epoch", "failures", "id", "incumbent", "memo",
+                 "memo_until", "next_recheck", "operation", "recheck_interval", "rechecks",
+                 "samples", "switches")
 
     def __init__(self, operation: str, bucket: int) -> None:
         self.operation = operation
         self.bucket = bucket
+        self.id = (operation, bucket)
         self.arms: dict[Backend, ArmStats] = {}
         self.incumbent: Backend | None = None
         self.decisions = 0
@@ -156,6 +161,8 @@ class KeyHistory:
         self.recheck_interval = 0
         self.rechecks = 0
         self.switches = 0
+        self.samples = 0  # timings of all arms, lifetime
+        self.failures = 0
         # the policy's last full exploit Decision, reused until memo_until decisions
         self.memo: object | None = None
         self.memo_until = 0
@@ -168,7 +175,8 @@ class KeyHistory:
 
     @property
     def has_samples(self) -> bool:
-        return any(s.samples or s.failures for s in self.arms.values())
+        """Whether any arm was ever timed or failed on this key."""
+        return bool(self.samples or self.failures)
 
     def commit(self, backend: Backend, recheck_interval: int) -> None:
         """Make ``backend`` the committed arm and watch it for drift."""
@@ -247,12 +255,19 @@ class HistoryStore:
                 self._on_evict(old_op, old_bucket)
         return hist
 
+    def touch(self, key: KeyHistory) -> None:
+        """Mark ``key`` most recently used (no-op if it was evicted meanwhile)."""
+        keys = self._keys
+        if key.id in keys:
+            keys.move_to_end(key.id)
+
     def record(self, key: KeyHistory, backend: Backend, duration_us: float) -> ArmStats:
         """Learn one timing of ``backend`` on ``key`` (from :meth:`key`)."""
         stats = key.arms.get(backend)
         if stats is None:
             stats = key.arms[backend] = ArmStats()
         stats.add_sample(duration_us, self._wall_clock())
+        key.samples += 1
         if backend is not key.incumbent:
             key.memo = None  # another arm's estimate moved: the next decision is a full one
         return stats
@@ -261,6 +276,7 @@ class HistoryStore:
         """Count one failure of ``backend`` on ``key``: quarantined with back-off."""
         stats = key.arm(backend)
         stats.add_failure(now_s, self._wall_clock())
+        key.failures += 1
         key.memo = None
         return stats
 
@@ -309,6 +325,8 @@ class HistoryStore:
                 stats.epoch_samples = total
             stats.samples += r.samples
             stats.failures += r.failures
+            hist.samples += r.samples
+            hist.failures += r.failures
             stats.last_update = max(stats.last_update, r.last_update)
             # the committed arm may no longer be the best: let the policy commit again
             if hist.incumbent is not None:

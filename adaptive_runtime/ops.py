@@ -1,4 +1,4 @@
-"""Built-in operations on the process default runtime: ``ar.ops.dot(a, b)``, ``ar.ops.add(a, b)``."""
+"""Built-in operations on the process default runtime: ``ar.ops.dot(a, b)`` and friends."""
 
 from __future__ import annotations
 

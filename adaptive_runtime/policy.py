@@ -86,6 +86,10 @@ class Decision(NamedTuple):
         return bool(self.estimates_us)
 
 
+# Exploring decisions nobody will look at, built once (one is needed on every exploring call).
+_UNEXPLAINED_EXPLORE = {b: Decision(b, Reason.EXPLORE) for b in Backend}
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     min_samples: int = 3
@@ -116,9 +120,13 @@ class Policy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config or PolicyConfig()
 
-    def decide(self, key: KeyHistory | None, candidates: Sequence[Backend],
-               now_s: float) -> Decision:
-        """Choose among ``candidates`` (available arms in heuristic order; never empty)."""
+    def decide(self, key: KeyHistory | None, candidates: Sequence[Backend], now_s: float,
+               explain: bool = True) -> Decision:
+        """Choose among ``candidates`` (available arms in heuristic order; never empty).
+
+        ``explain=False`` leaves ``estimates_us`` empty on exploring decisions, for callers
+        that will not show them (building them is a large share of an exploring call).
+        """
         if key is None or not key.arms:
             return Decision(candidates[0], Reason.HEURISTIC)
         arms = key.arms
@@ -135,62 +143,70 @@ class Policy:
                     and not stats.consecutive_failures):
                 return memo
 
-        usable = [b for b in candidates
-                  if b not in arms or arms[b].quarantined_until_s <= now_s]
+        if key.failures:
+            usable: Sequence[Backend] = [b for b in candidates
+                                         if b not in arms or arms[b].quarantined_until_s <= now_s]
+        else:
+            usable = candidates  # nothing ever failed here: nothing is quarantined
         if not usable:
             # Every arm is quarantined: something must run; take the one released soonest.
             soonest = min(candidates, key=lambda b: arms[b].quarantined_until_s)
-            return Decision(soonest, Reason.FALLBACK, 0.0, _estimates(key), _samples(key))
+            return Decision(soonest, Reason.FALLBACK, 0.0, _estimates(key), key.samples)
 
         if (incumbent is not None and incumbent in usable
                 and arms[incumbent].drift_score > cfg.drift_threshold):
             others = [b for b in usable if b is not incumbent] or usable
             return Decision(best_arm(others, arms) or others[0], Reason.DRIFT, 0.0,
-                            _estimates(key), _samples(key))
+                            _estimates(key), key.samples)
 
+        # Exploration: arms still owed timings in this epoch, fewest timings first (ties keep
+        # the heuristic order). An arm whose estimate is over prune_ratio x the best so far
+        # after two timings is owed nothing more: it is clearly not the answer.
         best_seen = math.inf
+        owed = False
+        min_samples = cfg.min_samples
         for b in usable:
             stats = arms.get(b)
+            if stats is None or stats.consecutive_failures or stats.epoch_samples < min_samples:
+                owed = True
             if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
                     and stats.mean_us < best_seen):
                 best_seen = stats.mean_us
         pick: Backend | None = None
-        pick_n = 0
-        for b in usable:  # fewest samples first; ties keep the heuristic order
-            stats = arms.get(b)
-            if self._needs_samples(stats, best_seen):
-                n = stats.epoch_samples if stats is not None else 0
-                if pick is None or n < pick_n:
+        if owed:
+            prune_above = best_seen * cfg.prune_ratio
+            pick_n = min_samples
+            for b in usable:
+                stats = arms.get(b)
+                if stats is None or stats.consecutive_failures:
+                    n = 0  # never tried in this epoch, or failed and out of quarantine
+                else:
+                    n = stats.epoch_samples
+                    if n >= 2 and stats.mean_us > prune_above:
+                        continue
+                if n < pick_n:
                     pick, pick_n = b, n
         if pick is not None:
-            if not key.has_samples:
+            if not key.samples and not key.failures:
                 return Decision(pick, Reason.HEURISTIC)
-            return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), _samples(key))
+            if not explain:
+                return _UNEXPLAINED_EXPLORE[pick]
+            return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), key.samples)
 
         best = best_arm(usable, arms)
         if best is None:  # every usable arm failed last time and is out of quarantine
-            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), _samples(key))
+            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), key.samples)
         chosen = best
-        if incumbent is not None and incumbent in usable and incumbent is not best:
-            if arms[best].estimate_us >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin):
-                chosen = incumbent  # not clearly better: keep the committed arm
+        if (incumbent is not None and incumbent in usable and incumbent is not best
+                and arms[best].estimate_us
+                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)):
+            chosen = incumbent  # the challenger is not clearly better: keep the committed arm
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
-                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), _samples(key))
+                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), key.samples)
         return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, usable, arms),
-                        _estimates(key), _samples(key))
-
-    def _needs_samples(self, stats: ArmStats | None, best_seen: float) -> bool:
-        if stats is None or stats.consecutive_failures:
-            # never tried in this epoch, or failed and now out of quarantine: try (again)
-            return True
-        n = stats.epoch_samples
-        if n >= self.config.min_samples:
-            return False
-        # Two timings far above the best so far rule an arm out (one might be a warm-up
-        # outlier; the estimate is the lower of the two).
-        return n < 2 or stats.mean_us <= best_seen * self.config.prune_ratio
+                        _estimates(key), key.samples)
 
     def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
         arms = key.arms
@@ -220,10 +236,6 @@ def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> B
 def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
     return MappingProxyType({b: s.estimate_us for b, s in key.arms.items()
                              if s.epoch_samples or s.consecutive_failures})
-
-
-def _samples(key: KeyHistory) -> int:
-    return sum(s.samples for s in key.arms.values())
 
 
 def _confidence(chosen: Backend, usable: Sequence[Backend],
