@@ -42,7 +42,14 @@ from .operations import (
     OperationRegistry,
     infer_kind,
 )
-from .policy import Decision, Policy, Reason, best_arm, heuristic_order
+from .policy import (
+    Decision,
+    Policy,
+    Reason,
+    best_arm,
+    heuristic_order,
+    heuristic_preference,
+)
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
 
@@ -78,6 +85,10 @@ class CallRecord:
     verdict: TraceVerdict
 
 
+# An operation's candidate arms for one cold-start preference, and their implementations.
+_Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
+
+
 class _Entry:
     """Fast-path state of one (operation, size bucket). Mutated in place, never replaced, so
     tickets taken by racing threads are never lost."""
@@ -85,14 +96,11 @@ class _Entry:
     __slots__ = ("backend", "bucket", "candidates", "counted", "impl", "impls", "key", "mask",
                  "next", "rate", "ticks")
 
-    def __init__(self, key: KeyHistory, candidates: tuple[Backend, ...], op: Operation,
-                 rate: OperationRate) -> None:
+    def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
         self.key = key
         self.rate = rate
         self.bucket = key.bucket
-        self.candidates = candidates
-        self.impls: dict[Backend, Implementation] = {
-            b: impl for b in candidates if (impl := op.implementation_for(b)) is not None}
+        self.candidates, self.impls = arms
         self.ticks = itertools.count()
         self.mask = 0  # 0: every call takes the slow path
         self.impl: Callable[..., Any] | None = None
@@ -135,6 +143,7 @@ class Dispatcher:
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
         # registered operations' call-rate state, pinned in the detector
         self._rates: dict[str, OperationRate] = {}
+        self._arms_cache: dict[tuple[str, tuple[Backend, ...]], _Arms] = {}
         # hot-path transitions seen under the lock, handed to hot_sink outside it
         self._pending_transitions: list[HotPathTransition] = []
         self._forced = config.force_backend
@@ -202,8 +211,7 @@ class Dispatcher:
             entry = entries.get(bucket)
             if entry is None:
                 key = self._history.key(op.name, bucket)
-                entry = entries[bucket] = _Entry(key, self._candidates_of(op, n), op,
-                                                 self._rates[op.name])
+                entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())
@@ -391,6 +399,17 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ candidates
 
+    def _arms_of(self, op: Operation, n: int) -> _Arms:
+        """Candidates of ``op`` at size ``n`` and their kernels, cached per preference order
+        (there are three) until the operation's implementations change. Lock held."""
+        cache_key = (op.name, heuristic_preference(op.kind, n))
+        arms = self._arms_cache.get(cache_key)
+        if arms is None:
+            candidates = self._candidates_of(op, n)
+            arms = self._arms_cache[cache_key] = (candidates, {
+                b: impl for b in candidates if (impl := op.implementation_for(b)) is not None})
+        return arms
+
     def _candidates_of(self, op: Operation, n: int) -> tuple[Backend, ...]:
         backends = op.backends
         if not backends:
@@ -443,6 +462,12 @@ class Dispatcher:
         return decision
 
     def explain(self, operation: str, n: int) -> Decision:
+        """The decision the next call of this key will run with, explained; changes nothing.
+
+        For a registered operation that is the decision ``run()`` already holds for the key:
+        the committed arm when the next call takes the fast path, else the decision made for
+        the next timed call. Otherwise the policy's answer now (what ``select()`` returns).
+        """
         bucket = size_bucket(n)
         candidates = self.candidates_for_name(operation, n)
         with self._lock:
@@ -452,6 +477,13 @@ class Dispatcher:
                 return Decision(self._forced, Reason.FORCED, 1.0,
                                 {self._forced: stats.estimate_us} if stats else {},
                                 stats.samples if stats else 0)
+            route = self._routes.get(operation)
+            entry = route[1].get(bucket) if route is not None else None
+            if entry is not None and key is not None and entry.key is key:
+                fast_next = entry.mask and entry.issued() & entry.mask
+                pending = None if fast_next else entry.next
+                if pending is not None:
+                    return self._policy.explained(pending, key)
             return self._policy.decide(key, candidates, self._clock())
 
     def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
@@ -491,6 +523,8 @@ class Dispatcher:
     def reset_route(self, operation: str) -> None:
         """Forget fast-path entries of ``operation`` (its arms changed); counts are kept."""
         with self._lock:
+            for cache_key in [k for k in self._arms_cache if k[0] == operation]:
+                del self._arms_cache[cache_key]
             route = self._routes.get(operation)
             if route is not None:
                 for entry in list(route[1].values()):

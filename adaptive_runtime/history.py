@@ -32,10 +32,11 @@ _WARMUP_SAMPLES = 3
 # count equally instead of the seed dominating.
 _EWMA_ALPHA = 0.1
 _EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(n+1) is larger
-# A sample is clipped to mean + 4 standard deviations (and never below 3x the mean) before it
-# enters the EWMA: one preempted or page-faulting call must not wreck a good estimate.
-_CLIP_SIGMAS = 4.0
-_CLIP_MIN_RATIO = 3.0
+# A sample is clipped to 1.5x the mean before it enters the EWMA, so one preempted or
+# page-faulting call moves the estimate by at most 5% (alpha 0.1 x 0.5) — the switching
+# margin — and cannot make a near-tie flip. A real slowdown is still seen at once: the drift
+# detector below reads the unclipped timing, and a drift alarm re-measures from scratch.
+_CLIP_RATIO = 1.5
 # Page-Hinkley on the ratio sample/baseline: each sample adds (ratio - 1 - slack), the ratio
 # capped so one huge spike cannot raise an alarm alone. With the default alarm level 4 a 5x
 # slowdown alarms on the 3rd slow sample; isolated spikes decay away at 0.2 per normal sample.
@@ -85,12 +86,14 @@ class ArmStats:
                 self.warmup_us = (duration_us,)
                 self.mean_us = duration_us
             elif n == 1:
-                first = self.warmup_us[0]
+                # (a merged-in estimate has no raw timings: it stands in for them)
+                first = self.warmup_us[0] if self.warmup_us else self.mean_us
                 self.warmup_us = (first, duration_us)
                 self.mean_us = first if first < duration_us else duration_us
             else:
-                lo, mid, hi = sorted((*self.warmup_us, duration_us))
-                hi = min(hi, mid * _CLIP_MIN_RATIO)
+                earlier = self.warmup_us if len(self.warmup_us) == 2 else (self.mean_us,) * 2
+                lo, mid, hi = sorted((*earlier, duration_us))
+                hi = min(hi, mid * _CLIP_RATIO)
                 self.mean_us = mid
                 self.var_us2 = ((lo - mid) ** 2 + (hi - mid) ** 2) / 2.0
                 self.warmup_us = ()
@@ -98,10 +101,8 @@ class ArmStats:
             mean = self.mean_us
             var = self.var_us2
             delta = duration_us - mean
-            # clip to max(3 x mean, mean + 4 sd); the sqrt only for the rare large sample
-            if duration_us > mean * _CLIP_MIN_RATIO and delta * delta > _CLIP_SIGMAS ** 2 * var:
-                cap = mean + _CLIP_SIGMAS * math.sqrt(var)
-                delta = (cap if cap > mean * _CLIP_MIN_RATIO else mean * _CLIP_MIN_RATIO) - mean
+            if duration_us > mean * _CLIP_RATIO:
+                delta = mean * (_CLIP_RATIO - 1.0)
             alpha = 1.0 / (n + 1) if n < _EWMA_WARM_SAMPLES else _EWMA_ALPHA
             self.mean_us = mean + alpha * delta
             self.var_us2 = (1.0 - alpha) * (var + alpha * delta * delta)

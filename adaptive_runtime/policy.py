@@ -33,7 +33,15 @@ from .backend import Backend
 from .history import ArmStats, KeyHistory
 from .operations import Kind
 
-__all__ = ["Decision", "Policy", "PolicyConfig", "Reason", "best_arm", "heuristic_order"]
+__all__ = [
+    "Decision",
+    "Policy",
+    "PolicyConfig",
+    "Reason",
+    "best_arm",
+    "heuristic_order",
+    "heuristic_preference",
+]
 
 # Trueno's cold-start thresholds (elements).
 MATRIX_GPU_MIN_ELEMENTS = 10_000
@@ -92,6 +100,8 @@ _UNEXPLAINED_EXPLORE = {b: Decision(b, Reason.EXPLORE) for b in Backend}
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
+    """Tuning of :class:`Policy` (the runtime fills it from :class:`RuntimeConfig`)."""
+
     min_samples: int = 3
     switch_margin: float = 0.05
     drift_threshold: float = 4.0
@@ -102,16 +112,25 @@ class PolicyConfig:
     full_recheck_every: int = 4
 
 
+_GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
+_SCALAR_FIRST = (Backend.SCALAR, Backend.SIMD, Backend.GPU)
+_SIMD_FIRST = (Backend.SIMD, Backend.SCALAR, Backend.GPU)
+
+
+def heuristic_preference(kind: Kind, input_size: int) -> tuple[Backend, ...]:
+    """All arms in Trueno's cold-start preference order for this kind and size: matrix-like
+    work above 10,000 elements → GPU first; under 1,000 elements → SCALAR first; else SIMD."""
+    if kind is Kind.MATRIX and input_size > MATRIX_GPU_MIN_ELEMENTS:
+        return _GPU_FIRST
+    if input_size < SCALAR_MAX_ELEMENTS:
+        return _SCALAR_FIRST
+    return _SIMD_FIRST
+
+
 def heuristic_order(kind: Kind, input_size: int,
                     candidates: Sequence[Backend]) -> tuple[Backend, ...]:
-    """Candidates in Trueno's cold-start preference order for this kind and size."""
-    if kind.matrix_like and input_size > MATRIX_GPU_MIN_ELEMENTS:
-        preferred = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
-    elif input_size < SCALAR_MAX_ELEMENTS:
-        preferred = (Backend.SCALAR, Backend.SIMD, Backend.GPU)
-    else:
-        preferred = (Backend.SIMD, Backend.SCALAR, Backend.GPU)
-    return tuple(b for b in preferred if b in candidates)
+    """``candidates`` in Trueno's cold-start preference order for this kind and size."""
+    return tuple(b for b in heuristic_preference(kind, input_size) if b in candidates)
 
 
 class Policy:
@@ -193,20 +212,28 @@ class Policy:
                 return _UNEXPLAINED_EXPLORE[pick]
             return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), key.samples)
 
-        best = best_arm(usable, arms)
-        if best is None:  # every usable arm failed last time and is out of quarantine
-            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), key.samples)
+        estimates = _estimates(key)
+        measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
+        best = min(measured, key=estimates.__getitem__) if measured else None
+        if best is None or math.isinf(estimates[best]):
+            # every usable arm failed last time and is out of quarantine: try one again
+            return Decision(usable[0], Reason.EXPLORE, 0.0, estimates, key.samples)
         chosen = best
-        if (incumbent is not None and incumbent in usable and incumbent is not best
-                and arms[best].estimate_us
-                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)):
+        if (incumbent is not None and incumbent is not best and incumbent in measured
+                and estimates[best] >= estimates[incumbent] * (1.0 - cfg.switch_margin)):
             chosen = incumbent  # the challenger is not clearly better: keep the committed arm
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
-                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), key.samples)
-        return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, usable, arms),
-                        _estimates(key), key.samples)
+                return Decision(target, Reason.RECHECK, 0.0, estimates, key.samples)
+        return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
+                        estimates, key.samples)
+
+    def explained(self, decision: Decision, key: KeyHistory) -> Decision:
+        """``decision`` with its estimates filled in from ``key`` (if it was made without)."""
+        if decision.estimates_us or not key.arms:
+            return decision
+        return decision._replace(estimates_us=_estimates(key), samples=key.samples)
 
     def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
         arms = key.arms
@@ -238,23 +265,22 @@ def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
                              if s.epoch_samples or s.consecutive_failures})
 
 
-def _confidence(chosen: Backend, usable: Sequence[Backend],
-                arms: Mapping[Backend, ArmStats]) -> float:
+def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Backend, ArmStats],
+                estimates: Mapping[Backend, float]) -> float:
     """P(chosen is faster than the runner-up), normal approximation of the two estimates."""
-    mine = arms[chosen]
-    runner, runner_us = None, math.inf
-    for b in usable:
-        if b is chosen or b not in arms or not arms[b].epoch_samples:
-            continue
-        if arms[b].estimate_us < runner_us:
-            runner, runner_us = arms[b], arms[b].estimate_us
+    runner = min((b for b in measured if b is not chosen), key=estimates.__getitem__,
+                 default=None)
     if runner is None:
-        return 1.0 if len(usable) == 1 else 0.5
+        return 1.0
+    runner_us = estimates[runner]
     if math.isinf(runner_us):
         return 1.0
-    se = math.sqrt(mine.var_us2 / max(mine.epoch_samples, 1)
-                   + runner.var_us2 / max(runner.epoch_samples, 1))
-    gap = runner_us - mine.estimate_us
+    mine, theirs = arms[chosen], arms[runner]
+    se = math.sqrt(mine.var_us2 / mine.epoch_samples + theirs.var_us2 / theirs.epoch_samples)
+    gap = runner_us - estimates[chosen]
     if se == 0.0:
         return 1.0 if gap > 0 else 0.5
-    return 0.5 * (1.0 + math.erf(gap / (se * math.sqrt(2.0))))
+    return 0.5 * (1.0 + math.erf(gap / (se * _SQRT2)))
+
+
+_SQRT2 = math.sqrt(2.0)
