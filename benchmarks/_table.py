@@ -19,7 +19,7 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[objec
     print(line)
     for i, row in enumerate(cells):
         print(" | ".join(c.ljust(w) if j == 0 else c.rjust(w)
-                         for j, (c, w) in enumerate(zip(row, widths))))
+                         for j, (c, w) in enumerate(zip(row, widths, strict=False))))
         if i == 0:
             print(line)
     print(line)

@@ -1,0 +1,244 @@
+"""Quality of the selection policy: regret, reaction to a slowdown, stability on a near-tie.
+
+Method. Three synthetic arms (GPU, SIMD, SCALAR) of one registered ``vector`` operation
+busy-wait on ``time.perf_counter_ns`` for a set latency read from a mutable dict, so the
+latency of each arm is known exactly and can be changed mid-run. Every call goes through the
+real runtime (``rt.run``: select → execute → time → learn) with the default ``RuntimeConfig``;
+nothing is tuned to this benchmark. The GPU arm is made available with
+``DeviceProbe(gpu=True)``: a test double standing in for a GPU, not a device.
+
+Per call we record what the runtime did: its decision (arm and reason) from the change in
+``rt.selection_counts()`` across the call — every call is counted there exactly once — and,
+through a side channel in the busy-wait functions, the arm that actually ran. ``rt.decide``
+(side-effect free) is also asked just before each call, and any call where it disagreed with
+what the call then did is reported. Scenarios (fresh runtime each, ``TRIALS`` runs each):
+
+1. stationary — arms at 100 / 150 / 300 µs;
+2. slowdown — as (1), but the best arm (GPU) becomes 5x slower halfway through;
+3. near-tie — two arms 2.5 % apart (200 / 205 µs), the third clearly worse (300 µs).
+
+Metrics (worst of the trials is judged; the median is shown beside it):
+
+- regret vs the best arm in hindsight, per call:
+  (Σ set latency of the arm that ran − Σ set latency of the best arm at that call)
+  / Σ best latency. Set latencies, not measured ones, so machine noise stays out of the ratio;
+  the measured wall time of the calls against an oracle that runs the best arm directly is
+  printed below the table for transparency. Target ≤ 2 %.
+- slowdown: calls after the change before the runtime settles on the new best arm — the
+  first call from which every ``exploit`` decision picks the new best arm (re-checks of other
+  arms after that do not count against it). Target ≤ 20.
+- near-tie: switches of the committed arm after the first commit — ``exploit`` calls whose
+  arm differs from the previous ``exploit`` call's arm. Target ≤ 3.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from _table import print_table, verdict
+
+import adaptive_runtime as ar
+
+OP = "synthetic"
+SIZE = 1 << 16  # a vector op of this size: cold-start heuristic says SIMD
+CALLS = 4_000
+TRIALS = 5
+REGRET_TARGET_PCT = 2.0
+SWITCH_CALLS_TARGET = 20
+FLIPS_TARGET = 3
+
+GPU, SIMD, SCALAR = ar.Backend.GPU, ar.Backend.SIMD, ar.Backend.SCALAR
+Latencies = dict[ar.Backend, float]
+
+
+def spin(duration_us: float) -> None:
+    """Busy-wait ``duration_us`` on the same clock the runtime times with."""
+    deadline = time.perf_counter_ns() + int(duration_us * 1000.0)
+    while time.perf_counter_ns() < deadline:
+        pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    latencies_us: Latencies
+    # (call index, arm, new latency): applied just before that call
+    change: tuple[int, ar.Backend, float] | None = None
+
+
+@dataclass
+class Trial:
+    """What one run of a scenario did, call by call."""
+
+    ran: list[ar.Backend]  # side channel: the arm whose kernel ran
+    chosen: list[ar.Backend]  # the runtime's decision, from its selection counters
+    reasons: list[ar.Reason]
+    set_us: list[float]  # set latency of the arm that ran
+    best_us: list[float]  # set latency of the best arm at that call
+    wall_ns: int  # sum of the measured durations of rt.run
+    ran_other: int  # calls whose kernel was not the arm the runtime counted
+    decide_disagreed: int  # calls where rt.decide() just before named another arm or reason
+
+    @property
+    def regret_pct(self) -> float:
+        best = sum(self.best_us)
+        return 100.0 * (sum(self.set_us) - best) / best
+
+    def reason_counts(self) -> Counter[str]:
+        return Counter(r.value for r in self.reasons)
+
+
+def make_runtime(latencies: Latencies, ran: list[ar.Backend]) -> ar.AdaptiveRuntime:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=True))
+    op = rt.register(OP, size=lambda *_args: SIZE, kind="vector")
+
+    def arm(backend: ar.Backend) -> Callable[[], None]:
+        def kernel() -> None:
+            ran.append(backend)  # side channel: which arm really ran
+            spin(latencies[backend])
+        return kernel
+
+    for backend in (GPU, SIMD, SCALAR):
+        op.add_implementation(backend, arm(backend))
+    return rt
+
+
+def run_trial(scenario: Scenario) -> Trial:
+    latencies = dict(scenario.latencies_us)  # the busy-wait kernels read this, live
+    ran: list[ar.Backend] = []
+    rt = make_runtime(latencies, ran)
+    run, decide, counts, timer = rt.run, rt.decide, rt.selection_counts, time.perf_counter_ns
+    trial = Trial(ran, [], [], [], [], 0, 0, 0)
+    before: dict[ar.SelectionKey, int] = {}
+    for i in range(CALLS):
+        if scenario.change is not None and i == scenario.change[0]:
+            latencies[scenario.change[1]] = scenario.change[2]
+        predicted = decide(OP, SIZE)
+        start = timer()
+        run(OP)
+        trial.wall_ns += timer() - start
+        after = counts()
+        (key,) = [k for k, n in after.items() if n != before.get(k, 0)]
+        assert after[key] == before.get(key, 0) + 1, "one call, one selection"
+        before = after
+        trial.chosen.append(key.backend)
+        trial.reasons.append(key.reason)
+        trial.ran_other += ran[-1] is not key.backend
+        trial.decide_disagreed += (predicted.backend, predicted.reason) != (key.backend,
+                                                                             key.reason)
+        trial.set_us.append(latencies[ran[-1]])
+        trial.best_us.append(min(latencies.values()))
+    assert len(ran) == CALLS, "a call ran no arm or more than one (fallback?)"
+    return trial
+
+
+def oracle_wall_ns(best_us: list[float]) -> int:
+    """Measured time of calling the best arm directly, with no runtime, for the same calls."""
+    start = time.perf_counter_ns()
+    for us in best_us:
+        spin(us)
+    return time.perf_counter_ns() - start
+
+
+def exploits(trial: Trial, start: int = 0) -> list[tuple[int, ar.Backend]]:
+    return [(i, trial.chosen[i]) for i in range(start, len(trial.reasons))
+            if trial.reasons[i] is ar.Reason.EXPLOIT]
+
+
+def calls_to_switch(trial: Trial, change_at: int, new_best: ar.Backend) -> int | None:
+    """Calls after ``change_at`` before the first exploit from which every exploit is
+    ``new_best``; ``None`` if the runtime never settles on it."""
+    settled: int | None = None
+    for i, backend in exploits(trial, change_at):
+        if backend is new_best:
+            if settled is None:
+                settled = i
+        else:
+            settled = None
+    return None if settled is None else settled - change_at
+
+
+def committed_flips(trial: Trial) -> int:
+    """Changes of the exploited arm after the first commit."""
+    arms = [b for _, b in exploits(trial)]
+    return sum(1 for prev, cur in itertools.pairwise(arms) if cur is not prev)
+
+
+def summary(values: list[float], fmt: str) -> str:
+    return f"worst {fmt.format(max(values))} (median {fmt.format(statistics.median(values))})"
+
+
+def main() -> None:
+    half = CALLS // 2
+    stationary = Scenario("stationary", {GPU: 100.0, SIMD: 150.0, SCALAR: 300.0})
+    slowdown = Scenario("slowdown", {GPU: 100.0, SIMD: 150.0, SCALAR: 300.0},
+                        change=(half, GPU, 500.0))
+    near_tie = Scenario("near-tie", {GPU: 200.0, SIMD: 205.0, SCALAR: 300.0})
+    scenarios = [stationary, slowdown, near_tie]
+
+    started = time.perf_counter()
+    trials = {s.name: [run_trial(s) for _ in range(TRIALS)] for s in scenarios}
+    oracle = {name: [oracle_wall_ns(t.best_us) for t in ts] for name, ts in trials.items()}
+    elapsed_s = time.perf_counter() - started
+
+    rows: list[list[object]] = []
+    for s in scenarios:
+        regrets = [t.regret_pct for t in trials[s.name]]
+        rows.append([s.name, "regret vs best arm in hindsight", summary(regrets, "{:.2f} %"),
+                     f"<= {REGRET_TARGET_PCT:g} %", verdict(max(regrets) <= REGRET_TARGET_PCT)])
+        if s.change is not None:
+            change_at = s.change[0]
+            after = {**s.latencies_us, s.change[1]: s.change[2]}
+            new_best = min(after, key=after.__getitem__)
+            switches = [calls_to_switch(t, change_at, new_best) for t in trials[s.name]]
+            ok = all(n is not None and n <= SWITCH_CALLS_TARGET for n in switches)
+            measured = ("never settles" if any(n is None for n in switches)
+                        else summary([float(n) for n in switches if n is not None], "{:.0f}"))
+            rows.append([s.name, f"calls to switch to {new_best.value} after slowdown",
+                         measured, f"<= {SWITCH_CALLS_TARGET}", verdict(ok)])
+        if s is near_tie:
+            flips = [float(committed_flips(t)) for t in trials[s.name]]
+            rows.append([s.name, "switches of committed arm after first commit",
+                         summary(flips, "{:.0f}"), f"<= {FLIPS_TARGET}",
+                         verdict(max(flips) <= FLIPS_TARGET)])
+    print_table(f"policy quality ({TRIALS} trials x {CALLS} calls per scenario, default "
+                f"RuntimeConfig; GPU arm = test double via DeviceProbe(gpu=True), no real GPU)",
+                ["scenario", "metric", "measured", "target", "verdict"], rows)
+
+    print("\nset latencies (us): "
+          + "; ".join(f"{s.name}: " + ", ".join(f"{b.value} {us:g}"
+                                                for b, us in s.latencies_us.items())
+                      + (f", {s.change[1].value} -> {s.change[2]:g} at call {s.change[0]}"
+                         if s.change else "")
+                      for s in scenarios))
+    print("measured wall time of rt.run calls vs oracle (best arm called directly), "
+          "summed over trials:")
+    for s in scenarios:
+        wall = sum(t.wall_ns for t in trials[s.name]) / 1e6
+        best = sum(oracle[s.name]) / 1e6
+        reasons = sum((t.reason_counts() for t in trials[s.name]), Counter())
+        ran_other = sum(t.ran_other for t in trials[s.name])
+        disagreed = sum(t.decide_disagreed for t in trials[s.name])
+        calls = CALLS * TRIALS
+        print(f"  {s.name:<10} runtime {wall:8.1f} ms, oracle {best:8.1f} ms "
+              f"({100.0 * (wall - best) / best:+.2f} %, "
+              f"{1000.0 * (wall - best) / calls:+.1f} us/call); decisions: "
+              + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
+              + (f"; {ran_other} calls ran another arm than counted" if ran_other else "")
+              + (f"; rt.decide() just before disagreed with {disagreed} calls" if disagreed
+                 else ""))
+        print(f"  {'':<10} per trial: regret "
+              + " ".join(f"{t.regret_pct:.2f}%" for t in trials[s.name])
+              + "; committed-arm switches "
+              + " ".join(str(committed_flips(t)) for t in trials[s.name]))
+    print(f"total benchmark time {elapsed_s:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
