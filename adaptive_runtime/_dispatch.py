@@ -483,8 +483,10 @@ class Dispatcher:
                 fast_next = entry.mask and entry.issued() & entry.mask
                 pending = None if fast_next else entry.next
                 if pending is not None:
-                    return self._policy.explained(pending, key)
-            return self._policy.decide(key, candidates, self._clock())
+                    return self._policy.explained(pending, key, entry.candidates)
+            decision = self._policy.decide(key, candidates, self._clock())
+            # (the key's memoised exploit may have been made without explanation)
+            return self._policy.explained(decision, key, candidates) if key else decision
 
     def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
         bucket = size_bucket(n)

@@ -159,20 +159,31 @@ class HotPathDetector:
 # ---------------------------------------------------------------------------- measurement
 
 
+# What one timed call costs over a plain one (two clock reads, the lock, learning, the next
+# decision; measured by benchmarks/dispatch_overhead.py), and the share of a key's time that
+# timing may take.
+TIMED_CALL_COST_US = 4.0
+TIMING_SHARE = 0.01
+
+
 def measure_period(mean_us: float, sampling_threshold_us: float, max_period: int) -> int:
     """How many calls of a converged key share one timing: a power of two in [1, max_period].
 
-    A call as long as ``sampling_threshold_us`` or longer is timed every time: two clock reads
-    are noise next to it, and drift must be seen within a few calls. Shorter calls are timed
-    1-in-N with N about ``threshold / mean`` so timing costs a near-constant share of the work.
+    A call as long as ``sampling_threshold_us`` or longer is timed every time: it is traced
+    anyway, and drift must be seen within a few calls. Shorter calls are timed 1-in-N, N the
+    smallest power of two that keeps timing under ``TIMING_SHARE`` of the key's time.
     """
     if not mean_us < sampling_threshold_us:  # also NaN: unknown cost is timed every call
         return 1
     if mean_us <= 0.0:
         return max_period
-    ratio = int(sampling_threshold_us / mean_us)
-    period = 1 << (ratio.bit_length() - 1) if ratio > 1 else 1
-    return period if period < max_period else max_period
+    wanted = TIMED_CALL_COST_US / (TIMING_SHARE * mean_us)
+    if wanted >= max_period:
+        return max_period
+    period = 1
+    while period < wanted:
+        period <<= 1
+    return period
 
 
 # ---------------------------------------------------------------------------- tracing

@@ -94,8 +94,11 @@ class Decision(NamedTuple):
         return bool(self.estimates_us)
 
 
-# Exploring decisions nobody will look at, built once (one is needed on every exploring call).
+# Decisions nobody will look at, built once: with no span sink, the runtime needs only the arm
+# and the reason (``Policy.explained`` fills in the rest when someone asks).
 _UNEXPLAINED_EXPLORE = {b: Decision(b, Reason.EXPLORE) for b in Backend}
+_UNEXPLAINED_EXPLOIT = {b: Decision(b, Reason.EXPLOIT) for b in Backend}
+_HEURISTIC = {b: Decision(b, Reason.HEURISTIC) for b in Backend}  # no data: nothing to explain
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +150,7 @@ class Policy:
         that will not show them (building them is a large share of an exploring call).
         """
         if key is None or not key.arms:
-            return Decision(candidates[0], Reason.HEURISTIC)
+            return _HEURISTIC[candidates[0]]
         arms = key.arms
         cfg = self.config
         incumbent = key.incumbent
@@ -207,32 +210,37 @@ class Policy:
                     pick, pick_n = b, n
         if pick is not None:
             if not key.samples and not key.failures:
-                return Decision(pick, Reason.HEURISTIC)
+                return _HEURISTIC[pick]
             if not explain:
                 return _UNEXPLAINED_EXPLORE[pick]
             return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), key.samples)
 
-        estimates = _estimates(key)
-        measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
-        best = min(measured, key=estimates.__getitem__) if measured else None
-        if best is None or math.isinf(estimates[best]):
+        best = best_arm(usable, arms)
+        if best is None or math.isinf(arms[best].estimate_us):
             # every usable arm failed last time and is out of quarantine: try one again
-            return Decision(usable[0], Reason.EXPLORE, 0.0, estimates, key.samples)
+            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), key.samples)
         chosen = best
-        if (incumbent is not None and incumbent is not best and incumbent in measured
-                and estimates[best] >= estimates[incumbent] * (1.0 - cfg.switch_margin)):
+        if (incumbent is not None and incumbent is not best and incumbent in usable
+                and arms[incumbent].epoch_samples
+                and arms[best].estimate_us
+                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)):
             chosen = incumbent  # the challenger is not clearly better: keep the committed arm
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
-                return Decision(target, Reason.RECHECK, 0.0, estimates, key.samples)
-        return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
-                        estimates, key.samples)
+                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), key.samples)
+        if not explain:
+            return _UNEXPLAINED_EXPLOIT[chosen]
+        return _explained_exploit(chosen, usable, key)
 
-    def explained(self, decision: Decision, key: KeyHistory) -> Decision:
-        """``decision`` with its estimates filled in from ``key`` (if it was made without)."""
+    def explained(self, decision: Decision, key: KeyHistory,
+                  candidates: Sequence[Backend]) -> Decision:
+        """``decision`` with its estimates (and an exploit's confidence) filled in from
+        ``key``, if it was made with ``explain=False``."""
         if decision.estimates_us or not key.arms:
             return decision
+        if decision.reason is Reason.EXPLOIT:
+            return _explained_exploit(decision.backend, candidates, key)
         return decision._replace(estimates_us=_estimates(key), samples=key.samples)
 
     def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
@@ -263,6 +271,14 @@ def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> B
 def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
     return MappingProxyType({b: s.estimate_us for b, s in key.arms.items()
                              if s.epoch_samples or s.consecutive_failures})
+
+
+def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory) -> Decision:
+    arms = key.arms
+    estimates = _estimates(key)
+    measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
+    return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
+                    estimates, key.samples)
 
 
 def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Backend, ArmStats],
