@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +52,10 @@ from .policy import (
 )
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
+
+MAX_SELECT_LABELS = 256
+RETIRED_ENTRIES = 1024
+OTHER_LABEL = "_other"
 
 _EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
 # Full policy evaluations of a committed key happen at least every this many decisions; in
@@ -91,10 +95,16 @@ _Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
 
 class _Entry:
     """Fast-path state of one (operation, size bucket). Mutated in place, never replaced, so
-    tickets taken by racing threads are never lost."""
+    tickets taken by racing threads are never lost.
 
-    __slots__ = ("backend", "bucket", "candidates", "counted", "impl", "impls", "key", "mask",
-                 "next", "rate", "ticks")
+    Counting without a per-call lock: every call that finds the entry takes a ticket from
+    ``ticks``; a timed call also takes one from ``timed`` before anything else, and counts
+    itself under the lock. So fast calls = tickets - timed tickets, exactly, whenever no call
+    is between its two ``next()``; :meth:`Dispatcher._flush` adds them to the counters.
+    """
+
+    __slots__ = ("backend", "bucket", "candidates", "fast_flushed", "fast_label", "impl",
+                 "impls", "key", "last_ticket", "mask", "next", "rate", "ticks", "timed")
 
     def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
         self.key = key
@@ -102,17 +112,26 @@ class _Entry:
         self.bucket = key.bucket
         self.candidates, self.impls = arms
         self.ticks = itertools.count()
+        self.timed = itertools.count()
         self.mask = 0  # 0: every call takes the slow path
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
-        self.counted = 0  # tickets already reflected in the selection counters
+        self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
+        self.fast_flushed = 0  # fast calls already added to the counters
+        self.fast_label: tuple[str, Backend, Reason] | None = None  # ...and where
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
 
-    def issued(self) -> int:
-        """Tickets handed out so far, read without taking one (``repr`` is ``count(N)``)."""
-        return int(repr(self.ticks)[6:-1])
+    def fast_calls(self) -> int:
+        """Calls that took the fast path so far."""
+        return _issued(self.ticks) - _issued(self.timed)
+
+
+def _issued(counter: itertools.count) -> int:
+    """Numbers handed out by an ``itertools.count()``, read without taking one (its ``repr``
+    is ``count(N)``)."""
+    return int(repr(counter)[6:-1])
 
 
 class Dispatcher:
@@ -141,6 +160,8 @@ class Dispatcher:
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
         self._selections: Counter[tuple[str, Backend, Reason]] = Counter()
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
+        self._select_labels: set[str] = set()
+        self._retired: deque[tuple[str, _Entry]] = deque(maxlen=RETIRED_ENTRIES)
         # registered operations' call-rate state, pinned in the detector
         self._rates: dict[str, OperationRate] = {}
         self._arms_cache: dict[tuple[str, tuple[Backend, ...]], _Arms] = {}
@@ -174,6 +195,8 @@ class Dispatcher:
               entry: _Entry | None, ticket: int) -> Any:
         """A call that is timed: run the arm decided for it, then (one lock) learn and decide
         the key's next timed call."""
+        if ticket >= 0:
+            next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
         # validate what size_of returned (size_bucket raises a clear error) unless plainly fine
         bucket = n.bit_length() if type(n) is int and n >= 0 else size_bucket(n)
         decision = entry.next if entry is not None else None
@@ -222,19 +245,14 @@ class Dispatcher:
         """After a timed call: count it, learn from it, decide the key's next timed call and
         point the fast path at the committed arm. Caller holds the lock."""
         now = self._clock()
-        operation = op.name
-        selections = self._selections
         calls = 1
         if ticket >= 0:
-            # tickets counted..ticket-1 ran on the fast path since this key's last timed call
-            fast = ticket - entry.counted
-            if fast > 0:
-                if entry.backend is not None:
-                    selections[(operation, entry.backend, _EXPLOIT)] += fast
-                calls += fast
-            if ticket >= entry.counted:
-                entry.counted = ticket + 1
-        selections[(operation, decision.backend, decision.reason)] += 1
+            # this call and the fast ones since the key's previous timed call, for the rate
+            gap = ticket - entry.last_ticket
+            if gap > 0:
+                calls = gap
+                entry.last_ticket = ticket
+        self._selections[(op.name, decision.backend, decision.reason)] += 1
         rate = entry.rate
         transition = rate.add(calls, now)
         if transition is not None and self.hot_sink is not None:
@@ -455,7 +473,7 @@ class Dispatcher:
             key = self._history.key(operation, bucket)
             transition = self._hot.observe(operation, 1, now)
             decision = self._decide(key, candidates, now)
-            self._selections[(operation, decision.backend, decision.reason)] += 1
+            self._selections[(self._label(operation), decision.backend, decision.reason)] += 1
             self._refresh_route(operation, bucket, key)
         if transition is not None and self.hot_sink is not None:
             self.hot_sink(transition)
@@ -480,7 +498,7 @@ class Dispatcher:
             route = self._routes.get(operation)
             entry = route[1].get(bucket) if route is not None else None
             if entry is not None and key is not None and entry.key is key:
-                fast_next = entry.mask and entry.issued() & entry.mask
+                fast_next = entry.mask and _issued(entry.ticks) & entry.mask
                 pending = None if fast_next else entry.next
                 if pending is not None:
                     return self._policy.explained(pending, key, entry.candidates)
@@ -529,8 +547,8 @@ class Dispatcher:
                 del self._arms_cache[cache_key]
             route = self._routes.get(operation)
             if route is not None:
-                for entry in list(route[1].values()):
-                    self._flush(operation, entry)
+                for entry in route[1].values():
+                    self._retire(operation, entry)
                 route[1].clear()
 
     def forget(self, operation: str, bucket: int) -> None:
@@ -539,15 +557,39 @@ class Dispatcher:
         if route is not None:
             entry = route[1].pop(bucket, None)
             if entry is not None:
-                self._flush(operation, entry)
-                entry.mask = 0  # threads still holding it go to the slow path
+                self._retire(operation, entry)
+
+    def _retire(self, operation: str, entry: _Entry) -> None:
+        # Threads may still hold the entry (a call in flight): its calls keep being counted
+        # from the retired list, so none is lost or counted twice. Bounded: only calls that
+        # stay on an entry through RETIRED_ENTRIES later retirements could go uncounted.
+        entry.mask = 0  # new calls on it take the slow path
+        self._flush(operation, entry)
+        self._retired.append((operation, entry))
+
+    def _label(self, operation: str) -> str:
+        """The counter label of ``operation``: its name if registered or among the first
+        ``MAX_SELECT_LABELS`` names given to ``select()``, else ``OTHER_LABEL`` — counters
+        (and metric attributes) stay bounded whatever names callers invent. Lock held."""
+        if operation in self._routes or operation in self._select_labels:
+            return operation
+        if len(self._select_labels) < MAX_SELECT_LABELS:
+            self._select_labels.add(operation)
+            return operation
+        return OTHER_LABEL
 
     def _flush(self, operation: str, entry: _Entry) -> None:
-        issued = entry.issued()
-        fast = issued - entry.counted
-        if fast > 0 and entry.backend is not None:
-            self._selections[(operation, entry.backend, _EXPLOIT)] += fast
-        entry.counted = max(entry.counted, issued)
+        """Add the entry's fast-path calls since the last flush to the counters. Lock held."""
+        fast = entry.fast_calls()
+        delta = fast - entry.fast_flushed
+        if delta > 0 and entry.backend is not None:
+            entry.fast_label = (operation, entry.backend, _EXPLOIT)
+        label = entry.fast_label
+        if delta and label is not None:
+            # (a negative delta undoes a call counted fast while it was between its two
+            # tickets; it is taken back from where it was added)
+            self._selections[label] += delta
+            entry.fast_flushed = fast
 
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call counted by (operation, arm, reason), fast-path calls included."""
@@ -555,6 +597,8 @@ class Dispatcher:
             for operation, (_size_of, entries, _op) in self._routes.items():
                 for entry in entries.values():
                     self._flush(operation, entry)
+            for operation, entry in self._retired:
+                self._flush(operation, entry)
             return {SelectionKey(*k): n for k, n in self._selections.items() if n}
 
     def fallback_counts(self) -> dict[tuple[str, Backend, Backend], int]:

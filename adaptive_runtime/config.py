@@ -76,10 +76,11 @@ class RuntimeConfig:
             frozenset(_backend(b, "disabled_backends") for b in _iterable(self.disabled_backends)))
         if self.force_backend is not None and self.force_backend in self.disabled_backends:
             raise ConfigError(f"force_backend={self.force_backend.value!r} is also listed in "
-                              "disabled_backends; a forced arm cannot be disabled")
+                              "disabled_backends; a forced arm cannot be disabled",
+                              field="force_backend")
         if len(self.disabled_backends) == len(Backend):
             raise ConfigError("disabled_backends disables every arm (gpu, simd, scalar); "
-                              "at least one must stay enabled")
+                              "at least one must stay enabled", field="disabled_backends")
         _number(self, "sampling_threshold_us", low=0.0)
         _number(self, "hot_path_calls_per_sec", low=0.0, low_open=True)
         _number(self, "switch_margin", low=0.0, high=0.9)
@@ -93,11 +94,12 @@ class RuntimeConfig:
         _integer(self, "max_measure_period", low=1, high=1 << 20)
         if self.max_measure_period & (self.max_measure_period - 1):
             raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "
-                              f"got {self.max_measure_period}")
+                              f"got {self.max_measure_period}", field="max_measure_period")
         if self.prometheus_port is not None:
             _integer(self, "prometheus_port", low=0, high=65535)
         if not isinstance(self.tracing, bool):
-            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}")
+            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}",
+                              field="tracing")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", os.fspath(self.history_path))
 
@@ -122,16 +124,16 @@ class RuntimeConfig:
             try:
                 values[field.name] = _PARSERS.get(field.name, _parse_by_type(field))(raw)
             except (ValueError, TypeError) as exc:
-                raise ConfigError(f"{name}={raw!r} is invalid: {exc}") from None
+                raise ConfigError(f"{name}={raw!r} is invalid: {exc}",
+                                  field=field.name) from None
         values.update(overrides)
         try:
             return cls(**values)
         except ConfigError as exc:
             # Say which variable the bad value came from, not just the field.
-            for field_name in values:
-                if field_name not in overrides and str(exc).startswith(field_name):
-                    var = ENV_PREFIX + _ENV_NAMES.get(field_name, field_name.upper())
-                    raise ConfigError(f"{var}: {exc}") from None
+            if exc.field in values and exc.field not in overrides:
+                var = ENV_PREFIX + _ENV_NAMES.get(exc.field, exc.field.upper())
+                raise ConfigError(f"{var}: {exc}", field=exc.field) from None
             raise
 
 
@@ -174,7 +176,7 @@ def _backend(value: object, field: str) -> Backend:
     try:
         return Backend.parse(value, what=field)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc), field=field) from None
 
 
 def _iterable(value: object) -> Iterable[object]:
@@ -183,26 +185,29 @@ def _iterable(value: object) -> Iterable[object]:
             if not isinstance(value, Backend) else [value]
     if isinstance(value, Iterable):
         return value
-    raise ConfigError(f"disabled_backends must be a collection of backends, got {value!r}")
+    raise ConfigError(f"disabled_backends must be a collection of backends, got {value!r}",
+                      field="disabled_backends")
 
 
 def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf,
             low_open: bool = False) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
+        raise ConfigError(f"{name} must be a number, got {value!r}", field=name)
     too_low = value <= low if low_open else value < low
     if too_low or value > high or math.isinf(value):
         low_text = f"> {low:g}" if low_open else f">= {low:g}"
         high_text = "" if math.isinf(high) else f" and <= {high:g}"
-        raise ConfigError(f"{name} must be a finite number {low_text}{high_text}, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number {low_text}{high_text}, got {value!r}",
+                          field=name)
     object.__setattr__(cfg, name, float(value))
 
 
 def _integer(cfg: RuntimeConfig, name: str, *, low: int, high: int | None = None) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
+        raise ConfigError(f"{name} must be an integer, got {value!r}", field=name)
     if value < low or (high is not None and value > high):
         high_text = "" if high is None else f" and <= {high}"
-        raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {value}")
+        raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {value}",
+                          field=name)

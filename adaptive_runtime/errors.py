@@ -19,7 +19,14 @@ class AdaptiveRuntimeError(Exception):
 
 
 class ConfigError(AdaptiveRuntimeError, ValueError):
-    """A configuration value (argument or environment variable) is out of its accepted range."""
+    """A configuration value (argument or environment variable) is out of its accepted range.
+
+    ``field`` names the :class:`RuntimeConfig` field at fault, when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class RegistrationError(AdaptiveRuntimeError, ValueError):

@@ -175,11 +175,9 @@ def measure_period(mean_us: float, sampling_threshold_us: float, max_period: int
     """
     if not mean_us < sampling_threshold_us:  # also NaN: unknown cost is timed every call
         return 1
-    if mean_us <= 0.0:
+    if TIMING_SHARE * mean_us * max_period <= TIMED_CALL_COST_US:  # also 0 and subnormal
         return max_period
     wanted = TIMED_CALL_COST_US / (TIMING_SHARE * mean_us)
-    if wanted >= max_period:
-        return max_period
     period = 1
     while period < wanted:
         period <<= 1
@@ -240,6 +238,11 @@ class TokenBucket:
         return False
 
 
+def _burst(rate_per_s: float) -> float:
+    """A second's worth of tokens (at least one), none at all for a zero budget."""
+    return max(1.0, rate_per_s) if rate_per_s > 0 else 0.0
+
+
 class _KeySampling:
     __slots__ = ("bucket", "credit", "pending_calls")
 
@@ -266,7 +269,7 @@ class TraceGate:
         self.sampling_threshold_us = sampling_threshold_us
         self.sample_rate = sample_rate
         self.spans_per_sec_per_key = spans_per_sec_per_key
-        self._process = TokenBucket(spans_per_sec, max(1.0, spans_per_sec), now_s)
+        self._process = TokenBucket(spans_per_sec, _burst(spans_per_sec), now_s)
         self._keys: OrderedDict[object, _KeySampling] = OrderedDict()
         self._max_keys = max_keys
         self.exported: dict[SamplingReason, int] = dict.fromkeys(SamplingReason, 0)
@@ -315,7 +318,7 @@ class TraceGate:
         state = self._keys.get(key)
         if state is None:
             rate = self.spans_per_sec_per_key
-            state = self._keys[key] = _KeySampling(TokenBucket(rate, max(1.0, rate), now_s))
+            state = self._keys[key] = _KeySampling(TokenBucket(rate, _burst(rate), now_s))
             if len(self._keys) > self._max_keys:
                 self._keys.popitem(last=False)
         return state

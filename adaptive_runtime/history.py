@@ -360,7 +360,7 @@ class HistoryStore:
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"history file {path!r} is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
             raise ValueError(f"history file {path!r} is not in format {HISTORY_FORMAT!r}")

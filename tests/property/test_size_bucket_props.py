@@ -1,0 +1,61 @@
+"""Hypothesis properties of size_bucket / bucket_bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import adaptive_runtime as ar
+from adaptive_runtime.keys import bucket_bounds
+
+sizes = st.integers(min_value=0, max_value=2**80)
+
+
+@given(sizes, sizes)
+def test_two_sizes_share_a_bucket_iff_same_bit_length(n: int, m: int) -> None:
+    same_bucket = ar.size_bucket(n) == ar.size_bucket(m)
+    assert same_bucket == (n.bit_length() == m.bit_length())
+
+
+@given(sizes)
+def test_size_lies_within_its_bucket_bounds(n: int) -> None:
+    low, high = bucket_bounds(ar.size_bucket(n))
+    assert low <= n <= high
+
+
+@given(st.integers(min_value=0, max_value=120))
+def test_bucket_bounds_round_trip_and_tile_the_integers(bucket: int) -> None:
+    low, high = bucket_bounds(bucket)
+    assert ar.size_bucket(low) == bucket
+    assert ar.size_bucket(high) == bucket
+    # the next bucket starts right after this one ends: no gaps, no overlaps
+    assert bucket_bounds(bucket + 1)[0] == high + 1
+
+
+@given(sizes)
+def test_size_bucket_is_monotone(n: int) -> None:
+    assert ar.size_bucket(n) <= ar.size_bucket(n + 1)
+
+
+@given(st.integers(min_value=0, max_value=2**63 - 1))
+def test_numpy_int64_sizes_bucket_like_python_ints(n: int) -> None:
+    assert ar.size_bucket(np.int64(n)) == ar.size_bucket(n)
+
+
+@given(st.integers(max_value=-1))
+def test_negative_sizes_are_value_errors(n: int) -> None:
+    try:
+        ar.size_bucket(n)
+    except ValueError:
+        return
+    raise AssertionError(f"size_bucket({n}) did not raise ValueError")
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_float_sizes_are_type_errors(x: float) -> None:
+    try:
+        ar.size_bucket(x)  # type: ignore[arg-type]
+    except TypeError:
+        return
+    raise AssertionError(f"size_bucket({x!r}) did not raise TypeError")

@@ -1,0 +1,194 @@
+"""RuntimeConfig: validation at construction, from_env for every ADAPTIVE_RUNTIME_* variable."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import adaptive_runtime as ar
+
+Backend = ar.Backend
+P = "ADAPTIVE_RUNTIME_"
+
+
+def test_defaults_mirror_trueno() -> None:
+    cfg = ar.RuntimeConfig()
+    assert cfg.sampling_threshold_us == 100
+    assert cfg.hot_path_calls_per_sec == 10_000
+    assert cfg.force_backend is None
+    assert cfg.disabled_backends == frozenset()
+    assert cfg.tracing is True
+
+
+def test_config_is_frozen() -> None:
+    cfg = ar.RuntimeConfig()
+    with pytest.raises(AttributeError):
+        cfg.sampling_threshold_us = 5.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("fields", "name", "range_text"), [
+    ({"sampling_threshold_us": -1.0}, "sampling_threshold_us", ">= 0"),
+    ({"sampling_threshold_us": float("nan")}, "sampling_threshold_us", "number"),
+    ({"sampling_threshold_us": float("inf")}, "sampling_threshold_us", "finite"),
+    ({"hot_path_calls_per_sec": 0}, "hot_path_calls_per_sec", "> 0"),
+    ({"hot_path_calls_per_sec": -5.0}, "hot_path_calls_per_sec", "> 0"),
+    ({"max_measure_period": 3}, "max_measure_period", "power of two"),
+    ({"max_measure_period": 1000}, "max_measure_period", "power of two"),
+    ({"max_measure_period": 0}, "max_measure_period", ">= 1"),
+    ({"max_history_keys": 0}, "max_history_keys", ">= 1"),
+    ({"switch_margin": 0.95}, "switch_margin", "<= 0.9"),
+    ({"trace_sample_rate": 1.5}, "trace_sample_rate", "<= 1"),
+    ({"prometheus_port": 70_000}, "prometheus_port", "<= 65535"),
+    ({"prometheus_port": -1}, "prometheus_port", ">= 0"),
+    ({"min_samples_per_arm": 0}, "min_samples_per_arm", ">= 1"),
+    ({"tracing": "yes"}, "tracing", "True or False"),
+    ({"sampling_threshold_us": True}, "sampling_threshold_us", "number"),
+    ({"max_history_keys": 10.0}, "max_history_keys", "integer"),
+])
+def test_invalid_field_error_names_field_and_range(fields: dict[str, object], name: str,
+                                                   range_text: str) -> None:
+    with pytest.raises(ar.ConfigError) as info:
+        ar.RuntimeConfig(**fields)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert name in message
+    assert range_text in message
+
+
+def test_config_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        ar.RuntimeConfig(sampling_threshold_us=-1)
+
+
+def test_forced_backend_that_is_also_disabled_is_rejected() -> None:
+    with pytest.raises(ar.ConfigError, match=r"force_backend.*disabled_backends"):
+        ar.RuntimeConfig(force_backend="gpu", disabled_backends={"gpu"})
+
+
+def test_disabling_every_arm_is_rejected() -> None:
+    with pytest.raises(ar.ConfigError, match="disabled_backends") as info:
+        ar.RuntimeConfig(disabled_backends=["gpu", "simd", "scalar"])
+    assert "at least one" in str(info.value)
+
+
+def test_unknown_backend_name_in_config_lists_accepted_names() -> None:
+    with pytest.raises(ar.ConfigError) as info:
+        ar.RuntimeConfig(force_backend="tpu")
+    message = str(info.value)
+    assert "force_backend" in message and "tpu" in message
+    assert all(b.value in message for b in Backend)
+
+
+def test_friendly_backend_inputs_are_normalised() -> None:
+    cfg = ar.RuntimeConfig(force_backend=" SIMD ", disabled_backends="gpu, scalar")
+    assert cfg.force_backend is Backend.SIMD
+    assert cfg.disabled_backends == frozenset({Backend.GPU, Backend.SCALAR})
+
+
+def test_replace_validates_the_copy() -> None:
+    cfg = ar.RuntimeConfig()
+    assert cfg.replace(sampling_threshold_us=5).sampling_threshold_us == 5.0
+    with pytest.raises(ar.ConfigError, match="sampling_threshold_us"):
+        cfg.replace(sampling_threshold_us=-5)
+
+
+# --------------------------------------------------------------------------- from_env
+
+
+def test_from_env_with_no_variables_gives_defaults() -> None:
+    assert ar.RuntimeConfig.from_env({}) == ar.RuntimeConfig()
+
+
+def test_from_env_ignores_empty_values() -> None:
+    assert ar.RuntimeConfig.from_env({P + "SAMPLING_THRESHOLD_US": "  "}) == ar.RuntimeConfig()
+
+
+@pytest.mark.parametrize(("var", "raw", "field", "expected"), [
+    ("FORCE_BACKEND", "scalar", "force_backend", Backend.SCALAR),
+    ("FORCE_BACKEND", "GPU", "force_backend", Backend.GPU),
+    ("DISABLE_BACKENDS", "gpu,scalar", "disabled_backends",
+     frozenset({Backend.GPU, Backend.SCALAR})),
+    ("DISABLE_BACKENDS", " gpu , ", "disabled_backends", frozenset({Backend.GPU})),
+    ("SAMPLING_THRESHOLD_US", "250.5", "sampling_threshold_us", 250.5),
+    ("HOT_PATH_CALLS_PER_SEC", "5000", "hot_path_calls_per_sec", 5000.0),
+    ("HISTORY", "/tmp/adaptive-history.json", "history_path", "/tmp/adaptive-history.json"),
+    ("TRACING", "off", "tracing", False),
+    ("TRACING", "on", "tracing", True),
+    ("TRACING", "OFF", "tracing", False),
+    ("PROMETHEUS_PORT", "9464", "prometheus_port", 9464),
+    ("MAX_HISTORY_KEYS", "1000", "max_history_keys", 1000),
+    ("MAX_MEASURE_PERIOD", "64", "max_measure_period", 64),
+])
+def test_from_env_reads_each_variable(var: str, raw: str, field: str,
+                                      expected: object) -> None:
+    cfg = ar.RuntimeConfig.from_env({P + var: raw})
+    assert getattr(cfg, field) == expected
+
+
+def test_from_env_overrides_win_over_the_environment() -> None:
+    cfg = ar.RuntimeConfig.from_env({P + "SAMPLING_THRESHOLD_US": "5"},
+                                    sampling_threshold_us=7.0)
+    assert cfg.sampling_threshold_us == 7.0
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(P + "HOT_PATH_CALLS_PER_SEC", "1234")
+    assert ar.RuntimeConfig.from_env().hot_path_calls_per_sec == 1234.0
+
+
+@pytest.mark.parametrize(("var", "raw"), [
+    ("FORCE_BACKEND", "tpu"),
+    ("DISABLE_BACKENDS", "gpu,tpu"),
+    ("DISABLE_BACKENDS", "gpu,simd,scalar"),
+    ("SAMPLING_THRESHOLD_US", "fast"),
+    ("SAMPLING_THRESHOLD_US", "-1"),
+    ("SAMPLING_THRESHOLD_US", "nan"),
+    ("SAMPLING_THRESHOLD_US", "inf"),
+    ("HOT_PATH_CALLS_PER_SEC", "0"),
+    ("HOT_PATH_CALLS_PER_SEC", "lots"),
+    ("TRACING", "maybe"),
+    ("PROMETHEUS_PORT", "http"),
+    ("PROMETHEUS_PORT", "99999"),
+    ("PROMETHEUS_PORT", "9464.5"),
+    ("MAX_MEASURE_PERIOD", "100"),
+])
+def test_from_env_bad_value_raises_config_error_naming_the_variable(var: str, raw: str) -> None:
+    with pytest.raises(ar.ConfigError) as info:
+        ar.RuntimeConfig.from_env({P + var: raw})
+    assert re.search(rf"\b{P + var}\b", str(info.value)), str(info.value)
+
+
+def test_from_env_forced_and_disabled_conflict_names_a_variable() -> None:
+    with pytest.raises(ar.ConfigError) as info:
+        ar.RuntimeConfig.from_env({P + "FORCE_BACKEND": "gpu", P + "DISABLE_BACKENDS": "gpu"})
+    assert P in str(info.value)
+
+
+def test_from_env_error_names_the_variable_not_one_sharing_its_prefix() -> None:
+    # SPANS_PER_SEC is a prefix of SPANS_PER_SEC_PER_KEY: the error must blame the right one.
+    env = {P + "SPANS_PER_SEC": "5", P + "SPANS_PER_SEC_PER_KEY": "-1"}
+    with pytest.raises(ar.ConfigError) as info:
+        ar.RuntimeConfig.from_env(env)
+    message = str(info.value)
+    assert re.search(rf"\b{P}SPANS_PER_SEC_PER_KEY\b", message), message
+    assert not re.search(rf"\b{P}SPANS_PER_SEC\b(?!_)", message), message
+
+
+# --------------------------------------------------------------------------- runtime start-up
+
+
+def test_forced_gpu_without_gpu_is_backend_unavailable_at_construction() -> None:
+    with pytest.raises(ar.BackendUnavailableError, match="gpu"):
+        ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"), builtin_ops=False,
+                           devices=ar.DeviceProbe(gpu=False))
+
+
+def test_forced_gpu_with_fake_gpu_constructs() -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=True))
+    assert rt.config.force_backend is Backend.GPU
+
+
+def test_runtime_rejects_a_non_config() -> None:
+    with pytest.raises(TypeError, match="RuntimeConfig"):
+        ar.AdaptiveRuntime({"tracing": False}, builtin_ops=False)  # type: ignore[arg-type]

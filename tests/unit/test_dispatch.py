@@ -1,0 +1,197 @@
+"""Dispatch: fallback and quarantine, every arm failing, and the measurement gate."""
+
+from __future__ import annotations
+
+import pytest
+
+import adaptive_runtime as ar
+
+Backend = ar.Backend
+Reason = ar.Reason
+
+
+def _failures(h, backend: Backend) -> int:
+    return sum(r.failures for r in h.rt.history_snapshot()
+               if r.operation == h.op and r.backend is backend)
+
+
+def test_failing_arm_falls_back_and_caller_gets_the_result_with_fake_gpu_arm(
+        make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 50.0, Backend.SIMD: 300.0, Backend.SCALAR: 900.0},
+                     kind="matrix", size=100_000)
+    h.arms.failing = {Backend.GPU}
+    result = h.call()
+    assert result == (Backend.SIMD, (100_000,))  # the heuristic's GPU raised; SIMD answered
+    assert h.arms.ran == [Backend.GPU, Backend.SIMD]
+    assert _failures(h, Backend.GPU) == 1
+    assert h.rt.fallback_counts() == {("fakeop", Backend.GPU, Backend.SIMD): 1}
+    assert sum(h.rt.selection_counts().values()) == 1  # one call, counted once
+
+
+def test_failing_arm_is_quarantined_until_back_off_passes_with_fake_gpu_arm(
+        make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 50.0, Backend.SIMD: 300.0, Backend.SCALAR: 900.0},
+                     kind="matrix", size=100_000)
+    h.arms.failing = {Backend.GPU}
+    h.call()
+    assert h.arms.calls[Backend.GPU] == 1
+    # quarantined for 1 s: never chosen meanwhile, whatever else happens
+    for _ in range(200):
+        assert h.call()[0] is not Backend.GPU
+        h.clock.advance(0.004)  # 0.8 s in all
+    assert h.arms.calls[Backend.GPU] == 1
+    assert h.rt.decide(h.op, h.size).backend is not Backend.GPU
+    # after the back-off the arm gets another chance (and fails again)
+    h.clock.advance(0.3)
+    for _ in range(50):
+        h.call()
+        if h.arms.calls[Backend.GPU] == 2:
+            break
+    assert h.arms.calls[Backend.GPU] == 2
+    assert _failures(h, Backend.GPU) == 2
+    # second consecutive failure: 2 s of quarantine (doubled)
+    for _ in range(150):
+        h.call()
+        h.clock.advance(0.01)  # 1.5 s in all
+    assert h.arms.calls[Backend.GPU] == 2
+    h.clock.advance(0.6)
+    for _ in range(50):
+        h.call()
+        if h.arms.calls[Backend.GPU] == 3:
+            break
+    assert h.arms.calls[Backend.GPU] == 3
+    assert _failures(h, Backend.GPU) == 3
+
+
+def test_recovered_arm_is_learned_again_after_quarantine_with_fake_gpu_arm(
+        make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 50.0, Backend.SIMD: 300.0, Backend.SCALAR: 900.0},
+                     kind="matrix", size=100_000)
+    h.arms.failing = {Backend.GPU}
+    h.call_tracked(100)
+    h.arms.failing = set()  # the device came back
+    h.clock.advance(2.0)
+    runs = h.call_tracked(100)
+    assert runs[-1] == (Backend.GPU, Reason.EXPLOIT)
+
+
+def test_failing_committed_arm_falls_back_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 150.0, Backend.SIMD: 300.0, Backend.SCALAR: 900.0},
+                     kind="matrix", size=100_000)
+    h.call_tracked(100)
+    assert h.rt.decide(h.op, h.size).backend is Backend.GPU
+    h.arms.failing = {Backend.GPU}  # e.g. out of device memory from now on
+    gpu_runs = h.arms.calls[Backend.GPU]
+    results = [h.call() for _ in range(100)]  # the fake clock stands still: < 1 s
+    assert all(r[0] is not Backend.GPU for r in results)  # every caller got a result
+    assert h.arms.calls[Backend.GPU] == gpu_runs + 1  # failed once, then sat out quarantine
+    assert _failures(h, Backend.GPU) == 1
+    later = h.call_tracked(100)
+    assert {b for b, r in later if r is Reason.EXPLOIT} == {Backend.SIMD}  # next best took over
+
+
+def test_every_arm_failing_raises_all_backends_failed_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 50.0, Backend.SIMD: 300.0, Backend.SCALAR: 900.0},
+                     kind="matrix", size=100_000)
+    h.arms.failing = set(Backend)
+    with pytest.raises(ar.AllBackendsFailedError) as info:
+        h.call()
+    err = info.value
+    assert set(err.errors) == set(Backend)
+    assert list(err.errors) == h.arms.ran  # in the order tried
+    assert all(type(e).__name__ == "ArmFailure" for e in err.errors.values())
+    assert all(b.value in str(e) for b, e in err.errors.items())
+    assert err.__cause__ is err.errors[h.arms.ran[-1]]
+    assert err.operation == "fakeop" and "fakeop" in str(err)
+    assert all(b.value in str(err) for b in Backend)
+    assert isinstance(err, ar.AdaptiveRuntimeError)
+    assert sum(r.failures for r in h.rt.history_snapshot()) == 3
+
+
+def test_input_that_fails_everywhere_does_not_quarantine_good_arms(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 300.0, Backend.SCALAR: 900.0})
+    h.call_tracked(20)
+    h.arms.failing = {Backend.SIMD, Backend.SCALAR}
+    with pytest.raises(ar.AllBackendsFailedError):
+        h.call()
+    h.arms.failing = set()
+    assert h.call()[0] is Backend.SIMD  # the bad input said nothing about the arms
+
+
+# --------------------------------------------------------------------------- measurement gate
+
+
+def test_cold_key_is_timed_every_call(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 2.0})  # cheap arms
+    for n in range(1, 7):
+        h.call()
+        assert h.timer.reads == 2 * n  # read right before and right after every kernel
+        assert h.samples() == n
+
+
+def test_converged_cheap_key_is_timed_one_in_n(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 4.0})
+    h.call_tracked(200)
+    assert h.rt.decide(h.op, h.size).reason is Reason.EXPLOIT
+    reads, samples = h.timer.reads, h.samples()
+    calls = 6_400
+    for _ in range(calls):
+        h.call()
+    timed = (h.timer.reads - reads) // 2
+    assert h.samples() - samples == timed  # every timing is learned from
+    # 1 us against a 100 us threshold: a small share of calls is timed, but some are
+    assert 1 <= timed <= calls / 8
+    assert sum(h.rt.selection_counts().values()) == 200 + calls
+
+
+def test_slow_key_is_timed_every_call(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 150.0, Backend.SCALAR: 400.0})  # >= threshold (100 us)
+    h.call_tracked(200)
+    reads, samples = h.timer.reads, h.samples()
+    for _ in range(1_000):
+        h.call()
+    assert h.timer.reads - reads == 2 * 1_000
+    assert h.samples() - samples == 1_000
+
+
+def test_call_above_a_lowered_sampling_threshold_is_timed_every_call(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 400.0}, sampling_threshold_us=10.0)
+    h.call_tracked(100)
+    reads = h.timer.reads
+    for _ in range(500):
+        h.call()
+    assert h.timer.reads - reads == 2 * 500  # 20 us is "slow" against a 10 us threshold
+
+
+def test_max_measure_period_caps_the_gate(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 0.01, Backend.SCALAR: 4.0}, max_measure_period=4)
+    h.call_tracked(100)
+    reads = h.timer.reads
+    for _ in range(4_000):
+        h.call()
+    timed = (h.timer.reads - reads) // 2
+    assert 4_000 / 4 <= timed <= 4_000 / 4 + 20
+
+
+def test_learned_latencies_are_exact_with_fake_timer_and_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 123.0, Backend.SIMD: 456.0, Backend.SCALAR: 789.0})
+    h.call_tracked(30)
+    rows = {r.backend: r.mean_us for r in h.rt.history_snapshot()}
+    assert rows == {Backend.GPU: 123.0, Backend.SIMD: 456.0, Backend.SCALAR: 789.0}
+
+
+def test_result_and_arguments_pass_through_unchanged(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 1.0})
+    payload = object()
+    assert h.rt.run(h.op, 10, payload) == (Backend.SIMD, (10, payload))
+
+
+def test_size_of_errors_reach_the_caller(clock, timer) -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+    op = rt.register("sized", size=lambda n: n)
+    op.add_implementation(Backend.SIMD, lambda n: n)
+    with pytest.raises(TypeError, match="input_size"):
+        rt.run("sized", 2.5)
+    with pytest.raises(ValueError, match="input_size"):
+        rt.run("sized", -3)

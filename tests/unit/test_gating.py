@@ -1,0 +1,339 @@
+"""Gates: hot-path rate detection, measurement period, trace gate (all with injected time)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import adaptive_runtime as ar
+from adaptive_runtime.gating import (
+    HotPathDetector,
+    HotPathTransition,
+    SamplingReason,
+    TraceGate,
+    measure_period,
+)
+
+Backend = ar.Backend
+Reason = ar.Reason
+
+
+def _feed(detector: HotPathDetector, op: str, start_s: int, seconds: int,
+          calls_per_sec: int) -> list[HotPathTransition]:
+    """``calls_per_sec`` calls in each of ``seconds`` whole seconds after ``start_s``, evenly
+    spaced, the last of each second exactly on the second (which closes that window)."""
+    # a zero-call observation at the start opens the first window exactly at start_s (and is a
+    # no-op when the previous feed already closed a window there)
+    assert detector.observe(op, 0, start_s) is None
+    transitions = []
+    for sec in range(start_s, start_s + seconds):
+        for k in range(1, calls_per_sec + 1):
+            t = detector.observe(op, 1, sec + k / calls_per_sec)
+            if t is not None:
+                transitions.append(t)
+    return transitions
+
+
+# --------------------------------------------------------------------------- hot path
+
+
+def test_15000_calls_spread_over_3_seconds_are_never_hot() -> None:
+    # Trueno counted lifetime calls (10,000 ever -> hot); this is a rate: 5,000/s.
+    detector = HotPathDetector(10_000)
+    detector.observe("dot", 1, 0.0)
+    transitions = []
+    for i in range(1, 15_000):
+        t = detector.observe("dot", 1, 3.0 * i / 14_999)
+        assert not detector.is_hot("dot", 3.0 * i / 14_999)
+        if t is not None:
+            transitions.append(t)
+    assert transitions == []
+    assert not detector.is_hot("dot", 3.0)
+    assert detector.rate("dot") == pytest.approx(5_000, rel=0.01)
+
+
+def test_20000_calls_in_one_second_are_hot() -> None:
+    detector = HotPathDetector(10_000)
+    transitions = _feed(detector, "dot", 0, 1, 20_000)
+    assert detector.is_hot("dot", 1.0)
+    assert transitions == [HotPathTransition("dot", True, pytest.approx(20_000), 0)]
+    assert detector.hot_operations() == ["dot"]
+
+
+def test_exactly_the_threshold_is_not_hot() -> None:
+    detector = HotPathDetector(10_000)
+    assert _feed(detector, "dot", 0, 3, 10_000) == []
+    assert not detector.is_hot("dot", 3.0)
+    assert detector.rate("dot") == pytest.approx(10_000)
+
+
+def test_hot_path_hysteresis_stays_hot_at_7000_and_leaves_at_4000() -> None:
+    detector = HotPathDetector(10_000)
+    assert _feed(detector, "dot", 0, 1, 20_000)[0].entered
+    # 7,000/s is below the entry rate but above half of it: still hot
+    assert _feed(detector, "dot", 1, 3, 7_000) == []
+    assert detector.is_hot("dot", 4.0)
+    # 4,000/s is below half of it: leaves, reporting what was not traced meanwhile
+    (left,) = _feed(detector, "dot", 4, 1, 4_000)
+    assert not left.entered
+    assert left.operation == "dot"
+    assert left.calls_per_sec == pytest.approx(4_000)
+    hot_calls = 3 * 7_000 + 4_000  # calls observed after entering, through the leaving one
+    assert hot_calls - 1 <= left.suppressed <= hot_calls
+    assert not detector.is_hot("dot", 5.0)
+
+
+def test_hot_operation_that_stops_being_called_is_no_longer_hot() -> None:
+    detector = HotPathDetector(10_000)
+    _feed(detector, "dot", 0, 1, 20_000)
+    assert detector.is_hot("dot", 1.5)
+    assert not detector.is_hot("dot", 5.0)  # a stale window is closed by the query
+
+
+def test_hot_path_is_per_operation() -> None:
+    detector = HotPathDetector(10_000)
+    _feed(detector, "dot", 0, 1, 20_000)
+    _feed(detector, "add", 0, 1, 100)
+    assert detector.is_hot("dot", 1.0)
+    assert not detector.is_hot("add", 1.0)
+    assert not detector.is_hot("never_called", 1.0)
+
+
+def test_batched_observations_count_every_call() -> None:
+    detector = HotPathDetector(10_000)
+    detector.observe("dot", 1, 0.0)
+    transition = detector.observe("dot", 20_000, 1.0)  # 20,000 calls reported at once
+    assert transition is not None and transition.entered
+
+
+@pytest.mark.parametrize(("enter", "window"), [(0, 1.0), (-5, 1.0), (10, 0.0)])
+def test_hot_path_detector_rejects_bad_parameters(enter: float, window: float) -> None:
+    with pytest.raises(ValueError):
+        HotPathDetector(enter, window_s=window)
+
+
+def test_runtime_op_called_above_threshold_becomes_hot_and_keeps_learning(
+        make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 10.0, Backend.SCALAR: 30.0})
+    assert not h.rt.is_hot_path(h.op)
+    for _ in range(10_000):  # half a second at 20,000 calls/s: no window closed yet
+        h.call()
+        h.clock.advance(1 / 20_000)
+    assert not h.rt.is_hot_path(h.op)
+    for _ in range(20_000):  # a second more (the rate is seen at the next timed call)
+        h.call()
+        h.clock.advance(1 / 20_000)
+    assert h.rt.is_hot_path(h.op)
+    assert not h.rt.is_hot_path("some_other_op")
+    samples_when_hot = h.samples()
+    for _ in range(10_000):
+        h.call()
+        h.clock.advance(1 / 20_000)
+    assert h.rt.is_hot_path(h.op)
+    assert h.samples() > samples_when_hot  # learning goes on while hot
+    assert sum(h.rt.selection_counts().values()) == 40_000
+
+
+def test_runtime_op_called_slowly_many_times_is_not_hot(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 10.0, Backend.SCALAR: 30.0})
+    for _ in range(30_000):  # 30,000 calls in total, but at 5,000/s
+        h.call()
+        h.clock.advance(1 / 5_000)
+    assert not h.rt.is_hot_path(h.op)
+
+
+def test_select_counts_toward_hot_path_for_unregistered_names(clock, timer) -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(hot_path_calls_per_sec=100), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+    for _ in range(400):
+        rt.select("user_kernel", 64)
+        clock.advance(1 / 200)
+    assert rt.is_hot_path("user_kernel")
+
+
+def test_reset_history_forgets_hot_state(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 10.0}, hot_path_calls_per_sec=100)
+    for _ in range(400):
+        h.call()
+        h.clock.advance(1 / 200)
+    assert h.rt.is_hot_path(h.op)
+    h.rt.reset_history()
+    assert not h.rt.is_hot_path(h.op)
+
+
+# --------------------------------------------------------------------------- measure period
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+@pytest.mark.parametrize("mean_us", [100.0, 100.5, 150.0, 1e9, math.inf])
+def test_measure_period_times_slow_calls_every_call(mean_us: float) -> None:
+    assert measure_period(mean_us, 100.0, 1024) == 1
+
+
+def test_measure_period_is_one_for_nan() -> None:
+    assert measure_period(math.nan, 100.0, 1024) == 1
+
+
+@pytest.mark.parametrize("mean_us", [0.0, 1e-9, 1e-300, 5e-324])
+def test_measure_period_for_near_free_calls_is_the_cap(mean_us: float) -> None:
+    assert measure_period(mean_us, 100.0, 1024) == 1024
+
+
+def test_measure_period_respects_the_cap() -> None:
+    assert measure_period(0.1, 100.0, 16) == 16
+    assert measure_period(0.1, 100.0, 1) == 1
+
+
+def test_measure_period_times_cheap_calls_less_often() -> None:
+    periods = [measure_period(mean, 100.0, 1 << 20) for mean in (99.0, 50.0, 10.0, 1.0, 0.1)]
+    assert all(p >= 1 and p & (p - 1) == 0 for p in periods)
+    assert periods == sorted(periods)       # cheaper calls: timed no more often
+    assert periods[-1] > 1                  # a 0.1 us call is not timed every time
+    assert periods[-1] > periods[0]
+
+
+# --------------------------------------------------------------------------- trace gate
+
+
+def _gate(**overrides) -> TraceGate:
+    params = {"tracing": True, "sampling_threshold_us": 100.0, "sample_rate": 0.01,
+              "spans_per_sec": 1e9, "spans_per_sec_per_key": 1e9, "now_s": 0.0}
+    params.update(overrides)
+    return TraceGate(**params)
+
+
+def _admit(gate: TraceGate, *, key=("dot", 3), reason=Reason.EXPLOIT, duration_us=1.0,
+           hot=False, first_call=False, failed=False, calls=1, now_s=0.0):
+    return gate.admit(key, reason, duration_us, hot, first_call, failed, calls, now_s)
+
+
+def test_tracing_off_exports_nothing_even_errors() -> None:
+    gate = _gate(tracing=False)
+    for kwargs in ({"failed": True}, {"first_call": True}, {"reason": Reason.EXPLORE},
+                   {"duration_us": 1e6}):
+        verdict = _admit(gate, **kwargs)
+        assert not verdict.export
+        assert verdict.reason is SamplingReason.TRACING_OFF
+    assert sum(gate.exported.values()) == 0
+    assert gate.suppressed[SamplingReason.TRACING_OFF] == 4
+
+
+def test_hot_operation_exports_nothing_even_errors() -> None:
+    gate = _gate()
+    for kwargs in ({"failed": True}, {"first_call": True}, {"reason": Reason.DRIFT},
+                   {"duration_us": 1e6}):
+        verdict = _admit(gate, hot=True, **kwargs)
+        assert (verdict.export, verdict.reason) == (False, SamplingReason.HOT_PATH)
+    assert gate.suppressed[SamplingReason.HOT_PATH] == 4
+    assert sum(gate.exported.values()) == 0
+
+
+@pytest.mark.parametrize(("kwargs", "why"), [
+    ({"failed": True}, SamplingReason.ERROR),
+    ({"first_call": True}, SamplingReason.FIRST_CALL),
+    ({"reason": Reason.EXPLORE}, SamplingReason.DECISION),
+    ({"reason": Reason.RECHECK}, SamplingReason.DECISION),
+    ({"reason": Reason.DRIFT}, SamplingReason.DECISION),
+    ({"reason": Reason.FALLBACK}, SamplingReason.DECISION),
+    ({"reason": Reason.HEURISTIC}, SamplingReason.DECISION),
+    ({"duration_us": 100.0}, SamplingReason.SLOW),
+    ({"duration_us": 5_000.0}, SamplingReason.SLOW),
+])
+def test_remarkable_calls_are_exported_with_their_reason(kwargs, why) -> None:
+    gate = _gate()
+    verdict = _admit(gate, **kwargs)
+    assert verdict.export
+    assert verdict.reason is why
+    assert verdict.weight == 1.0
+    assert gate.exported[why] == 1
+
+
+def test_fast_routine_calls_are_sampled_about_1_percent_with_weights() -> None:
+    gate = _gate()
+    exported = []
+    for i in range(10_000):
+        verdict = _admit(gate, duration_us=5.0, now_s=i * 0.001)
+        if verdict.export:
+            assert verdict.reason is SamplingReason.SAMPLED
+            exported.append(verdict.weight)
+        else:
+            assert verdict.reason is SamplingReason.NOT_SAMPLED
+    assert 95 <= len(exported) <= 105
+    # each exported span stands for the calls since the previous one: together, all of them
+    assert 10_000 - 101 <= sum(exported) <= 10_000
+    assert all(w == pytest.approx(100, abs=1) for w in exported)
+    assert gate.exported[SamplingReason.SAMPLED] == len(exported)
+    assert gate.suppressed[SamplingReason.NOT_SAMPLED] == 10_000 - len(exported)
+
+
+def test_sampling_weights_count_calls_represented_by_one_timing() -> None:
+    gate = _gate()
+    weights = [v.weight for i in range(2_000)
+               if (v := _admit(gate, duration_us=5.0, calls=8, now_s=i * 0.01)).export]
+    # 2,000 timings standing for 8 calls each: 16,000 calls, 1% of them -> ~160 spans
+    assert 155 <= len(weights) <= 161
+    assert 16_000 - 8 * 13 <= sum(weights) <= 16_000
+
+
+def test_sampled_spans_are_spread_across_keys() -> None:
+    gate = _gate()
+    exported = {"a": 0, "b": 0}
+    for i in range(2_000):
+        for key in exported:
+            if _admit(gate, key=key, duration_us=5.0, now_s=i * 0.001).export:
+                exported[key] += 1
+    assert exported == {"a": pytest.approx(20, abs=1), "b": pytest.approx(20, abs=1)}
+
+
+def test_per_key_budget_suppresses_with_reason_budget() -> None:
+    gate = _gate(spans_per_sec_per_key=20.0)
+    verdicts = [_admit(gate, duration_us=1e3, now_s=0.0) for _ in range(100)]
+    assert sum(v.export for v in verdicts) == 20      # the burst
+    assert all(v.reason is SamplingReason.BUDGET for v in verdicts if not v.export)
+    assert gate.suppressed[SamplingReason.BUDGET] == 80
+    # another key has its own budget
+    assert _admit(gate, key=("add", 3), duration_us=1e3, now_s=0.0).export
+    # the bucket refills with time: 0.5 s later, 10 more
+    later = [_admit(gate, duration_us=1e3, now_s=0.5) for _ in range(50)]
+    assert sum(v.export for v in later) == 10
+
+
+def test_process_budget_caps_spans_across_keys() -> None:
+    gate = _gate(spans_per_sec=200.0, spans_per_sec_per_key=1e9)
+    verdicts = [_admit(gate, key=("op", i), failed=True, now_s=0.0) for i in range(1_000)]
+    assert sum(v.export for v in verdicts) == 200
+    assert gate.suppressed[SamplingReason.BUDGET] == 800
+    assert gate.exported[SamplingReason.ERROR] == 200
+
+
+def test_budget_holds_over_time() -> None:
+    gate = _gate(spans_per_sec=200.0, spans_per_sec_per_key=1e9)
+    exported = sum(_admit(gate, key=("op", i % 50), failed=True, now_s=i * 1e-4).export
+                   for i in range(100_000))  # 10 s of errors at 10,000/s
+    assert exported <= 200 + 10 * 200 + 1
+
+
+def test_zero_span_budget_exports_nothing() -> None:
+    gate = _gate(spans_per_sec=0.0)
+    verdicts = [_admit(gate, failed=True, now_s=float(i)) for i in range(10)]
+    assert not any(v.export for v in verdicts)
+    assert gate.suppressed[SamplingReason.BUDGET] == 10
+
+
+def test_trace_gate_counts_every_verdict_by_reason() -> None:
+    gate = _gate()
+    _admit(gate, hot=True)
+    _admit(gate, failed=True)
+    _admit(gate, first_call=True)
+    _admit(gate, duration_us=500.0)
+    _admit(gate, duration_us=1.0)
+    assert gate.exported[SamplingReason.ERROR] == 1
+    assert gate.exported[SamplingReason.FIRST_CALL] == 1
+    assert gate.exported[SamplingReason.SLOW] == 1
+    assert gate.suppressed[SamplingReason.HOT_PATH] == 1
+    assert gate.suppressed[SamplingReason.NOT_SAMPLED] == 1
+    assert sum(gate.exported.values()) + sum(gate.suppressed.values()) == 5

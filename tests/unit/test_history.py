@@ -1,0 +1,288 @@
+"""HistoryStore / ArmStats / HistoryRecord: robust estimates, quarantine, LRU bound, files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tracemalloc
+
+import pytest
+
+import adaptive_runtime as ar
+from adaptive_runtime.history import ArmStats, HistoryRecord, HistoryStore
+
+Backend = ar.Backend
+
+
+def _mean(store: HistoryStore, op: str = "op", bucket: int = 5,
+          backend: Backend = Backend.SIMD) -> float:
+    rows = [r for r in store.snapshot()
+            if (r.operation, r.size_bucket, r.backend) == (op, bucket, backend)]
+    assert len(rows) == 1
+    return rows[0].mean_us
+
+
+def _feed(store: HistoryStore, values, backend: Backend = Backend.SIMD) -> None:
+    key = store.key("op", 5)
+    for v in values:
+        store.record(key, backend, float(v))
+
+
+def test_constant_samples_give_exact_estimate() -> None:
+    store = HistoryStore(10)
+    _feed(store, [40.0] * 10)
+    assert _mean(store) == 40.0
+
+
+def test_one_100x_spike_after_convergence_moves_estimate_little() -> None:
+    store = HistoryStore(10)
+    _feed(store, [10.0] * 50)
+    assert _mean(store) == pytest.approx(10.0)
+    _feed(store, [1000.0])  # one preempted call
+    after = _mean(store)
+    assert 10.0 <= after <= 12.5, after  # unclipped EWMA (alpha 0.1) would give ~109
+    _feed(store, [10.0] * 30)
+    assert _mean(store) == pytest.approx(10.0, rel=0.05)
+
+
+def test_warmup_outlier_does_not_seed_the_estimate() -> None:
+    store = HistoryStore(10)
+    _feed(store, [5000.0, 10.0, 10.0, 10.0])  # first call paid for a cold cache
+    assert _mean(store) == pytest.approx(10.0, rel=0.05)
+
+
+def test_ewma_follows_a_level_shift() -> None:
+    store = HistoryStore(10)
+    _feed(store, [10.0] * 50)
+    _feed(store, [50.0] * 60)
+    assert _mean(store) == pytest.approx(50.0, rel=0.05)
+    _feed(store, [20.0] * 60)
+    assert _mean(store) == pytest.approx(20.0, rel=0.05)
+
+
+def test_snapshot_counts_samples_and_failures() -> None:
+    store = HistoryStore(10)
+    key = store.key("op", 5)
+    for _ in range(7):
+        store.record(key, Backend.SIMD, 3.0)
+    store.record_failure(key, Backend.GPU, now_s=0.0)
+    store.record_failure(key, Backend.GPU, now_s=10.0)
+    rows = {r.backend: r for r in store.snapshot()}
+    assert rows[Backend.SIMD].samples == 7 and rows[Backend.SIMD].failures == 0
+    assert rows[Backend.GPU].samples == 0 and rows[Backend.GPU].failures == 2
+    assert math.isnan(rows[Backend.GPU].mean_us)
+
+
+def test_failure_quarantine_backs_off_doubling_and_resets_on_success() -> None:
+    stats = ArmStats()
+    now = 100.0
+    waits = []
+    for _ in range(6):
+        stats.add_failure(now, wall_time=0.0)
+        assert math.isinf(stats.estimate_us)
+        waits.append(stats.quarantined_until_s - now)
+        now = stats.quarantined_until_s  # fails again as soon as it is let out
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert stats.failures == 6
+    stats.add_sample(25.0, wall_time=0.0)  # a success ends the streak
+    assert stats.estimate_us == 25.0
+    stats.add_failure(now, wall_time=0.0)
+    assert stats.quarantined_until_s - now == 1.0
+
+
+def test_quarantine_back_off_is_capped() -> None:
+    stats = ArmStats()
+    for _ in range(30):
+        stats.add_failure(0.0, wall_time=0.0)
+    assert stats.quarantined_until_s == pytest.approx(300.0)
+
+
+def test_history_record_is_frozen() -> None:
+    record = HistoryRecord("op", 3, Backend.SIMD, 1, 2.0, 0, 0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.samples = 5  # type: ignore[misc]
+
+
+def test_store_evicts_least_recently_used_keys() -> None:
+    evicted = []
+    store = HistoryStore(3, on_evict=lambda op, bucket: evicted.append((op, bucket)))
+    for i in range(3):
+        store.record(store.key(f"op{i}", 1), Backend.SIMD, 1.0)
+    store.key("op0", 1)  # touch: op1 is now the least recently used
+    store.record(store.key("op3", 1), Backend.SIMD, 1.0)
+    assert evicted == [("op1", 1)]
+    assert len(store) == 3
+    assert {r.operation for r in store.snapshot()} == {"op0", "op2", "op3"}
+
+
+@pytest.mark.slow
+def test_lru_bound_holds_over_a_million_distinct_keys() -> None:
+    # 10**6 distinct (operation, size) pairs through the public Trueno API; the cap is small so
+    # this stays fast (~8 s on a laptop-class core).
+    cap = 1000
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(max_history_keys=cap), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=False))
+    record = rt.record_performance
+    for i in range(1_000_000):
+        record(f"op{i}", 100, "simd", 1.0)
+        if i % 250_000 == 0:
+            assert len(rt.history_snapshot()) <= cap
+    snapshot = rt.history_snapshot()
+    assert len(snapshot) == cap
+    # the survivors are the most recently used keys
+    assert {r.operation for r in snapshot} == {f"op{i}" for i in range(1_000_000 - cap, 10**6)}
+
+
+def _traced_growth(action, rt, start: int, stop: int) -> int:
+    """Bytes still allocated after running ``action(rt, i)`` for i in [start, stop)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(start, stop):
+            action(rt, i)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return max(after, peak) - before
+
+
+def _bounded_runtime() -> ar.AdaptiveRuntime:
+    return ar.AdaptiveRuntime(ar.RuntimeConfig(max_history_keys=500), builtin_ops=False,
+                              devices=ar.DeviceProbe(gpu=False), clock=lambda: 0.0)
+
+
+@pytest.mark.parametrize("api", ["record_performance", "select"])
+def test_memory_does_not_grow_with_distinct_keys_beyond_the_cap(api: str) -> None:
+    def record(rt, i):
+        rt.record_performance(f"op{i}", i, "simd", 1.0)
+
+    def select(rt, i):
+        rt.select(f"op{i}", i)
+
+    action = record if api == "record_performance" else select
+    small, large = _bounded_runtime(), _bounded_runtime()
+    for rt in (small, large):  # fill the cap first: growth up to it is expected
+        for i in range(2_000):
+            action(rt, i)
+    grew_small = _traced_growth(action, small, 2_000, 7_000)      # 5,000 more keys
+    grew_large = _traced_growth(action, large, 2_000, 42_000)     # 40,000 more keys
+    # 8x the keys must not cost (anywhere near) 8x the memory: allow 64 KiB of slack
+    assert grew_large <= grew_small + 64 * 1024, (grew_small, grew_large)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _rt() -> ar.AdaptiveRuntime:
+    return ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                              devices=ar.DeviceProbe(gpu=True))
+
+
+def _comparable(records):
+    return [(r.operation, r.size_bucket, r.backend, r.samples,
+             None if math.isnan(r.mean_us) else r.mean_us, r.failures, r.last_update)
+            for r in records]
+
+
+def test_save_and_load_history_round_trip_with_fake_gpu(tmp_path) -> None:
+    rt = _rt()
+    for i in range(20):
+        rt.record_performance("dot", 1000, "simd", 10.0 + i % 3)
+        rt.record_performance("dot", 1000, "scalar", 50.0)
+        rt.record_performance("matmul", 10**6, "gpu", 500.0 + i)
+    path = tmp_path / "sub" / "history.json"
+    rt.save_history(path)
+    loaded = _rt()
+    loaded.load_history(path)
+    assert _comparable(loaded.history_snapshot()) == _comparable(rt.history_snapshot())
+    assert loaded.get_best_backend("dot", 1000) is Backend.SIMD
+    doc = json.loads(path.read_text())
+    assert doc["format"].startswith("adaptive_runtime.history/")
+
+
+def test_loading_twice_adds_counts(tmp_path) -> None:
+    rt = _rt()
+    for _ in range(5):
+        rt.record_performance("dot", 64, "simd", 7.0)
+    path = tmp_path / "h.json"
+    rt.save_history(path)
+    other = _rt()
+    other.load_history(path)
+    other.load_history(path)
+    (row,) = other.history_snapshot()
+    assert (row.samples, row.mean_us) == (10, 7.0)
+
+
+def test_loaded_history_with_few_samples_keeps_learning(tmp_path) -> None:
+    # An arm saved after one or two timings is still warming up; learning must go on after a
+    # load (or a merge of two such histories) instead of crashing.
+    rt = _rt()
+    rt.record_performance("dot", 64, "simd", 5.0)
+    rt.record_performance("dot", 64, "scalar", 9.0)
+    rt.record_performance("dot", 64, "scalar", 8.0)
+    path = tmp_path / "h.json"
+    rt.save_history(path)
+    loaded = _rt()
+    loaded.load_history(path)
+    for d in (6.0, 6.0, 6.0):
+        loaded.record_performance("dot", 64, "simd", d)
+        loaded.record_performance("dot", 64, "scalar", d + 3.0)
+    rows = {r.backend: r for r in loaded.history_snapshot()}
+    assert rows[Backend.SIMD].samples == 4
+    assert rows[Backend.SCALAR].samples == 5
+
+
+def test_merging_two_single_sample_histories_keeps_learning(tmp_path) -> None:
+    rt = _rt()
+    rt.record_performance("dot", 64, "simd", 5.0)
+    path = tmp_path / "h.json"
+    rt.save_history(path)
+    rt.load_history(path)  # this process's one timing plus the file's one timing
+    rt.record_performance("dot", 64, "simd", 5.0)
+    (row,) = rt.history_snapshot()
+    assert row.samples == 3
+    assert row.mean_us == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("content", [
+    b"{not json",
+    b"",
+    b"\xff\xfe\x00\x81 binary garbage",
+    b'{"format": "something-else", "records": []}',
+    b"[1, 2, 3]",
+    b'{"format": "adaptive_runtime.history/1"}',
+    b'{"format": "adaptive_runtime.history/1", "records": [{"operation": "x"}]}',
+    b'{"format": "adaptive_runtime.history/1", "records": [{"operation": "x", '
+    b'"size_bucket": 3, "backend": "tpu", "samples": 1, "mean_us": 1.0, "failures": 0, '
+    b'"last_update": 0.0}]}',
+    b'{"format": "adaptive_runtime.history/1", "records": [{"operation": "x", '
+    b'"size_bucket": 3, "backend": "simd", "samples": -1, "mean_us": 1.0, "failures": 0, '
+    b'"last_update": 0.0}]}',
+    b'{"format": "adaptive_runtime.history/1", "records": [{"operation": "x", '
+    b'"size_bucket": 3, "backend": "simd", "samples": 1, "mean_us": -1.0, "failures": 0, '
+    b'"last_update": 0.0}]}',
+], ids=["truncated", "empty", "binary", "wrong-format", "not-an-object", "no-records",
+        "missing-fields", "unknown-backend", "negative-count", "negative-latency"])
+def test_corrupt_history_file_raises_value_error_naming_the_path(tmp_path,
+                                                                 content: bytes) -> None:
+    path = tmp_path / "corrupt-history.json"
+    path.write_bytes(content)
+    rt = _rt()
+    with pytest.raises(ValueError) as info:
+        rt.load_history(path)
+    assert str(path) in str(info.value)
+    assert rt.history_snapshot() == []
+
+
+def test_history_path_in_config_is_loaded_at_start_with_fake_gpu(tmp_path) -> None:
+    source = _rt()
+    for _ in range(4):
+        source.record_performance("matmul", 10**6, "gpu", 80.0)
+        source.record_performance("matmul", 10**6, "simd", 900.0)
+    path = tmp_path / "history.json"
+    source.save_history(path)
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(history_path=str(path)), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=True))
+    assert rt.get_best_backend("matmul", 10**6) is Backend.GPU
+    assert _comparable(rt.history_snapshot()) == _comparable(source.history_snapshot())

@@ -1,0 +1,207 @@
+"""Policy behaviour through the runtime, with fake arms and an injected clock and timer."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+import adaptive_runtime as ar
+
+Backend = ar.Backend
+Reason = ar.Reason
+
+# Above sampling_threshold_us (100): every call of these arms is timed, so drift is seen
+# within a few calls.
+SLOW_ARMS = {Backend.GPU: 300.0, Backend.SIMD: 200.0, Backend.SCALAR: 2000.0}
+
+
+def _converge(h, calls: int = 200) -> None:
+    h.call_tracked(calls)
+    d = h.rt.decide(h.op, h.size)
+    assert d.reason in (Reason.EXPLOIT, Reason.RECHECK)
+
+
+def test_converges_to_the_fastest_arm_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 30.0, Backend.SIMD: 90.0, Backend.SCALAR: 700.0})
+    runs = h.call_tracked(400)
+    assert runs[0][1] is Reason.HEURISTIC
+    assert {b for b, r in runs if r is Reason.EXPLOIT} == {Backend.GPU}
+    assert [b for b, _ in runs[-100:]].count(Backend.GPU) >= 95
+    assert h.rt.get_best_backend(h.op, h.size) is Backend.GPU
+    # each arm got timed before commitment; the slow one no more than needed
+    assert h.arms.calls[Backend.SCALAR] <= 5
+
+
+def test_converges_per_size_bucket(make_runtime) -> None:
+    # a different winner per size: buckets learn separately
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 100.0})
+    small, large = 64, 1 << 20
+
+    def latency(backend):
+        return lambda: (10.0 if backend is Backend.SCALAR else 50.0) if h.last_size == small \
+            else (500.0 if backend is Backend.SCALAR else 120.0)
+
+    h.last_size = small
+    h.arms.latency_us = {b: latency(b) for b in (Backend.SIMD, Backend.SCALAR)}
+    for _ in range(100):
+        h.last_size = small
+        h.call(small)
+        h.last_size = large
+        h.call(large)
+    assert h.rt.get_best_backend(h.op, small) is Backend.SCALAR
+    assert h.rt.get_best_backend(h.op, large) is Backend.SIMD
+    assert h.rt.decide(h.op, small).backend is Backend.SCALAR
+    assert h.rt.decide(h.op, large).backend is Backend.SIMD
+
+
+def test_decide_reports_reason_confidence_and_estimates_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime(dict(SLOW_ARMS))
+    cold = h.rt.decide(h.op, h.size)
+    assert cold.reason is Reason.HEURISTIC
+    assert cold.confidence == 0.0
+    assert dict(cold.estimates_us) == {} and not cold.has_history
+    _converge(h)
+    d = h.rt.decide(h.op, h.size)
+    assert d.backend is Backend.SIMD and d.reason is Reason.EXPLOIT
+    assert 0.5 < d.confidence <= 1.0
+    assert d.has_history
+    assert d.estimates_us[Backend.SIMD] == pytest.approx(200.0)
+    assert d.estimates_us[Backend.GPU] == pytest.approx(300.0)
+    assert set(d.estimates_us) == set(Backend)
+
+
+def test_decide_estimates_and_samples_match_current_history_with_fake_gpu_arm(make_runtime) -> None:
+    # The explained decision (what spans carry) must describe the history as it is now, not
+    # as it was at the last full evaluation.
+    h = make_runtime(dict(SLOW_ARMS))
+    _converge(h, 300)
+    h.arms.latency_us[Backend.SIMD] = 260.0  # slower, not enough to count as drift
+    for calls in range(1, 12):
+        h.call_tracked(1)
+        d = h.rt.decide(h.op, h.size)
+        rows = {r.backend: r for r in h.rt.history_snapshot()}
+        assert d.samples == sum(r.samples for r in rows.values()), calls
+        for backend, estimate in d.estimates_us.items():
+            assert estimate == pytest.approx(rows[backend].mean_us), (calls, backend)
+
+
+def test_decide_has_no_side_effects_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime(dict(SLOW_ARMS))
+    for calls in (0, 2, 5, 200):  # cold, exploring, just committed, converged
+        h.call_tracked(calls)
+        snapshot = h.rt.history_snapshot()
+        counts = h.rt.selection_counts()
+        first = h.rt.decide(h.op, h.size)
+        for _ in range(500):
+            assert h.rt.decide(h.op, h.size) == first
+        assert h.rt.history_snapshot() == snapshot or _nan_equal(h.rt.history_snapshot(),
+                                                                 snapshot)
+        assert h.rt.selection_counts() == counts
+        # what decide() said is what the next call does
+        (ran, reason) = h.call_tracked(1)[0]
+        assert (ran, reason) == (first.backend, first.reason)
+
+
+def test_decide_for_unknown_name_creates_no_history(clock, timer) -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=True), clock=clock, timer=timer)
+    rt.decide("never_seen", 123)
+    assert rt.history_snapshot() == []
+    assert rt.selection_counts() == {}
+
+
+def _nan_equal(xs, ys) -> bool:
+    def norm(r):
+        return (r.operation, r.size_bucket, r.backend, r.samples,
+                None if math.isnan(r.mean_us) else r.mean_us, r.failures, r.last_update)
+    return [norm(x) for x in xs] == [norm(y) for y in ys]
+
+
+def test_drift_committed_arm_slows_5x_then_new_best_within_20_calls_with_fake_gpu_arm(
+        make_runtime) -> None:
+    h = make_runtime(dict(SLOW_ARMS))
+    _converge(h, 300)
+    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
+    h.arms.latency_us[Backend.SIMD] = 1000.0  # thermal throttling: 5x slower
+    runs = h.call_tracked(20)
+    assert Reason.DRIFT in [r for _, r in runs]
+    exploit_gpu = [i for i, (b, r) in enumerate(runs)
+                   if (b, r) == (Backend.GPU, Reason.EXPLOIT)]
+    assert exploit_gpu, runs
+    # ...and it stays there
+    later = h.call_tracked(200)
+    assert {b for b, r in later if r is Reason.EXPLOIT} == {Backend.GPU}
+
+
+def test_isolated_spikes_on_committed_arm_do_not_trigger_drift_with_fake_gpu_arm(
+        make_runtime) -> None:
+    h = make_runtime(dict(SLOW_ARMS))
+    _converge(h, 300)
+    spikes = iter([20_000.0] + [200.0] * 49)
+    h.arms.latency_us[Backend.SIMD] = lambda: next(spikes, 200.0)
+    for _ in range(10):  # ten isolated 100x spikes, 50 calls apart
+        spikes = iter([20_000.0] + [200.0] * 49)
+        runs = h.call_tracked(50)
+        assert Reason.DRIFT not in [r for _, r in runs]
+    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
+
+
+def test_near_tie_switches_at_most_a_few_times_over_2000_calls(make_runtime, rng) -> None:
+    # Two arms 2% apart with 3% noise: hysteresis must keep the choice from flip-flopping.
+    h = make_runtime({Backend.SIMD: lambda: 200.0 * rng.gauss(1.0, 0.03),
+                      Backend.SCALAR: lambda: 204.0 * rng.gauss(1.0, 0.03)})
+    runs = h.call_tracked(2000)
+    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
+    switches = sum(1 for x, y in itertools.pairwise(exploited) if x is not y)
+    assert switches <= 3, switches
+    assert len(exploited) >= 1800
+
+
+def test_rechecks_happen_but_rarely_with_fake_gpu_arm(make_runtime) -> None:
+    h = make_runtime(dict(SLOW_ARMS))
+    h.call_tracked(3000)
+    counts = h.rt.selection_counts()
+    rechecks = sum(n for k, n in counts.items() if k.reason is Reason.RECHECK)
+    total = sum(counts.values())
+    assert total == 3000
+    assert rechecks >= 1
+    assert rechecks < 0.05 * total
+
+
+def test_rechecks_still_happen_for_a_cheap_converged_key(make_runtime) -> None:
+    # cheap calls are timed 1-in-N; the other arms are still looked at now and then
+    h = make_runtime({Backend.SIMD: 2.0, Backend.SCALAR: 5.0})
+    for _ in range(60_000):
+        h.call()
+    counts = h.rt.selection_counts()
+    rechecks = sum(n for k, n in counts.items() if k.reason is Reason.RECHECK)
+    assert sum(counts.values()) == 60_000
+    assert 1 <= rechecks < 0.05 * 60_000
+
+
+def test_hysteresis_keeps_incumbent_within_margin_and_switches_beyond(make_runtime) -> None:
+    # switch_margin 5%: a challenger must be more than 5% faster to take over.
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 206.0}, switch_margin=0.05)
+    _converge(h, 100)
+    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
+    # the incumbent slows a little: the challenger is now ~2.9% faster (inside the margin)
+    h.arms.latency_us[Backend.SIMD] = 212.0
+    runs = h.call_tracked(1500)
+    assert {b for b, r in runs if r is Reason.EXPLOIT} == {Backend.SIMD}
+    assert any(r is Reason.RECHECK for _, r in runs)  # it did look at the challenger
+    # now the challenger is ~14% faster: beyond the margin, it takes over
+    h.arms.latency_us[Backend.SIMD] = 240.0
+    runs = h.call_tracked(1500)
+    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
+    assert exploited[-1] is Backend.SCALAR
+    assert exploited[-500:].count(Backend.SCALAR) == 500
+
+
+def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 206.0}, switch_margin=0.0)
+    _converge(h, 100)
+    h.arms.latency_us[Backend.SIMD] = 212.0
+    runs = h.call_tracked(1500)
+    assert [b for b, r in runs if r is Reason.EXPLOIT][-1] is Backend.SCALAR
