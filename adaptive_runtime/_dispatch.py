@@ -47,6 +47,7 @@ from .policy import (
     Policy,
     Reason,
     best_arm,
+    explore_decision,
     heuristic_order,
     heuristic_preference,
 )
@@ -104,7 +105,7 @@ class _Entry:
     """
 
     __slots__ = ("backend", "bucket", "candidates", "fast_flushed", "fast_label", "impl",
-                 "impls", "key", "last_ticket", "mask", "next", "rate", "ticks", "timed")
+                 "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks", "timed")
 
     def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
         self.key = key
@@ -122,6 +123,7 @@ class _Entry:
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
+        self.plan: tuple[Backend, ...] = ()  # arms the current exploration round times next
 
     def fast_calls(self) -> int:
         """Calls that took the fast path so far."""
@@ -197,11 +199,12 @@ class Dispatcher:
         the key's next timed call."""
         if ticket >= 0:
             next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
-        # validate what size_of returned (size_bucket raises a clear error) unless plainly fine
-        bucket = n.bit_length() if type(n) is int and n >= 0 else size_bucket(n)
         decision = entry.next if entry is not None else None
         if decision is None:
-            entry, decision = self._first_decision(op, entries, n, bucket)
+            # validate what size_of returned (size_bucket raises a clear error)
+            entry, decision = self._first_decision(op, entries, n, size_bucket(n))
+        elif n < 0:
+            size_bucket(n)  # raises: a negative size found the bucket of its bit length
         backend = decision.backend
         impl = entry.impls[backend]
         compile_count = impl.compile_count
@@ -222,7 +225,7 @@ class Dispatcher:
         if self._pending_transitions:
             self._deliver_transitions()
         if verdict is not None:
-            self._emit(op.name, n, bucket, decision, backend, start_ns, end_ns, None, None,
+            self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns, None, None,
                        verdict)
         return result
 
@@ -235,6 +238,8 @@ class Dispatcher:
             if entry is None:
                 key = self._history.key(op.name, bucket)
                 entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
+                for backend in entry.candidates:  # now, rather than on an exploring call
+                    key.arm(backend)
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())
@@ -254,15 +259,26 @@ class Dispatcher:
                 entry.last_ticket = ticket
         self._selections[(op.name, decision.backend, decision.reason)] += 1
         rate = entry.rate
-        transition = rate.add(calls, now)
-        if transition is not None and self.hot_sink is not None:
-            self._pending_transitions.append(transition)
+        rate.window_calls += calls
+        if rate.hot:
+            rate.suppressed += calls
+        if now - rate.window_start >= rate.detector.window_s:  # (OperationRate.add, inlined)
+            transition = rate.close_window(now)
+            if transition is not None and self.hot_sink is not None:
+                self._pending_transitions.append(transition)
         key = entry.key
         if not key.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
             self._history.record(key, decision.backend, duration_us)
-        entry.next = self._decide(key, entry.candidates, now)
+        plan = entry.plan
+        if plan and not key.failures:  # exploration goes on by plan: no need to ask the policy
+            entry.plan = plan[1:]
+            key.decisions += 1
+            entry.next = explore_decision(plan[0], plan[1:], key, self.span_sink is not None)
+        else:
+            entry.next = nxt = self._decide(key, entry.candidates, now)
+            entry.plan = nxt.plan
         if key.incumbent is not None or entry.mask:
             self._refresh(entry, key)
         if self.span_sink is None:
@@ -284,6 +300,7 @@ class Dispatcher:
             backend = decision.backend
             errors[backend] = exc
             with self._lock:
+                entry.plan = ()  # the failure changes what is worth exploring
                 stats = key.arm(backend)
                 undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
                 self._history.record_failure(key, backend, self._clock())
@@ -531,6 +548,7 @@ class Dispatcher:
         if route is not None and bucket in route[1]:
             entry = route[1][bucket]
             entry.next = None  # decide afresh from what was just learned or selected
+            entry.plan = ()
             self._refresh(entry, key)
 
     # ------------------------------------------------------------------ routes and counts

@@ -91,8 +91,15 @@ class ArmStats:
                 self.warmup_us = (first, duration_us)
                 self.mean_us = first if first < duration_us else duration_us
             else:
-                earlier = self.warmup_us if len(self.warmup_us) == 2 else (self.mean_us,) * 2
-                lo, mid, hi = sorted((*earlier, duration_us))
+                lo, hi = self.warmup_us if len(self.warmup_us) == 2 else (self.mean_us,) * 2
+                if lo > hi:
+                    lo, hi = hi, lo
+                if duration_us < lo:  # median of three without sorting a new list
+                    lo, mid = duration_us, lo
+                elif duration_us > hi:
+                    mid, hi = hi, duration_us
+                else:
+                    mid = duration_us
                 hi = min(hi, mid * _CLIP_RATIO)
                 self.mean_us = mid
                 self.var_us2 = ((lo - mid) ** 2 + (hi - mid) ** 2) / 2.0

@@ -23,6 +23,7 @@ a call re-routed after an arm raised.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ __all__ = [
     "PolicyConfig",
     "Reason",
     "best_arm",
+    "explore_decision",
+    "heuristic_decision",
     "heuristic_order",
     "heuristic_preference",
 ]
@@ -80,7 +83,8 @@ class Decision(NamedTuple):
     ``confidence`` is in [0, 1]: 0 while guessing or exploring, 1 when forced; for exploit the
     probability (normal approximation) that the chosen arm really is faster than the runner-up.
     ``estimates_us`` holds the expected latency of each arm with history (``inf`` for an arm
-    whose last attempt failed).
+    whose last attempt failed). ``plan``, on an exploring decision, lists the arms this round
+    of exploration times next, in order (the runtime follows it without asking again).
     """
 
     backend: Backend
@@ -88,6 +92,7 @@ class Decision(NamedTuple):
     confidence: float = 0.0
     estimates_us: Mapping[Backend, float] = _EMPTY
     samples: int = 0
+    plan: tuple[Backend, ...] = ()
 
     @property
     def has_history(self) -> bool:
@@ -96,9 +101,9 @@ class Decision(NamedTuple):
 
 # Decisions nobody will look at, built once: with no span sink, the runtime needs only the arm
 # and the reason (``Policy.explained`` fills in the rest when someone asks).
-_UNEXPLAINED_EXPLORE = {b: Decision(b, Reason.EXPLORE) for b in Backend}
+_UNEXPLAINED_EXPLORE: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}
 _UNEXPLAINED_EXPLOIT = {b: Decision(b, Reason.EXPLOIT) for b in Backend}
-_HEURISTIC = {b: Decision(b, Reason.HEURISTIC) for b in Backend}  # no data: nothing to explain
+_HEURISTIC: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}  # no data: nothing to explain
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +154,8 @@ class Policy:
         ``explain=False`` leaves ``estimates_us`` empty on exploring decisions, for callers
         that will not show them (building them is a large share of an exploring call).
         """
-        if key is None or not key.arms:
-            return _HEURISTIC[candidates[0]]
+        if key is None:
+            return heuristic_decision(candidates[0], ())
         arms = key.arms
         cfg = self.config
         incumbent = key.incumbent
@@ -194,26 +199,24 @@ class Policy:
             if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
                     and stats.mean_us < best_seen):
                 best_seen = stats.mean_us
-        pick: Backend | None = None
         if owed:
             prune_above = best_seen * cfg.prune_ratio
-            pick_n = min_samples
+            round_: list[tuple[int, Backend]] = []
             for b in usable:
                 stats = arms.get(b)
                 if stats is None or stats.consecutive_failures:
                     n = 0  # never tried in this epoch, or failed and out of quarantine
                 else:
                     n = stats.epoch_samples
-                    if n >= 2 and stats.mean_us > prune_above:
+                    if n >= min_samples or (n >= 2 and stats.mean_us > prune_above):
                         continue
-                if n < pick_n:
-                    pick, pick_n = b, n
-        if pick is not None:
-            if not key.samples and not key.failures:
-                return _HEURISTIC[pick]
-            if not explain:
-                return _UNEXPLAINED_EXPLORE[pick]
-            return Decision(pick, Reason.EXPLORE, 0.0, _estimates(key), key.samples)
+                round_.append((n, b))
+            if round_:
+                schedule = _schedule(tuple(round_), min_samples)
+                pick, plan = schedule[0], schedule[1:]
+                if not key.samples and not key.failures:
+                    return heuristic_decision(pick, plan)
+                return explore_decision(pick, plan, key, explain)
 
         best = best_arm(usable, arms)
         if best is None or math.isinf(arms[best].estimate_us):
@@ -273,6 +276,41 @@ def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
                              if s.epoch_samples or s.consecutive_failures})
 
 
+def heuristic_decision(backend: Backend, plan: tuple[Backend, ...]) -> Decision:
+    """The cold-start decision for ``backend`` (nothing measured yet, nothing to explain)."""
+    decision = _HEURISTIC.get((backend, plan))
+    if decision is None:
+        decision = _HEURISTIC[(backend, plan)] = Decision(backend, Reason.HEURISTIC, plan=plan)
+    return decision
+
+
+_MAX_PLAN = 16
+
+
+@functools.lru_cache(maxsize=1024)  # few distinct rounds exist; this is per exploring call
+def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tuple[Backend, ...]:
+    """The order in which to time the arms owed timings (``(timings so far, arm)`` in
+    heuristic order): round-robin, fewest timings first, up to two timings each — the point
+    where pruning may rule an arm out, so the policy looks again — then up to
+    ``min_samples``. No timing in a schedule depends on another's result."""
+    counts = [n for n, _b in round_]
+    target = min_samples if min_samples <= 2 or min(counts) >= 2 else 2
+    schedule = [b for level in range(min(counts), target) for n, b in round_ if n <= level]
+    return tuple(schedule[:_MAX_PLAN])
+
+
+def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistory,
+                     explain: bool) -> Decision:
+    """An exploring decision for ``backend``, with the rest of its round in ``plan``."""
+    if explain:
+        return Decision(backend, Reason.EXPLORE, 0.0, _estimates(key), key.samples, plan)
+    decision = _UNEXPLAINED_EXPLORE.get((backend, plan))
+    if decision is None:  # a handful of combinations of three arms: built once each
+        decision = _UNEXPLAINED_EXPLORE[(backend, plan)] = Decision(
+            backend, Reason.EXPLORE, plan=plan)
+    return decision
+
+
 def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory) -> Decision:
     arms = key.arms
     estimates = _estimates(key)
@@ -300,3 +338,4 @@ def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Back
 
 
 _SQRT2 = math.sqrt(2.0)
+
