@@ -5,10 +5,11 @@ Fast path (a converged key, a call not chosen for timing): two dict lookups, the
 kernel. No lock, no clock read, no allocation. ``next()`` on an ``itertools.count`` is a single
 C call, so concurrent threads each get a distinct ticket and no call goes uncounted.
 
-A ticket ``t`` with ``t & mask == 0`` (always, for a key still being explored) takes the slow
-path: under the runtime lock it counts the calls since the key's previous slow call, updates the
-hot-path rate, asks the policy, runs the kernel timed, learns from the timing and refreshes the
-key's fast-path entry (which kernel, and how often to time it).
+A ticket ``t`` with ``t & mask == 0`` (every call, for a key still being explored) is a timed
+call: it runs the arm decided for it in advance, between two timer reads, then takes the lock
+once to count itself, feed the hot-path rate, learn from the timing, decide the key's next
+timed call (following the exploration plan when there is one, else asking the policy) and
+point the fast path at the committed arm, timed 1-in-N.
 """
 
 from __future__ import annotations
@@ -307,6 +308,7 @@ class Dispatcher:
                 if key.incumbent is backend:
                     key.incumbent = None  # re-decide from the remaining arms
                     stats.disarm_drift_detection()
+                entry.next = None  # decided before this failure: decide again
                 nxt = self._fallback_after(key, entry.candidates, errors)
                 if nxt is not None:
                     self._fallbacks[(op.name, backend, nxt)] += 1
