@@ -48,9 +48,9 @@ from .policy import (
     Policy,
     Reason,
     best_arm,
-    explore_decision,
     heuristic_order,
     heuristic_preference,
+    plan_steps,
 )
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
@@ -124,7 +124,7 @@ class _Entry:
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
-        self.plan: tuple[Backend, ...] = ()  # arms the current exploration round times next
+        self.plan: tuple[Decision, ...] = ()  # the exploration plan's next steps
 
     def fast_calls(self) -> int:
         """Calls that took the fast path so far."""
@@ -272,14 +272,15 @@ class Dispatcher:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
             self._history.record(key, decision.backend, duration_us)
-        plan = entry.plan
-        if plan and not key.failures:  # exploration goes on by plan: no need to ask the policy
-            entry.plan = plan[1:]
+        steps = entry.plan
+        if steps and not key.failures:  # exploration goes on by plan: no need to ask the policy
+            entry.plan = steps[1:]
             key.decisions += 1
-            entry.next = explore_decision(plan[0], plan[1:], key, self.span_sink is not None)
+            entry.next = (steps[0] if self.span_sink is None
+                          else self._policy.explained(steps[0], key, entry.candidates))
         else:
             entry.next = nxt = self._decide(key, entry.candidates, now)
-            entry.plan = nxt.plan
+            entry.plan = plan_steps(nxt.plan) if nxt.plan else ()
         if key.incumbent is not None or entry.mask:
             self._refresh(entry, key)
         if self.span_sink is None:

@@ -44,6 +44,7 @@ __all__ = [
     "heuristic_decision",
     "heuristic_order",
     "heuristic_preference",
+    "plan_steps",
 ]
 
 # Trueno's cold-start thresholds (elements).
@@ -297,6 +298,12 @@ def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tupl
     target = min_samples if min_samples <= 2 or min(counts) >= 2 else 2
     schedule = [b for level in range(min(counts), target) for n, b in round_ if n <= level]
     return tuple(schedule[:_MAX_PLAN])
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_steps(plan: tuple[Backend, ...]) -> tuple[Decision, ...]:
+    """The exploring decisions that carry out ``plan``, one per call, built once per plan."""
+    return tuple(Decision(b, Reason.EXPLORE, plan=plan[i + 1:]) for i, b in enumerate(plan))
 
 
 def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistory,
