@@ -3,7 +3,7 @@
 See DESIGN.md for the architecture; the names below are the public contract.
 """
 
-from . import ops
+from . import ops, telemetry
 from ._dispatch import SelectionKey
 from .backend import Backend
 from .config import RuntimeConfig
@@ -44,4 +44,5 @@ __all__ = [
     "get_runtime",
     "ops",
     "size_bucket",
+    "telemetry",
 ]

@@ -84,6 +84,7 @@ class CallRecord:
     size_bucket: int
     decision: Decision
     backend: Backend
+    select_start_ns: int
     start_ns: int
     end_ns: int
     error: BaseException | None
@@ -198,6 +199,7 @@ class Dispatcher:
               entry: _Entry | None, ticket: int) -> Any:
         """A call that is timed: run the arm decided for it, then (one lock) learn and decide
         the key's next timed call."""
+        select_ns = self._timer() if self.span_sink is not None else 0  # the select span's start
         if ticket >= 0:
             next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
         decision = entry.next if entry is not None else None
@@ -215,7 +217,8 @@ class Dispatcher:
         try:
             result = impl.fn(*args)
         except Exception as exc:
-            return self._recover(op, entry, n, decision, args, ticket, exc, start_ns, timer())
+            return self._recover(op, entry, n, decision, args, ticket, exc, select_ns, start_ns,
+                                 timer())
         end_ns = timer()
         duration_us = (end_ns - start_ns) / 1000.0
         # A call that compiled a kernel measured the compiler, not the kernel.
@@ -226,8 +229,8 @@ class Dispatcher:
         if self._pending_transitions:
             self._deliver_transitions()
         if verdict is not None:
-            self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns, None, None,
-                       verdict)
+            self._emit(op.name, n, entry.bucket, decision, backend, select_ns, start_ns, end_ns,
+                       None, None, verdict)
         return result
 
     def _first_decision(self, op: Operation, entries: dict[int, _Entry], n: int,
@@ -291,8 +294,8 @@ class Dispatcher:
         return verdict if verdict.export else None
 
     def _recover(self, op: Operation, entry: _Entry, n: int, decision: Decision,
-                 args: tuple[Any, ...], ticket: int, exc: Exception, start_ns: int,
-                 end_ns: int) -> Any:
+                 args: tuple[Any, ...], ticket: int, exc: Exception, select_ns: int,
+                 start_ns: int, end_ns: int) -> Any:
         """The chosen arm raised: record, quarantine, and run the next-best arm (repeatedly)."""
         errors: dict[Backend, BaseException] = {}
         undo: list[tuple[ArmStats, int, float]] = []
@@ -323,13 +326,14 @@ class Dispatcher:
                         arm_stats.quarantined_until_s = until
                     verdict = self._settle(op, entry, decision, ticket, None, True)
             if verdict is not None:
-                self._emit(op.name, n, entry.bucket, decision, backend, start_ns, end_ns, exc,
-                           nxt, verdict)
+                self._emit(op.name, n, entry.bucket, decision, backend, select_ns, start_ns,
+                           end_ns, exc, nxt, verdict)
             if nxt is None:
                 raise AllBackendsFailedError(op.name, errors) from exc
             decision = Decision(nxt, Reason.FALLBACK, 0.0, decision.estimates_us,
                                 decision.samples)
             impl = entry.impls[nxt]
+            select_ns = timer()
             compile_count = impl.compile_count
             compiled_before = compile_count() if compile_count is not None else 0
             start_ns = timer()
@@ -346,8 +350,8 @@ class Dispatcher:
                 verdict = self._settle(op, entry, decision, ticket,
                                        duration_us if learn else None, False)
             if verdict is not None:
-                self._emit(op.name, n, entry.bucket, decision, nxt, start_ns, end_ns, None,
-                           None, verdict)
+                self._emit(op.name, n, entry.bucket, decision, nxt, select_ns, start_ns, end_ns,
+                           None, None, verdict)
             return result
 
     def _deliver_transitions(self) -> None:
@@ -428,12 +432,12 @@ class Dispatcher:
                                     self._config.max_measure_period) - 1
 
     def _emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
-              start_ns: int, end_ns: int, error: BaseException | None,
+              select_ns: int, start_ns: int, end_ns: int, error: BaseException | None,
               fallback_to: Backend | None, verdict: TraceVerdict) -> None:
         sink = self.span_sink
         if sink is not None:
-            sink(CallRecord(operation, n, bucket, decision, backend, start_ns, end_ns, error,
-                            fallback_to, verdict))
+            sink(CallRecord(operation, n, bucket, decision, backend, select_ns, start_ns, end_ns,
+                            error, fallback_to, verdict))
 
     # ------------------------------------------------------------------ candidates
 

@@ -20,6 +20,8 @@ from .history import HistoryRecord, HistoryStore
 from .keys import size_bucket
 from .operations import DeviceProbe, Kind, Operation, OperationRegistry
 from .policy import Decision, Policy, PolicyConfig
+from .telemetry import instrumentation
+from .telemetry.spans import SpanRecorder
 
 __all__ = ["AdaptiveRuntime", "get_runtime"]
 
@@ -52,6 +54,9 @@ class AdaptiveRuntime:
                 f"backend {forced.value!r} is forced (force_backend / "
                 f"ADAPTIVE_RUNTIME_FORCE_BACKEND) but is not available on this machine")
         self._clock = clock
+        self._timer = timer
+        self._spans: SpanRecorder | None = None
+        self._telemetry_lock = threading.Lock()
         self._registry = OperationRegistry()
         self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
         self._hot = HotPathDetector(cfg.hot_path_calls_per_sec,
@@ -78,6 +83,7 @@ class AdaptiveRuntime:
             if os.path.exists(cfg.history_path):
                 self.load_history(cfg.history_path)
             _save_at_exit(self, cfg.history_path)
+        instrumentation.register(self)
 
     def __repr__(self) -> str:
         return (f"<AdaptiveRuntime ops={len(self._registry)} keys={len(self._history)} "
@@ -117,6 +123,31 @@ class AdaptiveRuntime:
         :class:`AllBackendsFailedError` only when every arm failed, with each arm's exception.
         """
         return self._dispatcher.run(operation, *args)  # replaced per instance
+
+    # ------------------------------------------------------------------ telemetry hooks
+
+    def _telemetry_on(self) -> None:
+        """Export spans (when ``config.tracing``); called by ``ar.telemetry``."""
+        with self._telemetry_lock:
+            if self.config.tracing and self._spans is None:
+                self._spans = SpanRecorder(timer=self._timer)
+                self._dispatcher.hot_sink = self._spans.submit_transition
+                self._dispatcher.span_sink = self._spans.submit
+
+    def _telemetry_off(self, timeout_s: float) -> None:
+        """Stop exporting; what was admitted before is flushed first."""
+        with self._telemetry_lock:
+            spans, self._spans = self._spans, None
+            self._dispatcher.span_sink = None
+            self._dispatcher.hot_sink = None
+        if spans is not None:
+            spans.shutdown(timeout_s)
+
+    def flush_telemetry(self, timeout_s: float = 5.0) -> bool:
+        """Turn every span admitted so far into spans handed to the SDK (``False``: timed
+        out). Exporting them is the SDK's job (``ar.telemetry.shutdown()`` flushes it too)."""
+        spans = self._spans
+        return spans.flush(timeout_s) if spans is not None else True
 
     def _implementations_changed(self, name: str) -> None:
         self._dispatcher.reset_route(name)
@@ -211,8 +242,12 @@ class AdaptiveRuntime:
         """Measured calls whose spans the trace gate admitted / suppressed, by reason."""
         gate = self._dispatcher._gate
         with self._dispatcher.lock:
-            return {"exported": {r.value: n for r, n in gate.exported.items() if n},
-                    "suppressed": {r.value: n for r, n in gate.suppressed.items() if n}}
+            counts = {"exported": {r.value: n for r, n in gate.exported.items() if n},
+                      "suppressed": {r.value: n for r, n in gate.suppressed.items() if n}}
+        spans = self._spans
+        if spans is not None and spans.dropped:
+            counts["suppressed"]["buffer_full"] = spans.dropped
+        return counts
 
 
 def _name(operation: object) -> str:

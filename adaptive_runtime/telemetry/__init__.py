@@ -1,6 +1,14 @@
-"""Telemetry for adaptive_runtime: spans, metrics and their exporters.
+"""Telemetry for adaptive_runtime: every admitted selection as OTLP spans, plus metrics.
 
-So far: the embedded default exporters that write OTLP/JSON lines files
-(:mod:`adaptive_runtime.telemetry.otlp_json`). Span and metric export from the runtime and
-``configure()`` come next (see DESIGN.md, "Telemetry contract").
+``configure()`` sets up an OpenTelemetry SDK for applications that have none (OTLP when an
+endpoint is configured, else OTLP/JSON lines files) and switches every runtime's export on;
+``shutdown()`` flushes it. An application with its own SDK providers keeps them: runtimes
+export into those as soon as they exist, or on ``instrument(rt)``.
 """
+
+from .instrumentation import instrument
+from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
+from .spans import SpanRecorder
+
+__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "configure", "instrument",
+           "shutdown"]

@@ -1,0 +1,76 @@
+"""Which runtimes export telemetry, and switching them on and off together.
+
+A runtime registers itself when it is built. Telemetry is *active* once ``configure()`` ran,
+or when the application already installed an OpenTelemetry SDK tracer provider of its own;
+an active state attaches every registered runtime (and every later one). Until then a
+runtime pays nothing for tracing: no span sink, so its trace gate is not even consulted.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Protocol
+
+from opentelemetry import trace
+
+__all__ = ["Instrumentable", "activate", "deactivate", "is_active", "register"]
+
+
+class Instrumentable(Protocol):
+    """What the runtime offers telemetry: switch its span and metric export on or off."""
+
+    def _telemetry_on(self) -> None: ...
+
+    def _telemetry_off(self, timeout_s: float) -> None: ...
+
+
+_lock = threading.Lock()
+_targets: weakref.WeakSet[Instrumentable] = weakref.WeakSet()  # type: ignore[type-var]
+_configured = False
+
+
+def app_has_sdk_provider() -> bool:
+    """Whether the global tracer provider is a real SDK one set by the application."""
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def is_active() -> bool:
+    return _configured or app_has_sdk_provider()
+
+
+def register(target: Instrumentable) -> None:
+    """Track ``target``; attach it now if telemetry is already active."""
+    with _lock:
+        _targets.add(target)
+        active = is_active()
+    if active:
+        target._telemetry_on()
+
+
+def instrument(target: Instrumentable) -> None:
+    """Attach ``target`` now, whatever the global state (an explicit opt-in)."""
+    with _lock:
+        _targets.add(target)
+    target._telemetry_on()
+
+
+def activate() -> None:
+    """Mark telemetry configured and attach every registered runtime."""
+    global _configured
+    with _lock:
+        _configured = True
+        targets = list(_targets)
+    for target in targets:
+        target._telemetry_on()
+
+
+def deactivate(timeout_s: float = 5.0) -> None:
+    """Flush and detach every registered runtime (before the providers shut down)."""
+    global _configured
+    with _lock:
+        _configured = False
+        targets = list(_targets)
+    for target in targets:
+        target._telemetry_off(timeout_s)

@@ -1,0 +1,260 @@
+"""``configure()``: an OpenTelemetry SDK for applications that have none, from OTEL_* settings.
+
+- An OTLP endpoint (argument, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+  ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``) → OTLP exporters,
+  over gRPC or HTTP/protobuf (``protocol`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``; default
+  ``http/protobuf`` as the specification says). Headers and certificate come from the
+  argument or the standard ``OTEL_EXPORTER_OTLP_HEADERS`` / ``_CERTIFICATE`` variables.
+- No endpoint → the embedded default: OTLP/JSON lines files ``traces.jsonl`` and
+  ``metrics.jsonl`` under ``directory`` (argument, ``ADAPTIVE_RUNTIME_TELEMETRY_DIR``, else
+  ``./adaptive-runtime-telemetry``) — what the Collector's ``otlpjsonfile`` receiver reads, so
+  a run can be replayed into Jaeger later.
+- A Prometheus port (argument or ``ADAPTIVE_RUNTIME_PROMETHEUS_PORT``) → also a scrape
+  endpoint.
+- ``OTEL_SDK_DISABLED=true`` → nothing is set up and nothing is exported.
+
+An application that already set its own tracer or meter provider keeps it: ``configure()``
+then only switches the runtimes' instrumentation on. Shutdown (also at interpreter exit)
+flushes the runtimes' span buffers first, then the providers, so every span the trace gate
+admitted reaches the exporter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from ..errors import ConfigError
+from . import instrumentation
+from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+
+__all__ = ["DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
+DEFAULT_SERVICE_NAME = "adaptive_runtime"
+_PROTOCOLS = ("grpc", "http/protobuf")
+
+
+@dataclass
+class Telemetry:
+    """What :func:`configure` set up (``None`` where the application's own provider stays)."""
+
+    enabled: bool
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    traces_destination: str | None = None
+    metrics_destination: str | None = None
+    prometheus_port: int | None = None
+    _shut_down: bool = field(default=False, repr=False)
+    _prometheus_server: Any = field(default=None, repr=False)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Flush the runtimes' buffered spans, then our providers' exporters; stop them."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        instrumentation.deactivate(timeout_s)
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is None:
+                continue
+            try:
+                provider.shutdown()
+            except Exception as exc:  # observability never breaks the caller, even at exit
+                _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
+        if self._prometheus_server is not None:
+            self._prometheus_server.shutdown()
+            self._prometheus_server.server_close()
+
+
+_lock = threading.Lock()
+_current: Telemetry | None = None
+
+
+def configure(service_name: str | None = None, endpoint: str | None = None,
+              prometheus_port: int | None = None, *, protocol: str | None = None,
+              headers: dict[str, str] | None = None, directory: str | None = None,
+              metrics_interval_s: float = 10.0, prometheus_host: str = "0.0.0.0",
+              environ: dict[str, str] | None = None) -> Telemetry:
+    """Set up tracing and metrics export for adaptive_runtime (see the module docstring).
+
+    Calling it again replaces what an earlier call set up (after flushing it). Raises
+    :class:`ConfigError` for a bad protocol, port or interval, naming where it came from.
+    """
+    global _current
+    env = os.environ if environ is None else environ
+    if metrics_interval_s <= 0:
+        raise ConfigError(f"metrics_interval_s must be > 0, got {metrics_interval_s}",
+                          field="metrics_interval_s")
+    with _lock:
+        if _current is not None:
+            _current.shutdown()
+            _current = None
+        if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            _current = Telemetry(enabled=False)
+            return _current
+
+        resource = Resource.create(
+            {SERVICE_NAME: service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME})
+        port = _prometheus_port(prometheus_port, env)
+        folder = directory or env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
+        telemetry = Telemetry(enabled=True, prometheus_port=port)
+
+        if instrumentation.app_has_sdk_provider():
+            _log.info("adaptive_runtime: keeping the application's tracer provider")
+        else:
+            exporter, telemetry.traces_destination = _span_exporter(
+                endpoint, protocol, headers, folder, env)
+            provider = TracerProvider(resource=resource)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            telemetry.tracer_provider = provider
+
+        if _app_has_meter_provider():
+            _log.info("adaptive_runtime: keeping the application's meter provider")
+        else:
+            metric_exporter, telemetry.metrics_destination = _metric_exporter(
+                endpoint, protocol, headers, folder, env)
+            readers: list[MetricReader] = [PeriodicExportingMetricReader(
+                metric_exporter, export_interval_millis=metrics_interval_s * 1000.0)]
+            if port is not None:
+                reader, telemetry._prometheus_server = _prometheus_reader(port, prometheus_host)
+                readers.append(reader)
+            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+            metrics.set_meter_provider(meter_provider)
+            telemetry.meter_provider = meter_provider
+
+        _current = telemetry
+    instrumentation.activate()
+    return telemetry
+
+
+def shutdown(timeout_s: float = 10.0) -> None:
+    """Flush and stop what :func:`configure` set up (also runs at interpreter exit)."""
+    global _current
+    with _lock:
+        current, _current = _current, None
+    if current is not None:
+        current.shutdown(timeout_s)
+
+
+atexit.register(shutdown)
+
+
+# ---------------------------------------------------------------------------- exporters
+
+
+def _endpoint(signal: str, endpoint: str | None, env: Any) -> str | None:
+    return (endpoint or env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+
+
+def _protocol(signal: str, protocol: str | None, env: Any) -> str:
+    for source, value in ((f"protocol={protocol!r}", protocol),
+                          (f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL",
+                           env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")),
+                          ("OTEL_EXPORTER_OTLP_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL"))):
+        if value:
+            value = value.strip().lower()
+            if value not in _PROTOCOLS:
+                raise ConfigError(f"{source}: the OTLP protocol must be one of "
+                                  f"{', '.join(_PROTOCOLS)}, got {value!r}")
+            return value
+    return "http/protobuf"
+
+
+def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | None) -> str:
+    # The generic endpoint is a base URL the signal path is appended to; a signal-specific
+    # one (or an explicit argument ending in the path) is used as it is.
+    if env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") and not explicit:
+        return endpoint
+    base = endpoint.rstrip("/")
+    return base if base.endswith(path) else base + path
+
+
+def _span_exporter(endpoint: str | None, protocol: str | None, headers: dict[str, str] | None,
+                   folder: str, env: Any) -> tuple[SpanExporter, str]:
+    url = _endpoint("TRACES", endpoint, env)
+    if url is None:
+        path = os.path.join(folder, "traces.jsonl")
+        return OtlpJsonFileSpanExporter(path), path
+    if _protocol("TRACES", protocol, env) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(endpoint=url, insecure=url.startswith("http://"),
+                                headers=headers), url
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    full = _http_url(url, "/v1/traces", "TRACES", env, endpoint)
+    return HttpSpanExporter(endpoint=full, headers=headers), full
+
+
+def _metric_exporter(endpoint: str | None, protocol: str | None,
+                     headers: dict[str, str] | None, folder: str, env: Any) -> tuple[Any, str]:
+    url = _endpoint("METRICS", endpoint, env)
+    if url is None:
+        path = os.path.join(folder, "metrics.jsonl")
+        return OtlpJsonFileMetricExporter(path), path
+    if _protocol("METRICS", protocol, env) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter(endpoint=url, insecure=url.startswith("http://"),
+                                  headers=headers), url
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    full = _http_url(url, "/v1/metrics", "METRICS", env, endpoint)
+    return HttpMetricExporter(endpoint=full, headers=headers), full
+
+
+def _app_has_meter_provider() -> bool:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+    provider = metrics.get_meter_provider()
+    return not isinstance(provider, _ProxyMeterProvider | NoOpMeterProvider)
+
+
+def _prometheus_port(port: int | None, env: Any) -> int | None:
+    source = "prometheus_port"
+    if port is None:
+        raw = env.get("ADAPTIVE_RUNTIME_PROMETHEUS_PORT", "").strip()
+        if not raw:
+            return None
+        source = "ADAPTIVE_RUNTIME_PROMETHEUS_PORT"
+        try:
+            port = int(raw)
+        except ValueError:
+            raise ConfigError(f"{source}={raw!r} is not a port number (0-65535)") from None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{source} must be a port number 0-65535, got {port!r}",
+                          field="prometheus_port")
+    return port
+
+
+def _prometheus_reader(port: int, host: str) -> tuple[MetricReader, Any]:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import start_http_server
+
+    reader = PrometheusMetricReader()
+    server, _thread = start_http_server(port, addr=host)
+    return reader, server

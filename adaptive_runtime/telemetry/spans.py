@@ -1,0 +1,298 @@
+"""Spans built after the fact: the loop hands over a record, a worker thread makes the spans.
+
+The caller's thread pays for capturing the active OpenTelemetry context and appending one tuple
+to a bounded buffer; the SDK work (span objects, attributes, processors, export) happens on the
+recorder's worker thread with the explicit start and end times taken in the loop. When the
+buffer is full, records are dropped and counted, never waited for.
+
+Spans (DESIGN.md, "Telemetry contract"):
+
+- ``adaptive.select {operation}`` — the selection, with the decision and why;
+- ``adaptive.execute {operation}`` — the kernel on the chosen arm, with its real start and end;
+- ``adaptive.hot_path {operation}`` — an operation entered or left the hot path.
+
+``select`` and ``execute`` are siblings under the caller's active span (a training step); with
+no active span, ``execute`` is the child of ``select`` so the pair stays in one trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+if TYPE_CHECKING:
+    from .._dispatch import CallRecord
+    from ..gating import HotPathTransition
+
+__all__ = ["DEFAULT_CAPACITY", "SpanRecorder"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_CAPACITY = 8192
+INSTRUMENTATION_NAME = "adaptive_runtime"
+
+
+class SpanRecorder:
+    """Buffers what timed calls did and turns it into spans on a worker thread.
+
+    ``timer`` is the clock the records' timestamps come from (the runtime's, in ns); spans get
+    wall-clock times through an offset measured once. ``tracer_provider`` defaults to the
+    global one, read when spans are made, so an application that sets its provider later is
+    still served. Never raises into the caller: an SDK or exporter error is logged once and
+    counted in ``errors``.
+    """
+
+    def __init__(self, *, timer: Callable[[], int] = time.perf_counter_ns,
+                 tracer_provider: trace.TracerProvider | None = None,
+                 capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 0.1,
+                 on_materialized: Callable[[CallRecord], None] | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
+        self._timer = timer
+        self._provider = tracer_provider
+        self.capacity = capacity
+        self._flush_interval_s = flush_interval_s
+        self._on_materialized = on_materialized
+        self._wall_offset_ns = time.time_ns() - timer()
+        self._buffer: deque[tuple[Any, ...]] = deque()
+        # counters bumped from any thread: itertools.count's next() is atomic
+        self._dropped = itertools.count()
+        self._spans = itertools.count()
+        self._errors = itertools.count()
+        self._logged_error = False
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._start_lock = threading.Lock()
+        _track(self)
+
+    # ------------------------------------------------------------------ loop side
+
+    def submit(self, record: CallRecord) -> None:
+        """Queue one timed call's spans (called right after the call, in its thread)."""
+        self._enqueue(("call", record, otel_context.get_current()))
+
+    def submit_transition(self, transition: HotPathTransition) -> None:
+        """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it."""
+        self._enqueue(("hot", transition, otel_context.get_current(), self._timer()))
+
+    def _enqueue(self, item: tuple[Any, ...]) -> None:
+        if self._stop:
+            next(self._dropped)
+            return
+        buffer = self._buffer
+        if len(buffer) >= self.capacity:
+            next(self._dropped)  # full: drop and count, never block the loop
+            return
+        buffer.append(item)
+        thread = self._thread
+        if thread is None or self._pid != os.getpid():
+            self._start_worker()
+        elif len(buffer) >= self.capacity // 2:
+            self._wake.set()  # drain early rather than drop
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def dropped(self) -> int:
+        """Records dropped because the buffer was full (or the recorder shut down)."""
+        return _issued(self._dropped)
+
+    @property
+    def spans_made(self) -> int:
+        return _issued(self._spans)
+
+    @property
+    def errors(self) -> int:
+        return _issued(self._errors)
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    # ------------------------------------------------------------------ worker
+
+    def _start_worker(self) -> None:
+        with self._start_lock:
+            if self._pid != os.getpid():
+                self._after_fork()
+            if self._thread is not None or self._stop:
+                return
+            self._thread = threading.Thread(target=self._run, name="adaptive-runtime-spans",
+                                            daemon=True)
+            self._thread.start()
+
+    def _after_fork(self) -> None:
+        # In a forked child (a DataLoader worker) the parent's worker thread does not exist:
+        # start afresh with an empty buffer (the parent exports what it had queued).
+        self._pid = os.getpid()
+        self._buffer = deque()
+        self._thread = None
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._start_lock = threading.Lock()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._flush_interval_s)
+            self._wake.clear()
+            self._drain()
+            if self._stop and not self._buffer:
+                return
+
+    def _drain(self) -> None:
+        buffer = self._buffer
+        if not buffer:
+            self._idle.set()
+            return
+        self._idle.clear()
+        tracer = self._tracer()
+        try:
+            while buffer:
+                item = buffer.popleft()
+                try:
+                    if item[0] == "call":
+                        self._make_call_spans(tracer, item[1], item[2])
+                    else:
+                        self._make_hot_path_span(tracer, item[1], item[2], item[3])
+                except Exception as exc:  # observability never breaks the caller
+                    self._error(exc)
+        finally:
+            self._idle.set()
+
+    def _tracer(self) -> trace.Tracer:
+        provider = self._provider or trace.get_tracer_provider()
+        return provider.get_tracer(INSTRUMENTATION_NAME)
+
+    def _error(self, exc: Exception) -> None:
+        next(self._errors)
+        if not self._logged_error:
+            self._logged_error = True
+            _log.warning("adaptive_runtime could not record spans (counted, logged once): %r",
+                         exc)
+
+    def _make_call_spans(self, tracer: trace.Tracer, record: CallRecord,
+                         ctx: otel_context.Context) -> None:
+        offset = self._wall_offset_ns
+        decision = record.decision
+        operation = record.operation
+        select_attrs: dict[str, Any] = {
+            "adaptive.operation": operation,
+            "adaptive.input_size": record.input_size,
+            "adaptive.size_bucket": record.size_bucket,
+            "adaptive.backend": decision.backend.value,
+            "adaptive.decision": decision.reason.value,
+            "adaptive.has_history": bool(decision.estimates_us),
+            "adaptive.confidence": float(decision.confidence),
+            "adaptive.samples": decision.samples,
+            "adaptive.sampling.reason": record.verdict.reason.value,
+            "adaptive.sampling.weight": float(record.verdict.weight),
+        }
+        for arm, estimate in decision.estimates_us.items():
+            select_attrs[f"adaptive.estimate_us.{arm.value}"] = float(estimate)
+        select_start = record.select_start_ns + offset
+        select_end = max(record.start_ns + offset, select_start)
+        select = tracer.start_span(f"adaptive.select {operation}", context=ctx,
+                                   attributes=select_attrs, start_time=select_start)
+        select.end(end_time=select_end)
+
+        parent = trace.get_current_span(ctx).get_span_context()
+        exec_ctx = ctx if parent.is_valid else trace.set_span_in_context(select, ctx)
+        exec_attrs: dict[str, Any] = {
+            "adaptive.operation": operation,
+            "adaptive.backend": record.backend.value,
+            "adaptive.duration_us": (record.end_ns - record.start_ns) / 1000.0,
+        }
+        if record.error is not None:
+            exec_attrs["error.type"] = type(record.error).__qualname__
+            if record.fallback_to is not None:
+                exec_attrs["adaptive.fallback_to"] = record.fallback_to.value
+        execute = tracer.start_span(f"adaptive.execute {operation}", context=exec_ctx,
+                                    attributes=exec_attrs, start_time=record.start_ns + offset)
+        if record.error is not None:
+            execute.set_status(Status(StatusCode.ERROR, f"{type(record.error).__name__}: "
+                                                        f"{record.error}"))
+        execute.end(end_time=max(record.end_ns + offset, record.start_ns + offset))
+        next(self._spans)
+        next(self._spans)
+        if self._on_materialized is not None:
+            self._on_materialized(record)
+
+    def _make_hot_path_span(self, tracer: trace.Tracer, transition: HotPathTransition,
+                            ctx: otel_context.Context, at_ns: int) -> None:
+        when = at_ns + self._wall_offset_ns
+        span = tracer.start_span(
+            f"adaptive.hot_path {transition.operation}", context=ctx, start_time=when,
+            attributes={
+                "adaptive.operation": transition.operation,
+                "adaptive.hot_path.entered": transition.entered,
+                "adaptive.hot_path.calls_per_sec": float(transition.calls_per_sec),
+                "adaptive.hot_path.suppressed_selections": transition.suppressed,
+            })
+        span.end(end_time=when)
+        next(self._spans)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Make spans of everything queued so far; ``False`` if ``timeout_s`` ran out."""
+        deadline = time.monotonic() + timeout_s
+        if self._thread is None or self._pid != os.getpid():
+            self._drain()  # no worker (yet): do it here
+            return not self._buffer
+        while self._buffer or not self._idle.is_set():
+            self._wake.set()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._idle.wait(min(remaining, 0.05))
+            if self._buffer:
+                time.sleep(0.001)
+        return True
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Flush, stop the worker; later submissions are dropped (and counted)."""
+        flushed = self.flush(timeout_s)
+        self._stop = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        return flushed
+
+
+def _issued(counter: itertools.count) -> int:
+    return int(repr(counter)[6:-1])
+
+
+_recorders: weakref.WeakSet[SpanRecorder] = weakref.WeakSet()
+
+
+def _track(recorder: SpanRecorder) -> None:
+    _recorders.add(recorder)
+
+
+def _reinit_after_fork() -> None:
+    for recorder in list(_recorders):
+        recorder._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
