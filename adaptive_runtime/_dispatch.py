@@ -158,6 +158,8 @@ class Dispatcher:
         self._timer = timer
         self.span_sink = span_sink
         self.hot_sink = hot_sink
+        # (operation, backend, duration_us) of every timed call, for the duration histogram
+        self.duration_sink: Callable[[tuple[str, Backend, float]], None] | None = None
         self._lock = threading.Lock()
         # operation name -> (size_of, {bucket: entry}, operation); read lock-free by run()
         self._routes: dict[str, tuple[Callable[..., int], dict[int, _Entry], Operation]] = {}
@@ -275,6 +277,8 @@ class Dispatcher:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
             self._history.record(key, decision.backend, duration_us)
+            if self.duration_sink is not None:
+                self.duration_sink((op.name, decision.backend, duration_us))
         steps = entry.plan
         if steps and not key.failures:  # exploration goes on by plan: no need to ask the policy
             entry.plan = steps[1:]
@@ -625,6 +629,10 @@ class Dispatcher:
             for operation, entry in self._retired:
                 self._flush(operation, entry)
             return {SelectionKey(*k): n for k, n in self._selections.items() if n}
+
+    def hot_operations(self) -> list[str]:
+        with self._lock:
+            return self._hot.hot_operations()
 
     def fallback_counts(self) -> dict[tuple[str, Backend, Backend], int]:
         with self._lock:

@@ -238,6 +238,10 @@ class AdaptiveRuntime:
         """Calls re-routed after an arm raised, by (operation, failed arm, fallback arm)."""
         return self._dispatcher.fallback_counts()
 
+    def hot_operations(self) -> list[str]:
+        """Operations on the hot path now (tracing off for them, learning on)."""
+        return self._dispatcher.hot_operations()
+
     def trace_counts(self) -> dict[str, dict[str, int]]:
         """Measured calls whose spans the trace gate admitted / suppressed, by reason."""
         gate = self._dispatcher._gate
