@@ -24,6 +24,7 @@ from .errors import BackendUnavailableError, ConfigError
 from .keys import bucket_bounds, size_bucket
 from .operations import DeviceProbe
 from .runtime import AdaptiveRuntime
+from .telemetry import configure, shutdown
 
 __all__ = ["main"]
 
@@ -65,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="seed for the data and the call order (default: %(default)s)")
     demo.add_argument("--max-size", type=_max_size, default=1_000_000,
                       help="largest input size in elements, >= 8 (default: %(default)s)")
+    demo.add_argument("--no-telemetry", action="store_true",
+                      help="do not export spans and metrics (by default they go to OTLP when "
+                           "OTEL_EXPORTER_OTLP_ENDPOINT is set, else to OTLP/JSON lines files "
+                           "under ./adaptive-runtime-telemetry)")
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -106,6 +111,7 @@ def demo_workload(calls: int, sizes: Sequence[int], seed: int) -> list[tuple[str
 
 
 def _demo(args: argparse.Namespace) -> int:
+    telemetry = None if args.no_telemetry else configure(service_name="adaptive-runtime-demo")
     rt = AdaptiveRuntime()
     sizes = demo_sizes(args.max_size)
     work = demo_workload(args.calls, sizes, args.seed)
@@ -133,6 +139,13 @@ def _demo(args: argparse.Namespace) -> int:
     elapsed_s = time.perf_counter() - start
 
     print_report(rt, sizes, len(work), elapsed_s, out)
+    if telemetry is not None and telemetry.enabled:
+        shutdown()  # flush: every span the trace gate admitted reaches the exporter
+        exported = sum(rt.trace_counts()["exported"].values())
+        print(f"telemetry: {exported} traced calls (select + execute spans) -> "
+              f"{telemetry.traces_destination or 'the application tracer provider'}; "
+              f"metrics -> {telemetry.metrics_destination or 'the application meter provider'}",
+              file=out)
     return 0
 
 
