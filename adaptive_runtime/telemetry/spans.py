@@ -101,8 +101,7 @@ class SpanRecorder:
             next(self._dropped)  # full: drop and count, never block the loop
             return
         buffer.append(item)
-        thread = self._thread
-        if thread is None or self._pid != os.getpid():
+        if self._thread is None:  # first use, or a forked child (see _after_fork)
             self._start_worker()
         elif len(buffer) >= self.capacity // 2:
             self._wake.set()  # drain early rather than drop
