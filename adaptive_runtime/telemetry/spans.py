@@ -17,6 +17,7 @@ no active span, ``execute`` is the child of ``select`` so the pair stays in one 
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import os
@@ -286,6 +287,17 @@ _recorders: weakref.WeakSet[SpanRecorder] = weakref.WeakSet()
 
 def _track(recorder: SpanRecorder) -> None:
     _recorders.add(recorder)
+    # Flush at exit. Registered per recorder, when it is made: atexit runs handlers last-in
+    # first-out, so this runs before the shutdown of a tracer provider made earlier (the SDK
+    # registers one per provider) — the spans reach the provider while it still exports.
+    ref = weakref.ref(recorder)
+
+    def flush_at_exit() -> None:
+        live = ref()
+        if live is not None:
+            live.flush(timeout_s=5.0)
+
+    atexit.register(flush_at_exit)
 
 
 def _reinit_after_fork() -> None:
