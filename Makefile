@@ -20,8 +20,8 @@ PIP := $(PY) -m pip
 PIP_QUIET ?= -q
 TORCH_VERSION := 2.13.0
 EXTRAS := torch,jax,test
-# Debian packages the project needs (none yet); `make deps-apt` installs them when listed.
-APT_PACKAGES :=
+# Debian packages the tests need (a real Prometheus, with promtool); installed once, as root.
+APT_PACKAGES := prometheus
 
 INSTALL_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-12)-torch$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(INSTALL_HASH)
@@ -44,14 +44,16 @@ venv: $(STAMP)
 
 deps-apt:
 ifneq ($(strip $(APT_PACKAGES)),)
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES)
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
+		echo "==> installing Debian packages: $(APT_PACKAGES)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
 else
 	@true
 endif
 
 # No file prerequisite: the stamp's name already carries the hash of pyproject.toml.
-$(STAMP): | deps-apt
+$(STAMP):
 	@echo "==> setting up $(VENV) (torch==$(TORCH_VERSION), .[$(EXTRAS)])"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(PIP_QUIET) --upgrade pip
@@ -64,7 +66,7 @@ demo: $(STAMP)
 	$(PY) -m adaptive_runtime demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
-test: $(STAMP)
+test: deps-apt $(STAMP)
 	@rc=0; $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo 'make test: no tests collected (pytest exit 5) - failing' >&2; exit 1; fi; \
 	exit $$rc

@@ -21,6 +21,7 @@ from .keys import size_bucket
 from .operations import DeviceProbe, Kind, Operation, OperationRegistry
 from .policy import Decision, Policy, PolicyConfig
 from .telemetry import instrumentation
+from .telemetry.metrics import RuntimeMetrics
 from .telemetry.spans import SpanRecorder
 
 __all__ = ["AdaptiveRuntime", "get_runtime"]
@@ -56,6 +57,7 @@ class AdaptiveRuntime:
         self._clock = clock
         self._timer = timer
         self._spans: SpanRecorder | None = None
+        self._metrics: RuntimeMetrics | None = None
         self._telemetry_lock = threading.Lock()
         self._registry = OperationRegistry()
         self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
@@ -127,21 +129,28 @@ class AdaptiveRuntime:
     # ------------------------------------------------------------------ telemetry hooks
 
     def _telemetry_on(self) -> None:
-        """Export spans (when ``config.tracing``); called by ``ar.telemetry``."""
+        """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``."""
         with self._telemetry_lock:
             if self.config.tracing and self._spans is None:
                 self._spans = SpanRecorder(timer=self._timer)
                 self._dispatcher.hot_sink = self._spans.submit_transition
                 self._dispatcher.span_sink = self._spans.submit
+            if self._metrics is None:  # metrics whatever config.tracing says
+                self._metrics = RuntimeMetrics(self)
+                self._dispatcher.duration_sink = self._metrics.pending.append
 
     def _telemetry_off(self, timeout_s: float) -> None:
         """Stop exporting; what was admitted before is flushed first."""
         with self._telemetry_lock:
             spans, self._spans = self._spans, None
+            metrics, self._metrics = self._metrics, None
             self._dispatcher.span_sink = None
             self._dispatcher.hot_sink = None
+            self._dispatcher.duration_sink = None
         if spans is not None:
             spans.shutdown(timeout_s)
+        if metrics is not None:
+            metrics.close()  # a last reading, so the shutdown export holds every call
 
     def flush_telemetry(self, timeout_s: float = 5.0) -> bool:
         """Turn every span admitted so far into spans handed to the SDK (``False``: timed

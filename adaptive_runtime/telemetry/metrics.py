@@ -1,0 +1,474 @@
+"""OpenTelemetry metrics of a runtime, read from its own counters at collection time.
+
+The runtime counts every call itself (selections, fallbacks, trace-gate verdicts), traced or
+not; :class:`RuntimeMetrics` only *observes* those counters when a metric reader collects, so
+the call path does no OpenTelemetry work at all. Instruments are created against the
+OpenTelemetry **API** (the global meter provider unless one is given): without an SDK they
+are no-ops, and the application's SDK decides readers, exporters, views and temporality.
+
+Instruments (OTel names; the Prometheus exporter names are in parentheses):
+
+- ``adaptive.selection`` counter — calls by ``adaptive.operation``, ``adaptive.backend`` and
+  ``adaptive.decision`` (``adaptive_selection_total``).
+- ``adaptive.fallback`` counter — calls re-routed after an arm raised, by
+  ``adaptive.operation``, ``adaptive.backend`` (the arm that failed) and
+  ``adaptive.fallback_to`` (``adaptive_fallback_total``).
+- ``adaptive.span.exported`` / ``adaptive.span.suppressed`` counters — timed calls whose spans
+  the trace gate exported / did not, by ``adaptive.sampling.reason``
+  (``adaptive_span_exported_total`` / ``adaptive_span_suppressed_total``).
+- ``adaptive.hot_path.active`` gauge — 1 for each registered operation on the hot path, else 0
+  (``adaptive_hot_path_active``).
+- ``adaptive.op.duration`` histogram, seconds, buckets from 1 µs to 10 s — the kernel time of
+  every *timed* call (the runtime times 1-in-N calls of a converged key), by
+  ``adaptive.operation`` and ``adaptive.backend`` (``adaptive_op_duration_seconds_bucket``,
+  ``_sum``, ``_count``).
+- ``adaptive.op.duration.overflows`` counter — collection intervals in which the duration
+  queue overflowed, so some durations were lost (``adaptive_op_duration_overflows_total``).
+
+Every attribute is bounded: operation names are registry names (``select()`` names are capped
+by the runtime), arms are three, reasons a handful.
+
+Durations: the runtime appends ``(operation, backend, duration_us)`` for each timed call to
+:attr:`RuntimeMetrics.pending` (a bounded ``deque``; ``append`` is one atomic C call). At
+collection time a callback drains the queue into the histogram. Recording from inside a
+callback is sound in the SDK (1.45): ``SynchronousMeasurementConsumer.collect`` runs every
+asynchronous callback under its lock *before* it collects the reader's storage, and a
+synchronous ``record`` goes straight to every reader's storage without that lock. So the
+durations drained by a reader's collection are in that same export; a second reader on the
+same provider sees them in its next collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+if TYPE_CHECKING:
+    from .._dispatch import SelectionKey
+    from ..backend import Backend
+
+__all__ = ["DURATION_BUCKETS_S", "METER_NAME", "MetricsSource", "RuntimeMetrics"]
+
+_log = logging.getLogger(__name__)
+
+METER_NAME = "adaptive_runtime"
+
+# Kernel times span from sub-microsecond vector ops to multi-second GPU batches: 1-2.5-5 steps
+# per decade from 1 µs to 10 s (23 buckets). In seconds, as OpenTelemetry and Prometheus
+# conventions ask; the runtime measures in microseconds and converts when recording.
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    1e-6, 2.5e-6, 5e-6,
+    1e-5, 2.5e-5, 5e-5,
+    1e-4, 2.5e-4, 5e-4,
+    1e-3, 2.5e-3, 5e-3,
+    0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+    10.0,
+)
+
+# Attribute keys of each counter, in the order of the label tuples the readers below build.
+_SELECTION = ("adaptive.operation", "adaptive.backend", "adaptive.decision")
+_FALLBACK = ("adaptive.operation", "adaptive.backend", "adaptive.fallback_to")
+_REASON = ("adaptive.sampling.reason",)
+
+# Marks the end of what a drain took from ``pending``; see RuntimeMetrics._drain.
+_MARK: Any = object()
+
+# Attribute dicts of the duration histogram are cached per (operation, backend); the cache is
+# cleared past this size (operation names are bounded, so this is only a safety net).
+_MAX_DURATION_ATTRS = 4096
+
+
+class MetricsSource(Protocol):
+    """What :class:`RuntimeMetrics` reads (``AdaptiveRuntime`` provides it). Counts are
+    cumulative since the source was created and cover every call, traced or not."""
+
+    def selection_counts(self) -> Mapping[SelectionKey, int]: ...
+
+    def fallback_counts(self) -> Mapping[tuple[str, Backend, Backend], int]: ...
+
+    def trace_counts(self) -> Mapping[str, Mapping[str, int]]: ...
+
+    def hot_operations(self) -> list[str]: ...
+
+    @property
+    def operations(self) -> tuple[str, ...]: ...
+
+
+def _label(value: object) -> str:
+    # Backend and Reason are str enums; their ``value`` is the bounded label.
+    return str(getattr(value, "value", value))
+
+
+def _selections(source: MetricsSource) -> _Counts:
+    return {(key.operation, _label(key.backend), _label(key.reason)): n
+            for key, n in source.selection_counts().items()}
+
+
+def _fallbacks(source: MetricsSource) -> _Counts:
+    return {(op, _label(failed), _label(to)): n
+            for (op, failed, to), n in source.fallback_counts().items()}
+
+
+def _exported(source: MetricsSource) -> _Counts:
+    return {(reason,): n for reason, n in source.trace_counts().get("exported", {}).items()}
+
+
+def _suppressed(source: MetricsSource) -> _Counts:
+    return {(reason,): n for reason, n in source.trace_counts().get("suppressed", {}).items()}
+
+
+_Counts = dict[tuple[str, ...], int]  # label values (in attribute-key order) -> count
+_Read = Callable[[MetricsSource], _Counts]
+_COUNTERS: Mapping[str, tuple[tuple[str, ...], _Read]] = {
+    "selection": (_SELECTION, _selections),
+    "fallback": (_FALLBACK, _fallbacks),
+    "exported": (_REASON, _exported),
+    "suppressed": (_REASON, _suppressed),
+}
+_OVERFLOWS = "overflows"  # counted by the hub itself, not read from the source
+
+
+class RuntimeMetrics:
+    """Exports a runtime's counters and timed-call durations as OpenTelemetry metrics.
+
+    ``source`` is the runtime (see :class:`MetricsSource`); only a weak reference to it is
+    kept, so a runtime that is dropped is not kept alive by its metrics. ``meter_provider``
+    defaults to the global one (``opentelemetry.metrics.get_meter_provider()``, a proxy until
+    the application installs an SDK). ``max_pending`` bounds :attr:`pending`: that many
+    durations between two collections are always kept (one more fits); past that the oldest
+    are dropped and the next collection counts one overflow.
+
+    The runtime appends ``(operation, backend, duration_us)`` of every timed call to
+    :attr:`pending`; nothing else happens on its thread. Counters are read from the source
+    when a reader collects.
+
+    All runtimes on one meter provider share one set of instruments (the SDK returns an
+    already registered instrument *without* the new callbacks, so a second set would be
+    silently dead): counts of runtimes with the same attributes are summed. Counters stay
+    monotonic: a closed runtime's last totals keep being reported (frozen), and a collected
+    runtime's are kept too, so a process-wide total never drops (Prometheus would read a drop
+    as a counter reset).
+
+    Observability never breaks the caller: callbacks catch every exception, log it once per
+    kind and carry on without that runtime's data.
+    """
+
+    def __init__(self, source: MetricsSource, *,
+                 meter_provider: metrics.MeterProvider | None = None,
+                 max_pending: int = 65536) -> None:
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        self._source_ref: weakref.ref[MetricsSource] = weakref.ref(source)
+        self._max_pending = max_pending
+        #: ``(operation, backend, duration_us)`` of timed calls, appended by the runtime and
+        #: drained at collection. Also holds one private marker object (overflow detection),
+        #: hence the one extra place.
+        self.pending: deque[Any] = deque((_MARK,), maxlen=max_pending + 1)
+        self._closed = False
+        self._hub = _hub_for(meter_provider)
+        self._slot = self._hub.attach(self)
+
+    def source(self) -> MetricsSource | None:
+        """The runtime observed, or ``None`` once it is closed or was garbage-collected."""
+        return None if self._closed else self._source_ref()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def max_pending(self) -> int:
+        return self._max_pending
+
+    @property
+    def overflows(self) -> int:
+        """Collections that found durations lost because :attr:`pending` was full."""
+        return self._slot.counts[_OVERFLOWS].get((), 0)
+
+    def close(self) -> None:
+        """Stop observing the runtime (idempotent).
+
+        The durations queued so far are recorded and the counters read one last time, so the
+        provider's final export still has every call up to now; after that the runtime is
+        never read again (the OTel API cannot unregister callbacks, so they skip it) and its
+        frozen totals keep the shared counters monotonic. A later ``RuntimeMetrics`` for the
+        same runtime on the same provider continues from them.
+        """
+        self._hub.detach(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<RuntimeMetrics {state} pending~{len(self.pending)}"
+                f"/{self._max_pending} overflows={self.overflows}>")
+
+
+class _Slot:
+    """One runtime's place in a hub: its live RuntimeMetrics (if any) and its last totals."""
+
+    __slots__ = ("counts", "member", "ref")
+
+    def __init__(self, ref: weakref.ref[MetricsSource] | None) -> None:
+        self.ref = ref  # None: the hub's totals of garbage-collected runtimes
+        self.member: RuntimeMetrics | None = None
+        self.counts: dict[str, _Counts] = {
+            name: {} for name in (*_COUNTERS, _OVERFLOWS)}
+
+    def update(self, name: str, fresh: Mapping[tuple[str, ...], int]) -> None:
+        # Clamp to the previous reading: the runtime may briefly take back a call it counted
+        # twice while racing (see Dispatcher._flush), and a counter must never go down.
+        counts = self.counts[name]
+        for labels, n in fresh.items():
+            if n > counts.get(labels, 0):
+                counts[labels] = n
+
+
+class _Hub:
+    """The instruments of one meter provider and the runtimes they observe."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._lock = threading.Lock()
+        self._slots: list[_Slot] = []
+        self._retired = _Slot(None)
+        self._logged: set[str] = set()
+        self._duration_attrs: dict[tuple[str, object], dict[str, str]] = {}
+        counter = meter.create_observable_counter
+        counter("adaptive.selection", [self._observer("selection")], "{call}",
+                "Calls by operation, chosen arm and decision reason (every call, traced or not)")
+        counter("adaptive.fallback", [self._observer("fallback")], "{call}",
+                "Calls re-routed to another arm after the chosen arm (adaptive.backend) raised")
+        counter("adaptive.span.exported", [self._observer("exported")], "{span}",
+                "Timed calls whose spans the trace gate exported, by sampling reason")
+        counter("adaptive.span.suppressed", [self._observer("suppressed")], "{span}",
+                "Timed calls whose spans were not exported, by reason")
+        meter.create_observable_gauge(
+            "adaptive.hot_path.active", [self._observe_hot], "",
+            "1 while the operation is on the hot path (its spans suppressed), else 0")
+        self._duration = _create_histogram(meter)
+        # Also the drain: its callback records the queued durations before reporting.
+        counter("adaptive.op.duration.overflows", [self._observe_overflows], "{collection}",
+                "Collections that found timed-call durations lost to a full queue")
+
+    # ---------------------------------------------------------------- membership
+
+    def attach(self, member: RuntimeMetrics) -> _Slot:
+        source = member._source_ref()
+        with self._lock:
+            slot = next((s for s in self._slots if s.ref is not None and s.ref() is source),
+                        None)
+            if slot is None:
+                slot = _Slot(member._source_ref)
+                self._slots.append(slot)
+            elif slot.member is not None:  # a second RuntimeMetrics for one runtime: replace
+                self._retire_member(slot)
+            slot.member = member
+            return slot
+
+    def detach(self, member: RuntimeMetrics) -> None:
+        with self._lock:
+            slot = member._slot
+            if slot.member is member:
+                self._retire_member(slot)
+
+    def _retire_member(self, slot: _Slot) -> None:
+        """Final drain and reading of the slot's member, then freeze it. Lock held."""
+        member = slot.member
+        assert member is not None
+        self._drain(slot, member)
+        source = member.source()
+        if source is not None:
+            for name, (_keys, read) in _COUNTERS.items():
+                self._read(slot, name, read, source)
+        member._closed = True
+        slot.member = None
+
+    # ---------------------------------------------------------------- callbacks
+
+    def _observer(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        keys, read = _COUNTERS[name]
+
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            try:
+                with self._lock:
+                    totals = self._totals(name, read)
+                return [Observation(n, dict(zip(keys, labels, strict=True)))
+                        for labels, n in totals.items()]
+            except Exception:  # never let observability break a collection
+                self._log_once(name, "adaptive_runtime metrics: %s callback failed", name)
+                return []
+
+        observe.__qualname__ = f"_Hub.observe_{name}"
+        return observe
+
+    def _totals(self, name: str, read: _Read) -> Counter[tuple[str, ...]]:
+        """Sum of every slot's (fresh or frozen) counts, retired ones included. Lock held."""
+        totals: Counter[tuple[str, ...]] = Counter(self._retired.counts[name])
+        dead = []
+        for slot in self._slots:
+            member = slot.member
+            if member is not None:
+                source = member.source()
+            else:
+                source = slot.ref() if slot.ref is not None else None
+            if source is None:
+                dead.append(slot)
+                continue
+            if member is not None:
+                self._read(slot, name, read, source)
+            totals.update(slot.counts[name])
+        for slot in dead:
+            self._bury(slot)
+            totals.update(slot.counts[name])
+        return totals
+
+    def _read(self, slot: _Slot, name: str, read: _Read, source: MetricsSource) -> None:
+        try:
+            fresh = read(source)
+        except Exception:  # the runtime's counters failed: report what we had
+            self._log_once(f"read {name}", "adaptive_runtime metrics: reading %s failed", name)
+            return
+        slot.update(name, fresh)
+
+    def _bury(self, slot: _Slot) -> None:
+        """The slot's runtime was garbage-collected: fold its totals into the retired ones
+        (bounded by the attribute sets, unlike a slot per dead runtime). Lock held."""
+        if slot.member is not None:
+            self._drain(slot, slot.member)  # its last durations are still real calls
+            slot.member._closed = True
+            slot.member = None
+        self._slots.remove(slot)
+        for name, counts in slot.counts.items():
+            retired = self._retired.counts[name]
+            for labels, n in counts.items():
+                retired[labels] = retired.get(labels, 0) + n
+
+    def _observe_hot(self, _options: CallbackOptions) -> Iterable[Observation]:
+        try:
+            with self._lock:
+                active: dict[str, int] = {}
+                for slot in self._slots:
+                    source = slot.member.source() if slot.member is not None else None
+                    if source is None:
+                        continue
+                    hot = set(source.hot_operations())
+                    for op in source.operations:
+                        active[op] = max(active.get(op, 0), int(op in hot))
+            return [Observation(v, {"adaptive.operation": op}) for op, v in active.items()]
+        except Exception:
+            self._log_once("hot", "adaptive_runtime metrics: hot-path callback failed")
+            return []
+
+    def _observe_overflows(self, _options: CallbackOptions) -> Iterable[Observation]:
+        try:
+            with self._lock:
+                for slot in list(self._slots):
+                    if slot.member is not None:
+                        self._drain(slot, slot.member)
+                totals = self._totals(_OVERFLOWS, lambda _source: {})
+            # reported even at 0, so an alert on it has a series from the start
+            return [Observation(totals.get((), 0))]
+        except Exception:
+            self._log_once("drain", "adaptive_runtime metrics: recording durations failed")
+            return []
+
+    # ---------------------------------------------------------------- durations
+
+    def _drain(self, slot: _Slot, member: RuntimeMetrics) -> None:
+        """Record the member's queued durations into the histogram. Lock held.
+
+        Only as many items as were queued when it starts are taken, so a runtime appending
+        fast cannot keep a collection here forever. Overflow detection: a marker is appended
+        after each drain (and at construction); the deque drops its *oldest* items when full,
+        so if this drain does not meet the marker, it was pushed out: more than max_pending
+        durations came since the previous drain, and any beyond max_pending + 1 were lost.
+        (Durations appended while the previous drain ran sit before its marker, so they could
+        be dropped unnoticed; a handful at most.) Exact counting of the lost ones would need a
+        Python-level append on the caller's thread (~0.2 µs more per timed call).
+        """
+        pending = member.pending
+        record = self._duration.record
+        attrs = self._duration_attrs
+        saw_mark = False
+        for _ in range(len(pending)):
+            try:
+                item = pending.popleft()
+            except IndexError:
+                break
+            if item is _MARK:
+                saw_mark = True
+                continue
+            try:
+                operation, backend, duration_us = item
+                key = (operation, backend)
+                labels = attrs.get(key)
+                if labels is None:
+                    if len(attrs) >= _MAX_DURATION_ATTRS:
+                        attrs.clear()
+                    labels = attrs[key] = {"adaptive.operation": str(operation),
+                                           "adaptive.backend": _label(backend)}
+                record(duration_us / 1e6, labels)
+            except Exception:  # a malformed item, or the SDK refused it: skip it
+                self._log_once("record", "adaptive_runtime metrics: could not record a "
+                               "duration (%r)", item)
+        pending.append(_MARK)
+        if not saw_mark:
+            overflows = slot.counts[_OVERFLOWS]
+            overflows[()] = overflows.get((), 0) + 1
+            self._log_once("overflow", "adaptive_runtime metrics: more than %d timed-call "
+                           "durations queued between two collections; the oldest were "
+                           "dropped (counted in adaptive.op.duration.overflows). Raise "
+                           "max_pending or collect more often.", member.max_pending, error=False)
+
+    def _log_once(self, kind: str, message: str, *args: object, error: bool = True) -> None:
+        """Log the first problem of each kind (with its traceback when ``error``); later ones
+        are silent, so a broken exporter setup cannot flood the application's log."""
+        if kind not in self._logged:
+            self._logged.add(kind)
+            _log.warning(message, *args, exc_info=error)
+
+
+def _create_histogram(meter: metrics.Meter) -> metrics.Histogram:
+    # ``explicit_bucket_boundaries_advisory`` is in the API since 1.23; an SDK view configured
+    # by the application still overrides it, as it should.
+    return meter.create_histogram(
+        "adaptive.op.duration", "s",
+        "Kernel time of timed calls (1-in-N per converged key), by operation and arm",
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
+
+
+# One hub per meter provider (weakly keyed, so a dropped provider takes its hub along), and
+# one for the global provider, whatever it is when the first runtime asks.
+_hubs_lock = threading.Lock()
+_hubs: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()
+_global: tuple[metrics.MeterProvider, _Hub] | None = None  # (provider it was built on, hub)
+
+
+def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:
+    global _global
+    with _hubs_lock:
+        current = metrics.get_meter_provider()
+        if meter_provider is None or meter_provider is current:
+            # A hub built on the API's proxy provider is kept: the proxy forwards its
+            # instruments, callbacks included, to the SDK provider the application sets later
+            # (a second hub on that provider would find its instruments taken). One built on a
+            # real provider is rebuilt only if the global provider was replaced since.
+            if _global is None or (not isinstance(_global[0], _ProxyMeterProvider)
+                                   and _global[0] is not current):
+                _global = (current, _Hub(current.get_meter(METER_NAME)))
+            return _global[1]
+        try:
+            hub = _hubs.get(meter_provider)
+        except TypeError:  # not weak-referenceable or hashable: a hub of its own
+            return _Hub(meter_provider.get_meter(METER_NAME))
+        if hub is None:
+            hub = _hubs[meter_provider] = _Hub(meter_provider.get_meter(METER_NAME))
+        return hub

@@ -1,0 +1,482 @@
+"""RuntimeMetrics end to end: a real runtime, the real SDK, the real OTLP exporter into a real
+OTLP receiver, and a real Prometheus server scraping the real Prometheus exporter.
+
+No global provider is ever set: each test builds its own ``MeterProvider`` and shuts it down.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import threading
+import urllib.request
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from otlp_receiver import OtlpReceiver, ReceivedDataPoint
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_server import PrometheusServer
+
+import adaptive_runtime as ar
+from adaptive_runtime.telemetry.metrics import DURATION_BUCKETS_S, RuntimeMetrics
+
+Backend = ar.Backend
+SIMD, SCALAR = Backend.SIMD, Backend.SCALAR
+SELECTION_KEYS = {"adaptive.operation", "adaptive.backend", "adaptive.decision"}
+REASONS = {r.value for r in ar.Reason}
+
+
+class ManualClock:
+    """Seconds that move only when a test says so (drives hot-path windows)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def make_runtime(config: ar.RuntimeConfig | None = None, *, ops: Sequence[str] = ("scale",),
+                 failing: Sequence[Backend] = (), **kwargs: Any) -> ar.AdaptiveRuntime:
+    """A runtime with plain-Python two-arm operations (size = the first argument)."""
+    rt = ar.AdaptiveRuntime(config or ar.RuntimeConfig(), builtin_ops=False, **kwargs)
+    for name in ops:
+        op = rt.register(name, size=lambda n: n, kind="vector")
+        for backend in (SIMD, SCALAR):
+            op.add_implementation(backend, _kernel(backend, backend in failing))
+    return rt
+
+
+def _kernel(backend: Backend, fail: bool) -> Callable[[int], int]:
+    def kernel(n: int) -> int:
+        if fail:
+            raise RuntimeError(f"{backend.value} arm broken (test)")
+        return sum(range(n)) if backend is SCALAR else n * (n - 1) // 2
+
+    return kernel
+
+
+def wire(rt: ar.AdaptiveRuntime, metrics: RuntimeMetrics) -> None:
+    """Feed timed-call durations to ``metrics`` the way the runtime's telemetry hook does."""
+    rt._dispatcher.duration_sink = metrics.pending.append
+
+
+def total(points: Sequence[ReceivedDataPoint]) -> float:
+    return sum(p.value for p in points if p.value is not None)
+
+
+class OtlpMetrics:
+    """A local MeterProvider exporting over OTLP/gRPC to the receiver, collected on demand."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+        exporter = OTLPMetricExporter(endpoint=receiver.grpc_endpoint, insecure=True)
+        # A long interval: exports happen when the test flushes, and at shutdown.
+        self.provider = MeterProvider(metric_readers=[
+            PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)])
+
+    def collect(self) -> dict[str, list[ReceivedDataPoint]]:
+        """One collection and export; its data points by metric name."""
+        self.receiver.clear()
+        assert self.provider.force_flush(timeout_millis=10_000)
+        points = self.receiver.wait_for_metrics(1)
+        out: dict[str, list[ReceivedDataPoint]] = {}
+        for p in points:
+            out.setdefault(p.metric_name, []).append(p)
+        return out
+
+
+@pytest.fixture
+def otlp(otlp_receiver: OtlpReceiver) -> Iterator[OtlpMetrics]:
+    setup = OtlpMetrics(otlp_receiver)
+    try:
+        yield setup
+    finally:
+        setup.provider.shutdown()
+
+
+# ------------------------------------------------------------------------------ OTLP
+
+
+def test_selection_counter_counts_every_call(otlp: OtlpMetrics) -> None:
+    rt = make_runtime()
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    calls = 0
+    for size in (8, 64, 512):
+        for _ in range(300):
+            rt.run("scale", size)
+            calls += 1
+
+    points = otlp.collect()["adaptive.selection"]
+
+    assert total(points) == calls  # every call, fast path included
+    for p in points:
+        assert set(p.attributes) == SELECTION_KEYS
+        assert p.attributes["adaptive.operation"] == "scale"
+        assert p.attributes["adaptive.backend"] in {"simd", "scalar"}
+        assert p.attributes["adaptive.decision"] in REASONS
+        assert (p.kind, p.temporality, p.is_monotonic) == ("sum", "CUMULATIVE", True)
+        assert p.scope_name == "adaptive_runtime"
+        assert p.unit == "{call}"
+    expected = {(k.operation, k.backend.value, k.reason.value): n
+                for k, n in rt.selection_counts().items()}
+    got = {(p.attributes["adaptive.operation"], p.attributes["adaptive.backend"],
+            p.attributes["adaptive.decision"]): p.value for p in points}
+    assert got == expected
+    assert {"explore", "exploit"} <= {k[2] for k in got}
+
+    for _ in range(200):
+        rt.run("scale", 64)
+    assert total(otlp.collect()["adaptive.selection"]) == calls + 200  # cumulative
+    metrics.close()
+
+
+def test_duration_histogram_is_in_seconds_with_microsecond_buckets(otlp: OtlpMetrics) -> None:
+    rt = make_runtime()
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    simd_us = [0.5, 1.0, 3.0, 40.0, 2_000.0, 3_000_000.0]
+    scalar_us = [7.0, 7.0, 900.0]
+    for d in simd_us:
+        metrics.pending.append(("scale", SIMD, d))
+    for d in scalar_us:
+        metrics.pending.append(("scale", SCALAR, d))
+
+    # Drained by the collection that exports them: no second flush needed.
+    points = {p.attributes["adaptive.backend"]: p
+              for p in otlp.collect()["adaptive.op.duration"]}
+
+    assert set(points) == {"simd", "scalar"}
+    simd = points["simd"]
+    assert (simd.kind, simd.unit, simd.temporality) == ("histogram", "s", "CUMULATIVE")
+    assert dict(simd.attributes) == {"adaptive.operation": "scale", "adaptive.backend": "simd"}
+    assert simd.explicit_bounds == DURATION_BUCKETS_S
+    assert simd.explicit_bounds[0] == 1e-6
+    assert simd.count == len(simd_us)
+    assert math.isclose(simd.sum, sum(simd_us) / 1e6)
+    assert math.isclose(simd.min, 0.5e-6) and math.isclose(simd.max, 3.0)
+    # buckets are (previous bound, bound]: 0.5 and 1 µs in the first, 3 µs in (2.5, 5] µs,
+    # 40 µs in (25, 50] µs, 2 ms in (1, 2.5] ms, 3 s in (2.5, 5] s
+    expected = [0] * (len(DURATION_BUCKETS_S) + 1)
+    for d in simd_us:
+        expected[next((i for i, b in enumerate(DURATION_BUCKETS_S) if d / 1e6 <= b),
+                      len(DURATION_BUCKETS_S))] += 1
+    assert list(simd.bucket_counts) == expected
+    assert simd.bucket_counts[0] == 2 and simd.bucket_counts[2] == 1
+    assert points["scalar"].count == len(scalar_us)
+
+    # drained once: a second collection reports the same cumulative histogram
+    again = {p.attributes["adaptive.backend"]: p.count
+             for p in otlp.collect()["adaptive.op.duration"]}
+    assert again == {"simd": len(simd_us), "scalar": len(scalar_us)}
+    metrics.close()
+
+
+def test_durations_of_real_runs_match_what_the_runtime_learned(otlp: OtlpMetrics) -> None:
+    rt = make_runtime(ops=("scale", "shift"))
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    # what the caller's thread pays per timed call: one C-level deque append, no SDK work
+    assert type(metrics.pending.append).__name__ == "builtin_function_or_method"
+    wire(rt, metrics)
+    for _ in range(2_000):
+        rt.run("scale", 100)
+        rt.run("shift", 5_000)
+
+    points = otlp.collect()["adaptive.op.duration"]
+
+    learned: dict[tuple[str, str], int] = {}
+    for record in rt.history_snapshot():
+        key = (record.operation, record.backend.value)
+        learned[key] = learned.get(key, 0) + record.samples
+    got = {(p.attributes["adaptive.operation"], p.attributes["adaptive.backend"]): p.count
+           for p in points}
+    assert got == {k: n for k, n in learned.items() if n}  # every timed call, exactly once
+    assert all(0 < p.sum < 10 for p in points)  # seconds, not microseconds
+    metrics.close()
+
+
+def test_counts_stay_exact_while_threads_call_and_collections_run(otlp: OtlpMetrics) -> None:
+    rt = make_runtime(ops=("scale",))
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider, max_pending=1 << 20)
+    wire(rt, metrics)
+    threads, per_thread = 4, 3_000
+    done = threading.Event()
+
+    def call() -> None:
+        for i in range(per_thread):
+            rt.run("scale", 10 + i % 200)
+
+    def collect() -> None:
+        while not done.is_set():
+            otlp.provider.force_flush(timeout_millis=10_000)
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    callers = [threading.Thread(target=call) for _ in range(threads)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    done.set()
+    collector.join()
+
+    data = otlp.collect()
+    assert total(data["adaptive.selection"]) == threads * per_thread
+    timed = sum(r.samples for r in rt.history_snapshot())
+    assert sum(p.count for p in data["adaptive.op.duration"]) == timed
+    assert total(data["adaptive.op.duration.overflows"]) == 0
+    metrics.close()
+
+
+def test_fallback_counter_after_an_arm_raises(otlp: OtlpMetrics) -> None:
+    rt = make_runtime(failing=(SIMD,))
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    for _ in range(50):
+        assert rt.run("scale", 10) == 45  # the call still succeeds, on SCALAR
+
+    data = otlp.collect()
+    points = data["adaptive.fallback"]
+
+    assert rt.fallback_counts()
+    assert [dict(p.attributes) for p in points] == [
+        {"adaptive.operation": "scale", "adaptive.backend": "simd",
+         "adaptive.fallback_to": "scalar"}]
+    assert points[0].value == sum(rt.fallback_counts().values()) >= 1
+    assert total(data["adaptive.selection"]) == 50
+    metrics.close()
+
+
+def test_hot_path_gauge_per_registered_operation(otlp: OtlpMetrics) -> None:
+    clock = ManualClock()
+    rt = make_runtime(ar.RuntimeConfig(hot_path_calls_per_sec=100.0, max_measure_period=1),
+                      ops=("hot", "cold"), clock=clock)
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    rt.run("cold", 10)
+    for _ in range(3):  # windows of 1 s with 500 calls each: 500 calls/s > 100
+        for _ in range(500):
+            rt.run("hot", 10)
+        clock.now_s += 1.0
+    rt.run("hot", 10)  # closes the last window
+    assert rt.hot_operations() == ["hot"]
+
+    points = otlp.collect()["adaptive.hot_path.active"]
+
+    assert {p.attributes["adaptive.operation"]: p.value for p in points} == {"hot": 1, "cold": 0}
+    assert all(p.kind == "gauge" for p in points)
+    metrics.close()
+
+
+class StubSource:
+    """A MetricsSource double for counters a plain runtime without a span sink leaves at 0."""
+
+    def __init__(self) -> None:
+        self.exported = {"first_call": 3, "slow": 2}
+        self.suppressed = {"sampled_out": 40, "hot_path": 7}
+        self.broken = False
+        self.operations: tuple[str, ...] = ("op",)
+
+    def selection_counts(self) -> dict[Any, int]:
+        if self.broken:
+            raise RuntimeError("counters unavailable (test)")
+        return {}
+
+    def fallback_counts(self) -> dict[Any, int]:
+        return {}
+
+    def trace_counts(self) -> dict[str, dict[str, int]]:
+        return {"exported": dict(self.exported), "suppressed": dict(self.suppressed)}
+
+    def hot_operations(self) -> list[str]:
+        return []
+
+
+def test_span_counters_by_sampling_reason(otlp: OtlpMetrics) -> None:
+    source = StubSource()
+    metrics = RuntimeMetrics(source, meter_provider=otlp.provider)
+
+    data = otlp.collect()
+
+    for name, expected in (("adaptive.span.exported", source.exported),
+                           ("adaptive.span.suppressed", source.suppressed)):
+        points = data[name]
+        assert {p.attributes["adaptive.sampling.reason"]: p.value for p in points} == expected
+        assert all(set(p.attributes) == {"adaptive.sampling.reason"} for p in points)
+        assert all(p.is_monotonic for p in points)
+    metrics.close()
+
+
+def test_runtimes_on_one_provider_share_instruments_and_stay_monotonic(
+        otlp: OtlpMetrics) -> None:
+    a, b = make_runtime(), make_runtime()
+    metrics_a = RuntimeMetrics(a, meter_provider=otlp.provider)
+    metrics_b = RuntimeMetrics(b, meter_provider=otlp.provider)
+    for _ in range(100):
+        a.run("scale", 10)
+    for _ in range(30):
+        b.run("scale", 10)
+    assert total(otlp.collect()["adaptive.selection"]) == 130  # both runtimes, summed
+
+    # Closing takes a last reading: calls made after the last collection still count.
+    for _ in range(20):
+        a.run("scale", 10)
+    metrics_a.close()
+    metrics_a.close()  # idempotent
+    assert metrics_a.closed
+    for _ in range(5):
+        a.run("scale", 10)  # not observed any more ...
+    assert total(otlp.collect()["adaptive.selection"]) == 150
+
+    # ... until the same runtime is attached again: it continues, nothing counted twice.
+    metrics_a2 = RuntimeMetrics(a, meter_provider=otlp.provider)
+    assert total(otlp.collect()["adaptive.selection"]) == 155
+
+    # A dropped runtime is not kept alive by its metrics, and its calls stay counted.
+    ref = weakref.ref(b)
+    del b
+    gc.collect()
+    assert ref() is None
+    assert metrics_b.source() is None
+    assert total(otlp.collect()["adaptive.selection"]) == 155
+    metrics_a2.close()
+
+
+def test_a_broken_source_is_logged_once_and_breaks_nothing(
+        otlp: OtlpMetrics, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_runtime()
+    good = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    source = StubSource()
+    source.broken = True
+    bad = RuntimeMetrics(source, meter_provider=otlp.provider)
+    for _ in range(10):
+        rt.run("scale", 10)
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_runtime.telemetry.metrics"):
+        first = otlp.collect()
+        second = otlp.collect()
+
+    assert total(first["adaptive.selection"]) == total(second["adaptive.selection"]) == 10
+    failures = [r for r in caplog.records if "reading selection failed" in r.getMessage()]
+    assert len(failures) == 1
+    assert "adaptive.span.exported" in second  # the broken source's other counters still work
+    good.close()
+    bad.close()
+
+
+def test_a_full_duration_queue_drops_the_oldest_and_counts_the_overflow(
+        otlp: OtlpMetrics, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_runtime()
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider, max_pending=4)
+    for i in range(10):
+        metrics.pending.append(("scale", SIMD, float(i + 1)))
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_runtime.telemetry.metrics"):
+        data = otlp.collect()
+
+    (histogram,) = data["adaptive.op.duration"]
+    # kept: the newest max_pending + 1 (the queue has room for one more than it reports)
+    assert histogram.count == 5
+    assert math.isclose(histogram.sum, sum(range(6, 11)) / 1e6)
+    assert total(data["adaptive.op.duration.overflows"]) == 1 == metrics.overflows
+    assert any("oldest were dropped" in r.getMessage() for r in caplog.records)
+
+    for _ in range(3):  # fits: no new overflow
+        metrics.pending.append(("scale", SIMD, 1.0))
+    data = otlp.collect()
+    assert data["adaptive.op.duration"][0].count == 8
+    assert total(data["adaptive.op.duration.overflows"]) == 1
+    assert rt.operations == ("scale",)  # (keeps the runtime alive up to here)
+    metrics.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+def test_max_pending_is_validated(bad: Any) -> None:
+    with pytest.raises(ValueError, match="max_pending must be an int >= 1"):
+        RuntimeMetrics(make_runtime(), max_pending=bad)  # (checked before any meter is made)
+
+
+# ------------------------------------------------------------------------------ Prometheus
+
+
+@pytest.fixture
+def prometheus_endpoint() -> Iterator[tuple[MeterProvider, str]]:
+    """A MeterProvider whose PrometheusMetricReader is served on a free loopback port, by
+    ``prometheus_client``'s HTTP server. The reader gets a registry of its own, so nothing is
+    left on ``prometheus_client.REGISTRY`` (a process global) after the test."""
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry)
+    provider = MeterProvider(metric_readers=[reader])
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield provider, f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        provider.shutdown()  # the reader unregisters its collector
+
+
+@pytest.mark.slow  # Prometheus 2.x scrapes a new target ~5 s after it starts
+def test_prometheus_scrapes_the_exported_metrics(
+        prometheus_endpoint: tuple[MeterProvider, str],
+        prometheus: Callable[[Sequence[str]], PrometheusServer]) -> None:
+    provider, target = prometheus_endpoint
+    rt = make_runtime(failing=(SIMD,), ops=("scale",))
+    metrics = RuntimeMetrics(rt, meter_provider=provider)
+    wire(rt, metrics)
+    stub = StubSource()  # span counters (a runtime without a span sink leaves them at 0)
+    stub_metrics = RuntimeMetrics(stub, meter_provider=provider)
+    calls = 0
+    for size in (16, 256):
+        for _ in range(250):
+            rt.run("scale", size)
+            calls += 1
+    timed = sum(r.samples for r in rt.history_snapshot())
+
+    # The exposition Prometheus will scrape, names as the exporter writes them.
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    for line in ("# TYPE adaptive_selection_total counter",
+                 "# TYPE adaptive_fallback_total counter",
+                 "# TYPE adaptive_hot_path_active gauge",
+                 "# TYPE adaptive_op_duration_seconds histogram",
+                 "# TYPE adaptive_op_duration_overflows_total counter",
+                 "# TYPE adaptive_span_exported_total counter",
+                 "# TYPE adaptive_span_suppressed_total counter"):
+        assert line in exposition, exposition
+
+    server = prometheus([target])
+    check = server.check_config()
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout + check.stderr
+
+    assert server.wait_for_value("sum(adaptive_selection_total)", calls) == calls
+    names = {s["metric"]["__name__"]
+             for s in server.query('{__name__=~"adaptive_.*", job="adaptive_runtime"}')}
+    assert names >= {"adaptive_selection_total", "adaptive_fallback_total",
+                     "adaptive_hot_path_active", "adaptive_op_duration_seconds_bucket",
+                     "adaptive_op_duration_seconds_sum", "adaptive_op_duration_seconds_count"}
+
+    selection = server.query("adaptive_selection_total")
+    assert {s["metric"]["adaptive_backend"] for s in selection} <= {"simd", "scalar"}
+    assert all(s["metric"]["adaptive_operation"] == "scale" for s in selection)
+    assert all(s["metric"]["otel_scope_name"] == "adaptive_runtime" for s in selection)
+    assert server.value("sum(adaptive_fallback_total)") == sum(rt.fallback_counts().values())
+    assert server.value('adaptive_hot_path_active{adaptive_operation="scale"}') == 0
+    suppressed = server.query("adaptive_span_suppressed_total")
+    assert {s["metric"]["adaptive_sampling_reason"]: float(s["value"][1])
+            for s in suppressed} == stub.suppressed
+
+    buckets = server.query('sum by (le) (adaptive_op_duration_seconds_bucket)')
+    bounds = sorted(float(s["metric"]["le"]) for s in buckets)
+    assert bounds == [*DURATION_BUCKETS_S, math.inf]
+    assert server.value('sum(adaptive_op_duration_seconds_bucket{le="+Inf"})') == timed
+    assert server.value("sum(adaptive_op_duration_seconds_count)") == timed
+    assert 0 < server.value("sum(adaptive_op_duration_seconds_sum)") < 10  # seconds
+    metrics.close()
+    stub_metrics.close()
