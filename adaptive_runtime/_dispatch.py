@@ -332,6 +332,8 @@ class Dispatcher:
             if verdict is not None:
                 self._emit(op.name, n, entry.bucket, decision, backend, select_ns, start_ns,
                            end_ns, exc, nxt, verdict)
+            if self._pending_transitions:
+                self._deliver_transitions()
             if nxt is None:
                 raise AllBackendsFailedError(op.name, errors) from exc
             decision = Decision(nxt, Reason.FALLBACK, 0.0, decision.estimates_us,
@@ -372,8 +374,16 @@ class Dispatcher:
             return None
         now = self._clock()
         verdict = self._gate.admit(key.id, decision.reason, math.inf,
-                                   self._hot.is_hot(key.operation, now), False, True, 1, now)
+                                   self._hot_now(key.operation, now), False, True, 1, now)
         return verdict if verdict.export else None
+
+    def _hot_now(self, operation: str, now: float) -> bool:
+        """Whether ``operation`` is hot, queueing the leave transition that closing its stale
+        window may produce (delivered after the lock). Caller holds the lock."""
+        hot, transition = self._hot.check(operation, now)
+        if transition is not None and self.hot_sink is not None:
+            self._pending_transitions.append(transition)
+        return hot
 
     # ------------------------------------------------------------------ decisions
 
@@ -552,7 +562,10 @@ class Dispatcher:
 
     def is_hot(self, operation: str) -> bool:
         with self._lock:
-            return self._hot.is_hot(operation, self._clock())
+            hot = self._hot_now(operation, self._clock())
+        if self._pending_transitions:
+            self._deliver_transitions()
+        return hot
 
     def _refresh_route(self, operation: str, bucket: int, key: KeyHistory) -> None:
         route = self._routes.get(operation)

@@ -129,14 +129,18 @@ class HotPathDetector:
         state = self._pinned.get(operation)
         return state if state is not None else self._ops.get(operation)
 
+    def check(self, operation: str, now_s: float) -> tuple[bool, HotPathTransition | None]:
+        """Whether ``operation`` is hot now, and the transition if closing its stale window
+        (a hot operation that went quiet) just ended the hot path."""
+        state = self._find(operation)
+        if state is None or not state.hot:
+            return False, None
+        transition = state.close_window(now_s)
+        return state.hot, transition
+
     def is_hot(self, operation: str, now_s: float) -> bool:
         """Whether ``operation`` is hot now (a stale window is closed first)."""
-        state = self._find(operation)
-        if state is None:
-            return False
-        if state.hot:
-            state.close_window(now_s)
-        return state.hot
+        return self.check(operation, now_s)[0]
 
     def rate(self, operation: str) -> float:
         """Calls/s measured over the last closed window (0 before the first one closes)."""
@@ -301,7 +305,9 @@ class TraceGate:
             sampling.credit += calls * self.sample_rate
             if sampling.credit < 1.0:
                 return self._no(SamplingReason.NOT_SAMPLED, calls)
-            sampling.credit -= 1.0
+            # One span stands for all the pending calls (its weight), so whole credits are
+            # spent at once: banking them would over-sample when the key is timed more often.
+            sampling.credit %= 1.0
             weight = float(sampling.pending_calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)

@@ -17,6 +17,12 @@ An application that already set its own tracer or meter provider keeps it: ``con
 then only switches the runtimes' instrumentation on. Shutdown (also at interpreter exit)
 flushes the runtimes' span buffers first, then the providers, so every span the trace gate
 admitted reaches the exporter.
+
+The OpenTelemetry API accepts one global provider of each kind per process, so the providers
+are made by the first ``configure()`` and live until exit; a later call (after a
+``shutdown()`` or not) changes where they export — endpoint, protocol, headers, directory,
+Prometheus port. The resource (service name) and the metric interval stay those of the first
+call; a different value is logged as a warning.
 """
 
 from __future__ import annotations
@@ -30,7 +36,11 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -38,6 +48,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from ..errors import ConfigError
 from . import instrumentation
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from .switching import SwitchableMetricExporter, SwitchableSpanExporter
 
 __all__ = ["DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"]
 
@@ -67,11 +78,14 @@ class Telemetry:
             return
         self._shut_down = True
         instrumentation.deactivate(timeout_s)
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is None:
+        millis = int(timeout_s * 1000)
+        for provider, switch in ((self.tracer_provider, _process.span_switch),
+                                 (self.meter_provider, _process.metric_switch)):
+            if provider is None or switch is None:
                 continue
             try:
-                provider.shutdown()
+                provider.force_flush(millis)
+                switch.shutdown()  # later exports (the app's own spans) are dropped
             except Exception as exc:  # observability never breaks the caller, even at exit
                 _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
         if self._prometheus_server is not None:
@@ -79,8 +93,30 @@ class Telemetry:
             self._prometheus_server.server_close()
 
 
+@dataclass
+class _ProcessProviders:
+    """The global providers configure() installed: made once, kept until exit."""
+
+    resource: Resource | None = None
+    tracer_provider: TracerProvider | None = None
+    span_switch: SwitchableSpanExporter | None = None
+    meter_provider: MeterProvider | None = None
+    metric_switch: SwitchableMetricExporter | None = None
+    metrics_interval_s: float | None = None
+    prometheus: bool = False  # whether the meter provider has a Prometheus reader
+
+    def shutdown(self) -> None:
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                try:
+                    provider.shutdown()
+                except Exception as exc:
+                    _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
+
+
 _lock = threading.Lock()
 _current: Telemetry | None = None
+_process = _ProcessProviders()
 
 
 def configure(service_name: str | None = None, endpoint: str | None = None,
@@ -90,51 +126,50 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
               environ: dict[str, str] | None = None) -> Telemetry:
     """Set up tracing and metrics export for adaptive_runtime (see the module docstring).
 
-    Calling it again replaces what an earlier call set up (after flushing it). Raises
-    :class:`ConfigError` for a bad protocol, port or interval, naming where it came from.
+    Calling it again sends what follows to the new destination (after flushing the earlier
+    one). Every setting is checked before anything is installed: :class:`ConfigError` for a
+    bad protocol, port or interval names the argument or variable it came from.
     """
     global _current
     env = os.environ if environ is None else environ
     if metrics_interval_s <= 0:
         raise ConfigError(f"metrics_interval_s must be > 0, got {metrics_interval_s}",
                           field="metrics_interval_s")
+    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    if not disabled:  # validate everything first: a bad setting installs nothing
+        trace_protocol = _protocol("TRACES", protocol, env)
+        metric_protocol = _protocol("METRICS", protocol, env)
+        port = _prometheus_port(prometheus_port, env)
     with _lock:
         if _current is not None:
             _current.shutdown()
             _current = None
-        if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        if disabled:
             _current = Telemetry(enabled=False)
             return _current
 
         resource = Resource.create(
             {SERVICE_NAME: service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME})
-        port = _prometheus_port(prometheus_port, env)
         folder = directory or env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
-        telemetry = Telemetry(enabled=True, prometheus_port=port)
+        telemetry = Telemetry(enabled=True)
 
-        if instrumentation.app_has_sdk_provider():
+        if _app_has_tracer_provider():
             _log.info("adaptive_runtime: keeping the application's tracer provider")
         else:
             exporter, telemetry.traces_destination = _span_exporter(
-                endpoint, protocol, headers, folder, env)
-            provider = TracerProvider(resource=resource)
-            provider.add_span_processor(BatchSpanProcessor(exporter))
-            trace.set_tracer_provider(provider)
-            telemetry.tracer_provider = provider
+                endpoint, trace_protocol, headers, folder, env)
+            telemetry.tracer_provider = _install_tracer_provider(resource, exporter)
 
         if _app_has_meter_provider():
             _log.info("adaptive_runtime: keeping the application's meter provider")
         else:
             metric_exporter, telemetry.metrics_destination = _metric_exporter(
-                endpoint, protocol, headers, folder, env)
-            readers: list[MetricReader] = [PeriodicExportingMetricReader(
-                metric_exporter, export_interval_millis=metrics_interval_s * 1000.0)]
-            if port is not None:
-                reader, telemetry._prometheus_server = _prometheus_reader(port, prometheus_host)
-                readers.append(reader)
-            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-            metrics.set_meter_provider(meter_provider)
-            telemetry.meter_provider = meter_provider
+                endpoint, metric_protocol, headers, folder, env)
+            telemetry.meter_provider = _install_meter_provider(
+                resource, metric_exporter, metrics_interval_s, port is not None)
+            if port is not None and _process.prometheus:
+                telemetry._prometheus_server = _serve_prometheus(port, prometheus_host)
+                telemetry.prometheus_port = port
 
         _current = telemetry
     instrumentation.activate()
@@ -150,7 +185,75 @@ def shutdown(timeout_s: float = 10.0) -> None:
         current.shutdown(timeout_s)
 
 
-atexit.register(shutdown)
+def _at_exit() -> None:
+    shutdown()
+    with _lock:
+        _process.shutdown()
+
+
+# Registered at import, before any span recorder exists: atexit runs handlers last-in
+# first-out, so the recorders' own flushes come first and this one shuts the providers last
+# (they are made with shutdown_on_exit=False; the SDK's handler would run too early, twice).
+atexit.register(_at_exit)
+
+
+# ---------------------------------------------------------------------------- providers
+
+
+def _install_tracer_provider(resource: Resource, exporter: SpanExporter) -> TracerProvider:
+    if _process.tracer_provider is None:
+        switch = SwitchableSpanExporter()
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        provider.add_span_processor(BatchSpanProcessor(switch))
+        trace.set_tracer_provider(provider)
+        _process.tracer_provider, _process.span_switch = provider, switch
+        _process.resource = resource
+    else:
+        _warn_if_changed("the resource (service name)", _process.resource, resource)
+    assert _process.span_switch is not None
+    _process.span_switch.switch(exporter)
+    return _process.tracer_provider
+
+
+def _install_meter_provider(resource: Resource, exporter: MetricExporter, interval_s: float,
+                            prometheus: bool) -> MeterProvider:
+    if _process.meter_provider is None:
+        switch = SwitchableMetricExporter(exporter)
+        readers: list[MetricReader] = [PeriodicExportingMetricReader(
+            switch, export_interval_millis=interval_s * 1000.0)]
+        if prometheus:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+            readers.append(PrometheusMetricReader())
+        provider = MeterProvider(resource=resource, metric_readers=readers,
+                                 shutdown_on_exit=False)
+        metrics.set_meter_provider(provider)
+        _process.meter_provider, _process.metric_switch = provider, switch
+        _process.metrics_interval_s, _process.prometheus = interval_s, prometheus
+        if _process.resource is None:
+            _process.resource = resource
+        return provider
+    _warn_if_changed("the resource (service name)", _process.resource, resource)
+    _warn_if_changed("metrics_interval_s", _process.metrics_interval_s, interval_s)
+    if prometheus and not _process.prometheus:
+        _log.warning("adaptive_runtime: no Prometheus endpoint — only the first configure() "
+                     "in a process can add one (its meter provider is global and fixed)")
+    assert _process.metric_switch is not None
+    _process.metric_switch.switch(exporter)
+    return _process.meter_provider
+
+
+def _warn_if_changed(what: str, first: Any, now: Any) -> None:
+    if first is not None and first != now:
+        _log.warning("adaptive_runtime: %s stays as the first configure() set it (the "
+                     "OpenTelemetry API accepts one global provider per process)", what)
+
+
+def _serve_prometheus(port: int, host: str) -> Any:
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host)
+    return server
 
 
 # ---------------------------------------------------------------------------- exporters
@@ -184,13 +287,13 @@ def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | N
     return base if base.endswith(path) else base + path
 
 
-def _span_exporter(endpoint: str | None, protocol: str | None, headers: dict[str, str] | None,
+def _span_exporter(endpoint: str | None, protocol: str, headers: dict[str, str] | None,
                    folder: str, env: Any) -> tuple[SpanExporter, str]:
     url = _endpoint("TRACES", endpoint, env)
     if url is None:
         path = os.path.join(folder, "traces.jsonl")
         return OtlpJsonFileSpanExporter(path), path
-    if _protocol("TRACES", protocol, env) == "grpc":
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
@@ -205,13 +308,13 @@ def _span_exporter(endpoint: str | None, protocol: str | None, headers: dict[str
     return HttpSpanExporter(endpoint=full, headers=headers), full
 
 
-def _metric_exporter(endpoint: str | None, protocol: str | None,
-                     headers: dict[str, str] | None, folder: str, env: Any) -> tuple[Any, str]:
+def _metric_exporter(endpoint: str | None, protocol: str, headers: dict[str, str] | None,
+                     folder: str, env: Any) -> tuple[MetricExporter, str]:
     url = _endpoint("METRICS", endpoint, env)
     if url is None:
         path = os.path.join(folder, "metrics.jsonl")
         return OtlpJsonFileMetricExporter(path), path
-    if _protocol("METRICS", protocol, env) == "grpc":
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
         )
@@ -226,12 +329,18 @@ def _metric_exporter(endpoint: str | None, protocol: str | None,
     return HttpMetricExporter(endpoint=full, headers=headers), full
 
 
+def _app_has_tracer_provider() -> bool:
+    return (instrumentation.app_has_sdk_provider()
+            and trace.get_tracer_provider() is not _process.tracer_provider)
+
+
 def _app_has_meter_provider() -> bool:
     from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.metrics._internal import _ProxyMeterProvider
 
     provider = metrics.get_meter_provider()
-    return not isinstance(provider, _ProxyMeterProvider | NoOpMeterProvider)
+    return (not isinstance(provider, _ProxyMeterProvider | NoOpMeterProvider)
+            and provider is not _process.meter_provider)
 
 
 def _prometheus_port(port: int | None, env: Any) -> int | None:
@@ -249,12 +358,3 @@ def _prometheus_port(port: int | None, env: Any) -> int | None:
         raise ConfigError(f"{source} must be a port number 0-65535, got {port!r}",
                           field="prometheus_port")
     return port
-
-
-def _prometheus_reader(port: int, host: str) -> tuple[MetricReader, Any]:
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import start_http_server
-
-    reader = PrometheusMetricReader()
-    server, _thread = start_http_server(port, addr=host)
-    return reader, server
