@@ -43,6 +43,9 @@ class RuntimeConfig:
       tracing: export spans at all.
       trace_sample_rate: share of fast, unremarkable calls that are traced.
       spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.
+      trace_cpu_share: background CPU that making and exporting spans may take, as a share of
+        the time the runtime's calls take (routine spans wait for it; decisions do not);
+        ``inf`` lifts the limit.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
       history_path: history file loaded at start-up and saved at exit.
@@ -65,6 +68,7 @@ class RuntimeConfig:
     trace_sample_rate: float = 0.01
     spans_per_sec: float = 200.0
     spans_per_sec_per_key: float = 20.0
+    trace_cpu_share: float = 0.01
 
     def __post_init__(self) -> None:
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
@@ -88,6 +92,7 @@ class RuntimeConfig:
         _number(self, "trace_sample_rate", low=0.0, high=1.0)
         _number(self, "spans_per_sec", low=0.0)
         _number(self, "spans_per_sec_per_key", low=0.0)
+        _number(self, "trace_cpu_share", low=0.0, infinite=True)
         _integer(self, "max_history_keys", low=1)
         _integer(self, "min_samples_per_arm", low=1, high=1000)
         _integer(self, "recheck_interval", low=1)
@@ -190,10 +195,13 @@ def _iterable(value: object) -> Iterable[object]:
 
 
 def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf,
-            low_open: bool = False) -> None:
+            low_open: bool = False, infinite: bool = False) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ConfigError(f"{name} must be a number, got {value!r}", field=name)
+    if infinite and value == math.inf:
+        object.__setattr__(cfg, name, math.inf)
+        return
     too_low = value <= low if low_open else value < low
     if too_low or value > high or math.isinf(value):
         low_text = f"> {low:g}" if low_open else f">= {low:g}"

@@ -7,6 +7,7 @@ a fake clock and no sleeping.
 from __future__ import annotations
 
 import enum
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -256,6 +257,15 @@ class _KeySampling:
         self.pending_calls = 0
 
 
+# What making and exporting one call's two spans costs in background CPU before the span
+# recorder has measured it (OTel Python SDK: ~40 us to make a span, ~65 us to OTLP-encode it,
+# on the project's CI machine).
+DEFAULT_SPAN_COST_US = 200.0
+# CPU credit for span work is capped at this many calls' spans: a quiet spell cannot bank a
+# burst, and a burst of decision spans cannot silence sampling for long.
+MAX_BANKED_CALLS = 8
+
+
 class TraceGate:
     """Decides per measured call whether its spans are exported, in this order:
 
@@ -264,15 +274,27 @@ class TraceGate:
     deterministic ``sample_rate`` share of calls (weighted by the calls each timing stands
     for) → yes. Every *yes* must also get a token from the per-key and the per-process
     budgets, else it becomes a *no* for reason ``budget``. Every *no* is counted by reason.
+
+    ``cpu_share`` (``None``: no such limit) bounds the background CPU spent on spans to that
+    share of the time the runtime's calls take: each measured call earns ``cpu_share`` of its
+    duration (times the calls it stands for) as credit, each exported call spends
+    ``span_cost_us`` (measured by the span recorder). Routine spans (slow or sampled) need the
+    credit; decision, first-call and error spans always go out (within the token buckets) and
+    may leave it in debt. A routine span that does go out stands for every routine call of its
+    key since the previous one (its ``weight``).
     """
 
     def __init__(self, *, tracing: bool, sampling_threshold_us: float, sample_rate: float,
                  spans_per_sec: float, spans_per_sec_per_key: float, now_s: float = 0.0,
-                 max_keys: int = 16_384) -> None:
+                 max_keys: int = 16_384, cpu_share: float | None = None,
+                 span_cost_us: float = DEFAULT_SPAN_COST_US) -> None:
         self.tracing = tracing
         self.sampling_threshold_us = sampling_threshold_us
         self.sample_rate = sample_rate
         self.spans_per_sec_per_key = spans_per_sec_per_key
+        self.cpu_share = cpu_share
+        self.span_cost_us = span_cost_us  # updated by the span recorder as it measures
+        self.cpu_credit_us = 0.0
         self._process = TokenBucket(spans_per_sec, _burst(spans_per_sec), now_s)
         self._keys: OrderedDict[object, _KeySampling] = OrderedDict()
         self._max_keys = max_keys
@@ -284,6 +306,10 @@ class TraceGate:
         """Verdict for one measured call that stands for ``calls`` calls of ``key``."""
         if not self.tracing:
             return self._no(SamplingReason.TRACING_OFF, calls)
+        share = self.cpu_share
+        if share is not None and duration_us < math.inf:
+            self.cpu_credit_us = min(self.cpu_credit_us + share * duration_us * calls,
+                                     MAX_BANKED_CALLS * self.span_cost_us)
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
         if failed:
@@ -298,21 +324,28 @@ class TraceGate:
             why = SamplingReason.SAMPLED
         sampling = self._sampling(key, now_s)
         weight = 1.0
-        if why is SamplingReason.SAMPLED:
-            # Deterministic systematic sampling: credit accrues per call represented, a span
-            # goes out each time it reaches 1 and stands for every call since the last one.
+        routine = why is SamplingReason.SLOW or why is SamplingReason.SAMPLED
+        if routine:
             sampling.pending_calls += calls
-            sampling.credit += calls * self.sample_rate
-            if sampling.credit < 1.0:
-                return self._no(SamplingReason.NOT_SAMPLED, calls)
-            # One span stands for all the pending calls (its weight), so whole credits are
-            # spent at once: banking them would over-sample when the key is timed more often.
-            sampling.credit %= 1.0
+            if why is SamplingReason.SAMPLED:
+                # Deterministic systematic sampling: credit accrues per call represented, a
+                # span goes out each time it reaches 1. One span stands for all the pending
+                # calls (its weight), so whole credits are spent at once: banking them would
+                # over-sample when the key is timed more often.
+                sampling.credit += calls * self.sample_rate
+                if sampling.credit < 1.0:
+                    return self._no(SamplingReason.NOT_SAMPLED, calls)
+                sampling.credit %= 1.0
+            if share is not None and self.cpu_credit_us < self.span_cost_us:
+                return self._no(SamplingReason.BUDGET, calls)
             weight = float(sampling.pending_calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
-        if why is SamplingReason.SAMPLED:
+        if routine:
             sampling.pending_calls = 0
+        if share is not None:
+            cost = self.span_cost_us
+            self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
         self.exported[why] += 1
         return TraceVerdict(True, why, weight)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -72,7 +73,9 @@ class AdaptiveRuntime:
             gate=TraceGate(tracing=cfg.tracing, sampling_threshold_us=cfg.sampling_threshold_us,
                            sample_rate=cfg.trace_sample_rate, spans_per_sec=cfg.spans_per_sec,
                            spans_per_sec_per_key=cfg.spans_per_sec_per_key, now_s=clock(),
-                           max_keys=cfg.max_history_keys),
+                           max_keys=cfg.max_history_keys,
+                           cpu_share=None if cfg.trace_cpu_share == math.inf
+                           else cfg.trace_cpu_share),
             devices=self._devices, clock=clock, timer=timer)
         # Why an instance attribute: ``rt.run`` is the per-call hot path, and binding the
         # dispatcher's method here saves one Python frame (~0.1 us) on every call.
@@ -132,12 +135,16 @@ class AdaptiveRuntime:
         """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``."""
         with self._telemetry_lock:
             if self.config.tracing and self._spans is None:
-                self._spans = SpanRecorder(timer=self._timer)
+                self._spans = SpanRecorder(timer=self._timer, on_cost=self._span_cost_measured)
                 self._dispatcher.hot_sink = self._spans.submit_transition
                 self._dispatcher.span_sink = self._spans.submit
             if self._metrics is None:  # metrics whatever config.tracing says
                 self._metrics = RuntimeMetrics(self)
                 self._dispatcher.duration_sink = self._metrics.pending.append
+
+    def _span_cost_measured(self, cost_us: float) -> None:
+        # (a float attribute store: atomic under the GIL, no lock on the worker thread)
+        self._dispatcher._gate.span_cost_us = cost_us
 
     def _telemetry_off(self, timeout_s: float) -> None:
         """Stop exporting; what was admitted before is flushed first."""

@@ -32,6 +32,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from .switching import export_cost_us_per_span
+
 if TYPE_CHECKING:
     from .._dispatch import CallRecord
     from ..gating import HotPathTransition
@@ -51,13 +53,16 @@ class SpanRecorder:
     wall-clock times through an offset measured once. ``tracer_provider`` defaults to the
     global one, read when spans are made, so an application that sets its provider later is
     still served. Never raises into the caller: an SDK or exporter error is logged once and
-    counted in ``errors``.
+    counted in ``errors``. ``on_cost`` receives, after each batch, the background CPU (µs)
+    one call's spans cost: measured making them, plus the exporter's share (see
+    :func:`~adaptive_runtime.telemetry.switching.export_cost_us_per_span`).
     """
 
     def __init__(self, *, timer: Callable[[], int] = time.perf_counter_ns,
                  tracer_provider: trace.TracerProvider | None = None,
                  capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 0.1,
-                 on_materialized: Callable[[CallRecord], None] | None = None) -> None:
+                 on_materialized: Callable[[CallRecord], None] | None = None,
+                 on_cost: Callable[[float], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if flush_interval_s <= 0:
@@ -67,6 +72,8 @@ class SpanRecorder:
         self.capacity = capacity
         self._flush_interval_s = flush_interval_s
         self._on_materialized = on_materialized
+        self._on_cost = on_cost
+        self.make_cost_us: float | None = None  # CPU to make one call's spans (EWMA)
         self._wall_offset_ns = time.time_ns() - timer()
         self._buffer: deque[tuple[Any, ...]] = deque()
         # counters bumped from any thread: itertools.count's next() is atomic
@@ -164,11 +171,13 @@ class SpanRecorder:
             return
         self._idle.clear()
         tracer = self._tracer()
+        started, calls = time.thread_time_ns(), 0
         try:
             while buffer:
                 item = buffer.popleft()
                 try:
                     if item[0] == "call":
+                        calls += 1
                         self._make_call_spans(tracer, item[1], item[2])
                     else:
                         self._make_hot_path_span(tracer, item[1], item[2], item[3])
@@ -176,6 +185,18 @@ class SpanRecorder:
                     self._error(exc)
         finally:
             self._idle.set()
+        if calls:
+            self._measured(time.thread_time_ns() - started, calls)
+
+    def _measured(self, cpu_ns: int, calls: int) -> None:
+        cost = cpu_ns / calls / 1000.0
+        previous = self.make_cost_us
+        self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
+        if self._on_cost is not None:
+            try:
+                self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
+            except Exception as exc:
+                self._error(exc)
 
     def _tracer(self) -> trace.Tracer:
         provider = self._provider or trace.get_tracer_provider()

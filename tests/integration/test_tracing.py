@@ -14,6 +14,7 @@ span timestamps are real.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -67,10 +68,13 @@ EXECUTE_ATTRIBUTES = {
 }
 ESTIMATE_PREFIX = "adaptive.estimate_us."
 
+# Span budgets (token buckets and background CPU share) far above what a test produces.
+NO_SPAN_BUDGET = {"spans_per_sec": 1e9, "spans_per_sec_per_key": 1e9,
+                  "trace_cpu_share": math.inf}
 # Every admitted call exported: no sampling (each timed call is "slow"), every call timed,
-# budgets far above what a test produces.
+# no span budget.
 EXPORT_ALL = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
-                              spans_per_sec=1e9, spans_per_sec_per_key=1e9)
+                              **NO_SPAN_BUDGET)
 
 
 class ArmBroken(RuntimeError):
@@ -366,8 +370,8 @@ def test_converged_cheap_op_exports_about_one_percent_with_weights(
         tracing: Tracing, clock: Any) -> None:
     calls = 20_000
     # Every call timed, so every call meets the trace gate; budgets far above the need.
-    rt = make_runtime(ar.RuntimeConfig(max_measure_period=1, spans_per_sec=1e9,
-                                       spans_per_sec_per_key=1e9), clock=clock)
+    rt = make_runtime(ar.RuntimeConfig(max_measure_period=1,
+                                       **NO_SPAN_BUDGET), clock=clock)
     two_arms(rt)
     tracing.attach(rt)
     for _ in range(calls):
@@ -402,7 +406,7 @@ def test_converged_cheap_op_exports_about_one_percent_with_weights(
 def test_default_measurement_exports_at_most_one_percent_weighted_by_calls(
         tracing: Tracing, clock: Any) -> None:
     calls = 50_000
-    rt = make_runtime(ar.RuntimeConfig(spans_per_sec=1e9, spans_per_sec_per_key=1e9),
+    rt = make_runtime(ar.RuntimeConfig(**NO_SPAN_BUDGET),
                       clock=clock)
     two_arms(rt)
     tracing.attach(rt)
@@ -434,7 +438,7 @@ def test_banked_sampling_credit_does_not_oversample_later(
         timer.advance_us(latency_us["now"])
         return n
 
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(spans_per_sec=1e9, spans_per_sec_per_key=1e9),
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(**NO_SPAN_BUDGET),
                             builtin_ops=False, devices=ar.DeviceProbe(gpu=False), clock=clock,
                             timer=timer)
     two_arms(rt, simd=kernel, scalar=kernel)
@@ -459,7 +463,8 @@ def test_the_span_budget_caps_exports_and_weights_still_cover_the_calls(
         tracing: Tracing, clock: Any) -> None:
     calls, step_s, per_key = 20_000, 0.001, 2.0
     rt = make_runtime(ar.RuntimeConfig(max_measure_period=1, spans_per_sec=1e9,
-                                       spans_per_sec_per_key=per_key), clock=clock)
+                                       trace_cpu_share=math.inf, spans_per_sec_per_key=per_key),
+                      clock=clock)
     two_arms(rt)
     tracing.attach(rt)
     for _ in range(calls):

@@ -337,3 +337,50 @@ def test_trace_gate_counts_every_verdict_by_reason() -> None:
     assert gate.suppressed[SamplingReason.HOT_PATH] == 1
     assert gate.suppressed[SamplingReason.NOT_SAMPLED] == 1
     assert sum(gate.exported.values()) + sum(gate.suppressed.values()) == 5
+
+
+# --------------------------------------------------------------------------- CPU share budget
+
+
+def test_cpu_share_bounds_routine_spans_by_the_time_calls_take() -> None:
+    # 10 us calls, 1% share: each call earns 0.1 us; a call's spans cost 200 us -> at most one
+    # routine span per 2,000 calls, whatever the sample rate says
+    gate = _gate(sample_rate=1.0, cpu_share=0.01, span_cost_us=200.0)
+    verdicts = [_admit(gate, duration_us=10.0, now_s=i * 1e-4) for i in range(20_000)]
+    exported = [v for v in verdicts if v.export]
+    assert 9 <= len(exported) <= 11
+    assert all(v.reason is SamplingReason.SAMPLED for v in exported)
+    assert gate.suppressed[SamplingReason.BUDGET] == 20_000 - len(exported)
+    # each span stands for the routine calls since the previous one
+    assert sum(v.weight for v in exported) == pytest.approx(20_000, abs=2_001)
+
+
+def test_cpu_share_never_holds_back_decisions_first_calls_or_errors() -> None:
+    gate = _gate(cpu_share=0.01, span_cost_us=200.0)
+    for kwargs in ({"failed": True}, {"first_call": True}, {"reason": Reason.EXPLORE},
+                   {"reason": Reason.DRIFT}) * 5:
+        assert _admit(gate, **kwargs).export
+    assert gate.cpu_credit_us < 0  # in debt, bounded
+    assert gate.cpu_credit_us >= -8 * 200.0
+    # routine spans wait until the debt is earned back
+    assert not _admit(gate, duration_us=150.0).export
+    assert gate.suppressed[SamplingReason.BUDGET] == 1
+
+
+def test_cpu_share_follows_the_measured_span_cost() -> None:
+    cheap, dear = (_gate(cpu_share=0.01, span_cost_us=cost) for cost in (20.0, 400.0))
+    for gate in (cheap, dear):
+        for i in range(10_000):
+            _admit(gate, duration_us=150.0, now_s=i * 1e-3)  # slow: always wanted
+    # 10,000 x 150 us x 1% = 15,000 us of credit
+    assert cheap.exported[SamplingReason.SLOW] == pytest.approx(15_000 / 20.0, abs=2)
+    assert dear.exported[SamplingReason.SLOW] == pytest.approx(15_000 / 400.0, abs=2)
+
+
+def test_quiet_spell_banks_at_most_a_few_calls_worth_of_spans() -> None:
+    gate = _gate(sample_rate=0.0, cpu_share=0.01, span_cost_us=100.0)
+    # a long run of unsampled calls: 1e6 calls x 5 us x 1% = 50 ms of credit, capped at 8 spans
+    assert not _admit(gate, duration_us=5.0, calls=1_000_000).export
+    assert gate.cpu_credit_us == 8 * 100.0
+    burst = [_admit(gate, duration_us=150.0, key=("k", i)).export for i in range(50)]
+    assert sum(burst) == 8  # the banked 8 (the burst itself earns 50 x 1.5 us: not one more)
