@@ -43,13 +43,13 @@ class RuntimeConfig:
       tracing: export spans at all.
       trace_sample_rate: share of fast, unremarkable calls that are traced.
       spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.
-      trace_cpu_share: background CPU that making and exporting spans may take, as a share of
-        the time the runtime's calls take (routine spans wait for it; decisions do not);
+      trace_cpu_share: background CPU that making and exporting routine (slow or sampled)
+        spans may take, as a share of the time the runtime's calls take. Decision, first-call
+        and error spans come on top (they never wait), hence half of the ~1% target;
         ``inf`` lifts the limit.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
       history_path: history file loaded at start-up and saved at exit.
-      prometheus_port: also serve metrics for Prometheus on this port.
     """
 
     force_backend: Backend | None = None
@@ -58,7 +58,6 @@ class RuntimeConfig:
     hot_path_calls_per_sec: float = 10_000.0
     history_path: str | None = None
     tracing: bool = True
-    prometheus_port: int | None = None
     max_history_keys: int = 16_384
     min_samples_per_arm: int = 3
     switch_margin: float = 0.05
@@ -68,7 +67,7 @@ class RuntimeConfig:
     trace_sample_rate: float = 0.01
     spans_per_sec: float = 200.0
     spans_per_sec_per_key: float = 20.0
-    trace_cpu_share: float = 0.01
+    trace_cpu_share: float = 0.005
 
     def __post_init__(self) -> None:
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
@@ -100,8 +99,6 @@ class RuntimeConfig:
         if self.max_measure_period & (self.max_measure_period - 1):
             raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "
                               f"got {self.max_measure_period}", field="max_measure_period")
-        if self.prometheus_port is not None:
-            _integer(self, "prometheus_port", low=0, high=65535)
         if not isinstance(self.tracing, bool):
             raise ConfigError(f"tracing must be True or False, got {self.tracing!r}",
                               field="tracing")

@@ -10,6 +10,7 @@ import enum
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .policy import Reason
 
@@ -209,13 +210,16 @@ class SamplingReason(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
-class TraceVerdict:
+class TraceVerdict(NamedTuple):
     """Whether to export one call's spans; ``weight`` = calls the exported span stands for."""
 
     export: bool
     reason: SamplingReason
     weight: float = 1.0
+
+
+# Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared.
+_NO = {why: TraceVerdict(False, why, 0.0) for why in SamplingReason}
 
 
 class TokenBucket:
@@ -308,21 +312,22 @@ class TraceGate:
             return self._no(SamplingReason.TRACING_OFF, calls)
         share = self.cpu_share
         if share is not None and duration_us < math.inf:
-            self.cpu_credit_us = min(self.cpu_credit_us + share * duration_us * calls,
-                                     MAX_BANKED_CALLS * self.span_cost_us)
+            credit = self.cpu_credit_us + share * duration_us * calls
+            cap = MAX_BANKED_CALLS * self.span_cost_us
+            self.cpu_credit_us = credit if credit < cap else cap
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
         if failed:
             why = SamplingReason.ERROR
         elif first_call:
             why = SamplingReason.FIRST_CALL
-        elif not reason.is_routine:
+        elif reason is not Reason.EXPLOIT:  # (Reason.is_routine, without the call)
             why = SamplingReason.DECISION
         elif duration_us >= self.sampling_threshold_us:
             why = SamplingReason.SLOW
         else:
             why = SamplingReason.SAMPLED
-        sampling = self._sampling(key, now_s)
+        sampling = self._keys.get(key) or self._sampling(key, now_s)
         weight = 1.0
         routine = why is SamplingReason.SLOW or why is SamplingReason.SAMPLED
         if routine:
@@ -351,7 +356,7 @@ class TraceGate:
 
     def _no(self, why: SamplingReason, calls: int) -> TraceVerdict:
         self.suppressed[why] += calls
-        return TraceVerdict(False, why, 0.0)
+        return _NO[why]
 
     def _sampling(self, key: object, now_s: float) -> _KeySampling:
         state = self._keys.get(key)

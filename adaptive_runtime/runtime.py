@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._dispatch import Dispatcher, SelectionKey
 from .backend import Backend
@@ -24,6 +24,10 @@ from .policy import Decision, Policy, PolicyConfig
 from .telemetry import instrumentation
 from .telemetry.metrics import RuntimeMetrics
 from .telemetry.spans import SpanRecorder
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["AdaptiveRuntime", "get_runtime"]
 
@@ -131,15 +135,23 @@ class AdaptiveRuntime:
 
     # ------------------------------------------------------------------ telemetry hooks
 
-    def _telemetry_on(self) -> None:
-        """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``."""
+    def _telemetry_on(self, tracer_provider: TracerProvider | None = None,
+                      meter_provider: MeterProvider | None = None) -> None:
+        """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``.
+
+        Into the given providers, else the global ones. Already exporting: kept as it is,
+        unless a provider is given (then what was admitted is flushed and export moves).
+        """
+        if tracer_provider is not None or meter_provider is not None:
+            self._telemetry_off(timeout_s=5.0)
         with self._telemetry_lock:
             if self.config.tracing and self._spans is None:
-                self._spans = SpanRecorder(timer=self._timer, on_cost=self._span_cost_measured)
+                self._spans = SpanRecorder(timer=self._timer, tracer_provider=tracer_provider,
+                                           on_cost=self._span_cost_measured)
                 self._dispatcher.hot_sink = self._spans.submit_transition
                 self._dispatcher.span_sink = self._spans.submit
             if self._metrics is None:  # metrics whatever config.tracing says
-                self._metrics = RuntimeMetrics(self)
+                self._metrics = RuntimeMetrics(self, meter_provider=meter_provider)
                 self._dispatcher.duration_sink = self._metrics.pending.append
 
     def _span_cost_measured(self, cost_us: float) -> None:

@@ -12,7 +12,7 @@ import threading
 import weakref
 from typing import Protocol
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 __all__ = ["Instrumentable", "activate", "deactivate", "is_active", "register"]
 
@@ -20,7 +20,8 @@ __all__ = ["Instrumentable", "activate", "deactivate", "is_active", "register"]
 class Instrumentable(Protocol):
     """What the runtime offers telemetry: switch its span and metric export on or off."""
 
-    def _telemetry_on(self) -> None: ...
+    def _telemetry_on(self, tracer_provider: trace.TracerProvider | None = None,
+                      meter_provider: metrics.MeterProvider | None = None) -> None: ...
 
     def _telemetry_off(self, timeout_s: float) -> None: ...
 
@@ -49,11 +50,14 @@ def register(target: Instrumentable) -> None:
         target._telemetry_on()
 
 
-def instrument(target: Instrumentable) -> None:
-    """Attach ``target`` now, whatever the global state (an explicit opt-in)."""
+def instrument(target: Instrumentable, *, tracer_provider: trace.TracerProvider | None = None,
+               meter_provider: metrics.MeterProvider | None = None) -> None:
+    """Export ``target``'s spans and metrics now, whatever the global state (an explicit
+    opt-in): into ``tracer_provider`` / ``meter_provider`` when given (an application with
+    several providers, a test), else into the global ones."""
     with _lock:
         _targets.add(target)
-    target._telemetry_on()
+    target._telemetry_on(tracer_provider, meter_provider)
 
 
 def activate() -> None:

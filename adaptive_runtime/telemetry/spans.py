@@ -60,7 +60,7 @@ class SpanRecorder:
 
     def __init__(self, *, timer: Callable[[], int] = time.perf_counter_ns,
                  tracer_provider: trace.TracerProvider | None = None,
-                 capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 0.1,
+                 capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 1.0,
                  on_materialized: Callable[[CallRecord], None] | None = None,
                  on_cost: Callable[[float], None] | None = None) -> None:
         if capacity < 1:
@@ -82,6 +82,7 @@ class SpanRecorder:
         self._errors = itertools.count()
         self._logged_error = False
         self._wake = threading.Event()
+        self._parked = False  # the worker sleeps until woken (see _park)
         self._idle = threading.Event()
         self._idle.set()
         self._stop = False
@@ -111,6 +112,9 @@ class SpanRecorder:
         buffer.append(item)
         if self._thread is None:  # first use, or a forked child (see _after_fork)
             self._start_worker()
+        elif self._parked:  # the first record after a quiet spell wakes the worker, once
+            self._parked = False
+            self._wake.set()
         elif len(buffer) >= self.capacity // 2:
             self._wake.set()  # drain early rather than drop
 
@@ -152,26 +156,48 @@ class SpanRecorder:
         self._buffer = deque()
         self._thread = None
         self._wake = threading.Event()
+        self._parked = False
         self._idle = threading.Event()
         self._idle.set()
         self._start_lock = threading.Lock()
 
     def _run(self) -> None:
+        # The worker's whole CPU time is charged to the spans it makes, waking up included:
+        # that is what it takes from the loop.
+        cpu_mark = time.thread_time_ns()
         while True:
+            if not self._buffer and not self._stop:
+                self._park()
+            # let a batch gather (a flush, a half-full buffer or shutdown cut this short)
             self._wake.wait(self._flush_interval_s)
             self._wake.clear()
-            self._drain()
+            calls = self._drain()
+            if calls:
+                now = time.thread_time_ns()
+                self._measured(now - cpu_mark, calls)
+                cpu_mark = now
             if self._stop and not self._buffer:
                 return
 
-    def _drain(self) -> None:
+    def _park(self) -> None:
+        # Sleep until there is work: a thread waking on a timer costs the loop GIL hand-offs
+        # and CPU even when it finds nothing to do. Announce first, then look again, so a
+        # record appended meanwhile is either seen here or sees _parked and wakes us.
+        self._parked = True
+        if not self._buffer and not self._stop:
+            self._wake.wait()
+        self._parked = False
+        self._wake.clear()
+
+    def _drain(self) -> int:
+        """Make the spans of everything queued; return how many calls' spans were made."""
         buffer = self._buffer
+        calls = 0
         if not buffer:
             self._idle.set()
-            return
+            return calls
         self._idle.clear()
         tracer = self._tracer()
-        started, calls = time.thread_time_ns(), 0
         try:
             while buffer:
                 item = buffer.popleft()
@@ -185,8 +211,7 @@ class SpanRecorder:
                     self._error(exc)
         finally:
             self._idle.set()
-        if calls:
-            self._measured(time.thread_time_ns() - started, calls)
+        return calls
 
     def _measured(self, cpu_ns: int, calls: int) -> None:
         cost = cpu_ns / calls / 1000.0

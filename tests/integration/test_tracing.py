@@ -786,3 +786,34 @@ def test_a_forked_child_gets_a_fresh_span_worker(tmp_path: Any) -> None:
     finally:
         recorder.shutdown(5.0)
         provider.shutdown()
+
+
+# ---------------------------------------------------------------------------- public hook, cost
+
+
+def test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gate() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rt = make_runtime(EXPORT_ALL)
+    two_arms(rt)
+    gate = rt._dispatcher._gate
+    assumed = gate.span_cost_us
+    ar.telemetry.instrument(rt, tracer_provider=provider)
+    try:
+        for _ in range(50):
+            rt.run("scale", 10)
+        assert rt._spans is not None
+        assert rt._spans.flush(10.0)
+        # the worker thread made the spans, measured its CPU and told the runtime's gate
+        deadline = time.monotonic() + 10.0
+        while gate.span_cost_us == assumed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rt._spans.make_cost_us is not None and rt._spans.make_cost_us > 0
+        assert gate.span_cost_us != assumed
+        assert gate.span_cost_us > rt._spans.make_cost_us  # plus the exporter's share
+        names = Counter(s.name for s in exporter.get_finished_spans())
+        assert names == {"adaptive.select scale": 50, "adaptive.execute scale": 50}
+    finally:
+        rt._telemetry_off(5.0)
+        provider.shutdown()

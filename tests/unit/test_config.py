@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -39,8 +40,8 @@ def test_config_is_frozen() -> None:
     ({"max_history_keys": 0}, "max_history_keys", ">= 1"),
     ({"switch_margin": 0.95}, "switch_margin", "<= 0.9"),
     ({"trace_sample_rate": 1.5}, "trace_sample_rate", "<= 1"),
-    ({"prometheus_port": 70_000}, "prometheus_port", "<= 65535"),
-    ({"prometheus_port": -1}, "prometheus_port", ">= 0"),
+    ({"trace_cpu_share": -0.01}, "trace_cpu_share", ">= 0"),
+    ({"trace_cpu_share": float("nan")}, "trace_cpu_share", "number"),
     ({"min_samples_per_arm": 0}, "min_samples_per_arm", ">= 1"),
     ({"tracing": "yes"}, "tracing", "True or False"),
     ({"sampling_threshold_us": True}, "sampling_threshold_us", "number"),
@@ -53,6 +54,15 @@ def test_invalid_field_error_names_field_and_range(fields: dict[str, object], na
     message = str(info.value)
     assert name in message
     assert range_text in message
+
+
+def test_an_infinite_trace_cpu_share_lifts_the_limit() -> None:
+    assert ar.RuntimeConfig(trace_cpu_share=math.inf).trace_cpu_share == math.inf
+    env = ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "inf"})
+    assert env.trace_cpu_share == math.inf
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_cpu_share=math.inf), builtin_ops=False)
+    assert rt._dispatcher._gate.cpu_share is None
+    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher._gate.cpu_share == 0.005
 
 
 def test_config_error_is_a_value_error() -> None:
@@ -115,7 +125,6 @@ def test_from_env_ignores_empty_values() -> None:
     ("TRACING", "off", "tracing", False),
     ("TRACING", "on", "tracing", True),
     ("TRACING", "OFF", "tracing", False),
-    ("PROMETHEUS_PORT", "9464", "prometheus_port", 9464),
     ("MAX_HISTORY_KEYS", "1000", "max_history_keys", 1000),
     ("MAX_MEASURE_PERIOD", "64", "max_measure_period", 64),
 ])
@@ -147,9 +156,6 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     ("HOT_PATH_CALLS_PER_SEC", "0"),
     ("HOT_PATH_CALLS_PER_SEC", "lots"),
     ("TRACING", "maybe"),
-    ("PROMETHEUS_PORT", "http"),
-    ("PROMETHEUS_PORT", "99999"),
-    ("PROMETHEUS_PORT", "9464.5"),
     ("MAX_MEASURE_PERIOD", "100"),
 ])
 def test_from_env_bad_value_raises_config_error_naming_the_variable(var: str, raw: str) -> None:
