@@ -15,7 +15,9 @@ Instruments (OTel names; the Prometheus exporter names are in parentheses):
   ``adaptive.fallback_to`` (``adaptive_fallback_total``).
 - ``adaptive.span.exported`` / ``adaptive.span.suppressed`` counters — timed calls whose spans
   the trace gate exported / did not, by ``adaptive.sampling.reason``
-  (``adaptive_span_exported_total`` / ``adaptive_span_suppressed_total``).
+  (``adaptive_span_exported_total`` / ``adaptive_span_suppressed_total``); ``buffer_full``
+  counts records the span recorder dropped and ``export_failed`` spans that configure()'s
+  exporter could not deliver (process-wide).
 - ``adaptive.hot_path.active`` gauge — 1 for each registered operation on the hot path, else 0
   (``adaptive_hot_path_active``).
 - ``adaptive.op.duration`` histogram, seconds, buckets from 1 µs to 10 s — the kernel time of
@@ -50,6 +52,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+from .switching import spans_lost_in_export
 
 if TYPE_CHECKING:
     from .._dispatch import SelectionKey
@@ -300,6 +304,8 @@ class _Hub:
             try:
                 with self._lock:
                     totals = self._totals(name, read)
+                if name == "suppressed" and (lost := spans_lost_in_export()):
+                    totals[("export_failed",)] += lost  # process-wide, not per runtime
                 return [Observation(n, dict(zip(keys, labels, strict=True)))
                         for labels, n in totals.items()]
             except Exception:  # never let observability break a collection

@@ -9,8 +9,8 @@
   ``metrics.jsonl`` under ``directory`` (argument, ``ADAPTIVE_RUNTIME_TELEMETRY_DIR``, else
   ``./adaptive-runtime-telemetry``) — what the Collector's ``otlpjsonfile`` receiver reads, so
   a run can be replayed into Jaeger later.
-- A Prometheus port (argument or ``ADAPTIVE_RUNTIME_PROMETHEUS_PORT``) → also a scrape
-  endpoint.
+- A Prometheus port (argument or ``ADAPTIVE_RUNTIME_PROMETHEUS_PORT``; ``True`` / ``on``
+  for the default, 9464) → also a scrape endpoint.
 - ``OTEL_SDK_DISABLED=true`` → nothing is set up and nothing is exported.
 
 An application that already set its own tracer or meter provider keeps it: ``configure()``
@@ -48,7 +48,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from ..errors import ConfigError
 from . import instrumentation
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-from .switching import SwitchableMetricExporter, SwitchableSpanExporter
+from .switching import (
+    SwitchableMetricExporter,
+    SwitchableSpanExporter,
+    quiet_repeated_exporter_logs,
+    spans_lost_in_export,
+)
 
 __all__ = ["DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"]
 
@@ -56,6 +61,7 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
 DEFAULT_SERVICE_NAME = "adaptive_runtime"
+DEFAULT_PROMETHEUS_PORT = 9464  # the port opentelemetry-exporter-prometheus documents
 _PROTOCOLS = ("grpc", "http/protobuf")
 
 
@@ -71,6 +77,12 @@ class Telemetry:
     prometheus_port: int | None = None
     _shut_down: bool = field(default=False, repr=False)
     _prometheus_server: Any = field(default=None, repr=False)
+
+    @property
+    def spans_lost(self) -> int:
+        """Spans our exporter failed to deliver in this process (collector down, refusing,
+        an exporter error); also ``adaptive.span.suppressed{reason="export_failed"}``."""
+        return spans_lost_in_export()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush the runtimes' buffered spans, then our providers' exporters; stop them."""
@@ -120,7 +132,7 @@ _process = _ProcessProviders()
 
 
 def configure(service_name: str | None = None, endpoint: str | None = None,
-              prometheus_port: int | None = None, *, protocol: str | None = None,
+              prometheus_port: int | bool | None = None, *, protocol: str | None = None,
               headers: dict[str, str] | None = None, directory: str | None = None,
               metrics_interval_s: float = 10.0, prometheus_host: str = "0.0.0.0",
               environ: dict[str, str] | None = None) -> Telemetry:
@@ -172,6 +184,7 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
                 telemetry.prometheus_port = port
 
         _current = telemetry
+    quiet_repeated_exporter_logs()
     instrumentation.activate()
     return telemetry
 
@@ -343,18 +356,23 @@ def _app_has_meter_provider() -> bool:
             and provider is not _process.meter_provider)
 
 
-def _prometheus_port(port: int | None, env: Any) -> int | None:
+def _prometheus_port(port: int | bool | None, env: Any) -> int | None:
     source = "prometheus_port"
     if port is None:
         raw = env.get("ADAPTIVE_RUNTIME_PROMETHEUS_PORT", "").strip()
         if not raw:
             return None
         source = "ADAPTIVE_RUNTIME_PROMETHEUS_PORT"
+        if raw.lower() in ("on", "true", "yes", "default"):
+            return DEFAULT_PROMETHEUS_PORT
         try:
             port = int(raw)
         except ValueError:
-            raise ConfigError(f"{source}={raw!r} is not a port number (0-65535)") from None
+            raise ConfigError(f"{source}={raw!r} is not a port number (0-65535) or "
+                              f"'on' (port {DEFAULT_PROMETHEUS_PORT})") from None
+    if port is True:
+        return DEFAULT_PROMETHEUS_PORT
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigError(f"{source} must be a port number 0-65535, got {port!r}",
-                          field="prometheus_port")
+        raise ConfigError(f"{source} must be a port number 0-65535 (or True for "
+                          f"{DEFAULT_PROMETHEUS_PORT}), got {port!r}", field="prometheus_port")
     return port

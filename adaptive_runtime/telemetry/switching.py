@@ -8,6 +8,8 @@ obtained from the global API, follow along instead of writing into a shut-down p
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -17,7 +19,10 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span"]
+__all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
+           "quiet_repeated_exporter_logs", "spans_lost_in_export"]
+
+_log = logging.getLogger(__name__)
 
 # CPU one span costs the exporter until ours has measured it (or when the application's own
 # exporter does the work, which we cannot see): the OTel Python OTLP encoder takes ~65 us per
@@ -64,8 +69,61 @@ class _Switch:
             previous.shutdown(*args, **kwargs)
 
 
+# ---------------------------------------------------------------------------- outages
+
+
+class _OnePerOutage(logging.Filter):
+    """Lets the first warning of an export outage through; later ones are dropped (the spans
+    they lose are counted) until an export succeeds again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if self.logged:
+            return False
+        self.logged = True
+        return True
+
+
+_outage = _OnePerOutage()
+_log.addFilter(_outage)
+_lost = itertools.count()  # spans an export failed to deliver
+
+
+def spans_lost_in_export() -> int:
+    """Spans that configure()'s exporter failed to deliver (collector down, refusing, ...)."""
+    return int(repr(_lost)[6:-1])
+
+
+def quiet_repeated_exporter_logs() -> None:
+    """Apply the one-warning-per-outage rule to the OTLP exporters' own loggers (which would
+    otherwise log every failed batch while a collector is down)."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("opentelemetry.exporter.otlp"):
+            logger = logging.getLogger(name)
+            if _outage not in logger.filters:
+                logger.addFilter(_outage)
+
+
+def _delivered(result: Any, spans: int) -> None:
+    if result is SpanExportResult.SUCCESS:
+        if _outage.logged:
+            _outage.logged = False
+            _log.info("adaptive_runtime: span export works again (%d spans lost so far)",
+                      spans_lost_in_export())
+        return
+    for _ in range(spans):
+        next(_lost)
+
+
 class SwitchableSpanExporter(_Switch, SpanExporter):
-    """A span exporter forwarding to the span exporter set by :meth:`switch`."""
+    """A span exporter forwarding to the span exporter set by :meth:`switch`. Never raises:
+    a failed export counts its spans (:func:`spans_lost_in_export`) and warns once per
+    outage."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         target = self.target
@@ -75,9 +133,14 @@ class SwitchableSpanExporter(_Switch, SpanExporter):
         # the loop through the GIL, fed back into the trace gate's CPU budget
         started = time.thread_time_ns()
         try:
-            return target.export(spans)
-        finally:
-            _record_export_cost(time.thread_time_ns() - started, len(spans))
+            result = target.export(spans)
+        except Exception as exc:  # an exporter bug must not kill the SDK's export thread
+            _log.warning("adaptive_runtime: span export failed: %r (spans lost are counted)",
+                         exc)
+            result = SpanExportResult.FAILURE
+        _record_export_cost(time.thread_time_ns() - started, len(spans))
+        _delivered(result, len(spans))
+        return result
 
 
 class SwitchableMetricExporter(_Switch, MetricExporter):
@@ -98,4 +161,8 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
         target = self.target
         if target is None:
             return MetricExportResult.SUCCESS
-        return target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        try:
+            return target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:  # (counters are cumulative: the next export catches up)
+            _log.warning("adaptive_runtime: metric export failed: %r", exc)
+            return MetricExportResult.FAILURE

@@ -306,15 +306,21 @@ def test_a_collector_that_is_down_never_breaks_the_loop_or_the_exit(
         tel = ar.telemetry.configure()
         rt = make_runtime()
         loop(rt, calls=3000)
-        for size in range(1, 200):  # a stream of first calls: many admitted spans
-            rt.run("scale", 1 << (size % 40))
-        result(done=True, traces=tel.traces_destination)
+        for batch in range(3):  # three export attempts, each failing
+            for size in range(1, 60):  # a stream of first calls: many admitted spans
+                rt.run("scale", 1 << (size % 40) + 40 * batch)
+            rt.flush_telemetry()
+            tel.tracer_provider.force_flush(10_000)
+        result(done=True, traces=tel.traces_destination, lost=tel.spans_lost)
     ''', tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
         OTEL_EXPORTER_OTLP_PROTOCOL=protocol, OTEL_EXPORTER_OTLP_TIMEOUT="1")
     assert ran.returncode == 0, ran
     assert ran.result.get("done") is True, ran
     assert "Traceback" not in ran.stderr, ran
     assert not (tmp_path / "adaptive-runtime-telemetry").exists()
+    # every failed batch is counted; the outage is logged once, not once per batch
+    assert ran.result["lost"] >= 3 * 2 * 59, ran
+    assert len(ran.stderr.strip().splitlines()) == 1, ran
 
 
 # ---------------------------------------------------------------------------- lifecycle
