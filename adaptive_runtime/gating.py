@@ -253,12 +253,13 @@ def _burst(rate_per_s: float) -> float:
 
 
 class _KeySampling:
-    __slots__ = ("bucket", "credit", "pending_calls")
+    __slots__ = ("bucket", "credit", "pending_calls", "pending_slow")
 
     def __init__(self, bucket: TokenBucket) -> None:
         self.bucket = bucket
         self.credit = 0.0
-        self.pending_calls = 0
+        self.pending_calls = 0  # fast routine calls since the key's last sampled span
+        self.pending_slow = 0  # slow calls since its last slow span (> 1: budget held some)
 
 
 # What making and exporting one call's two spans costs in background CPU before the span
@@ -284,8 +285,9 @@ class TraceGate:
     duration (times the calls it stands for) as credit, each exported call spends
     ``span_cost_us`` (measured by the span recorder). Routine spans (slow or sampled) need the
     credit; decision, first-call and error spans always go out (within the token buckets) and
-    may leave it in debt. A routine span that does go out stands for every routine call of its
-    key since the previous one (its ``weight``).
+    may leave it in debt. A sampled span stands for every fast routine call of its key since
+    the previous sampled span, a slow span for every slow call since the previous slow span
+    (its ``weight``).
     """
 
     def __init__(self, *, tracing: bool, sampling_threshold_us: float, sample_rate: float,
@@ -329,25 +331,30 @@ class TraceGate:
             why = SamplingReason.SAMPLED
         sampling = self._keys.get(key) or self._sampling(key, now_s)
         weight = 1.0
-        routine = why is SamplingReason.SLOW or why is SamplingReason.SAMPLED
-        if routine:
+        sampled = why is SamplingReason.SAMPLED
+        routine = sampled or why is SamplingReason.SLOW
+        if sampled:
             sampling.pending_calls += calls
-            if why is SamplingReason.SAMPLED:
-                # Deterministic systematic sampling: credit accrues per call represented, a
-                # span goes out each time it reaches 1. One span stands for all the pending
-                # calls (its weight), so whole credits are spent at once: banking them would
-                # over-sample when the key is timed more often.
-                sampling.credit += calls * self.sample_rate
-                if sampling.credit < 1.0:
-                    return self._no(SamplingReason.NOT_SAMPLED, calls)
-                sampling.credit %= 1.0
-            if share is not None and self.cpu_credit_us < self.span_cost_us:
-                return self._no(SamplingReason.BUDGET, calls)
+            # Deterministic systematic sampling: credit accrues per call represented, a span
+            # goes out each time it reaches 1. One span stands for all the pending calls (its
+            # weight), so whole credits are spent at once: banking them would over-sample
+            # when the key is timed more often.
+            sampling.credit += calls * self.sample_rate
+            if sampling.credit < 1.0:
+                return self._no(SamplingReason.NOT_SAMPLED, calls)
+            sampling.credit %= 1.0
             weight = float(sampling.pending_calls)
+        elif routine:
+            sampling.pending_slow += calls
+            weight = float(sampling.pending_slow)
+        if routine and share is not None and self.cpu_credit_us < self.span_cost_us:
+            return self._no(SamplingReason.BUDGET, calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
-        if routine:
+        if sampled:
             sampling.pending_calls = 0
+        elif routine:
+            sampling.pending_slow = 0
         if share is not None:
             cost = self.span_cost_us
             self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)

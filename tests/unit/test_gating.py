@@ -384,3 +384,18 @@ def test_quiet_spell_banks_at_most_a_few_calls_worth_of_spans() -> None:
     assert gate.cpu_credit_us == 8 * 100.0
     burst = [_admit(gate, duration_us=150.0, key=("k", i)).export for i in range(50)]
     assert sum(burst) == 8  # the banked 8 (the burst itself earns 50 x 1.5 us: not one more)
+
+
+def test_slow_and_sampled_spans_weigh_only_calls_of_their_own_kind() -> None:
+    gate = _gate(spans_per_sec_per_key=1.0)  # one span a second for the key
+    assert _admit(gate, duration_us=500.0, now_s=0.0).weight == 1.0  # slow, the burst token
+    for _ in range(4):  # slow calls the budget holds back
+        assert not _admit(gate, duration_us=500.0, now_s=0.1).export
+    for _ in range(300):  # fast calls: their sampled spans are held back too
+        _admit(gate, duration_us=5.0, now_s=0.2)
+    slow = _admit(gate, duration_us=500.0, now_s=1.5)
+    assert (slow.export, slow.reason, slow.weight) == (True, SamplingReason.SLOW, 5.0)
+    sampled = next(v for _ in range(200)
+                   if (v := _admit(gate, duration_us=5.0, now_s=3.0)).export)
+    assert sampled.reason is SamplingReason.SAMPLED
+    assert 300 < sampled.weight <= 500  # the fast calls since the first, none of the slow
