@@ -21,9 +21,9 @@ global OpenTelemetry state is touched.
    budgets); the SDK's BatchSpanProcessor with its defaults. One runtime learns from scratch,
    then runs with tracing on (exporting to the receiver), off, and off again (the A/A noise
    floor) — its span sink attached or not, so history and arms are the same — in blocks of
-   0.1 s segments, every order in turn, each after an unmeasured 20 ms lead-in; the span
-   recorder is drained, untimed, after each traced segment so it makes no spans in an
-   untraced one (the BatchSpanProcessor exports on its own schedule, 5 s, as in a real loop).
+   0.1 s segments, every order in turn, each after an unmeasured 20 ms lead-in. The span
+   worker and the BatchSpanProcessor (defaults: 5 s) work on their own schedule, as in a real
+   loop, so some of their work lands in untraced segments: the wall-time rows are diagnostic.
    Measured: each case's best 0.1 s segment (a shared machine only adds time)
    gives the in-loop cost of tracing, on vs off, beside the A/A noise floor (off again vs
    off) — on this machine that floor is a few %, above the target. So the verdict is on costs
@@ -31,7 +31,7 @@ global OpenTelemetry state is touched.
    times one trace-gate verdict (a microbenchmark), plus the traced calls times part 1's
    in-loop cost of a traced call; in the background, the span threads' CPU from the first
    segment to the last export (what the loop pays them through the GIL). Target for their
-   sum, over the loop's busy time: <= 2 % (goal 1 %).
+   sum, over the loop's busy time per call (its best untraced segment): <= 2 % (goal 1 %).
    Then coverage: a span for every (operation, bucket, arm) that ran
    (``rt.history_snapshot()``) and for every decision that is not a plain exploit
    (``rt.selection_counts()``).
@@ -473,9 +473,6 @@ def mixed_loop(receiver: Receiver, traced_call_ns: float
                 decisions_traced.update(non_exploit(rt) - before)
                 rx_cpu += receiver_cpu_s(receiver) - rx0
                 traced_wall += time.perf_counter() - wall0
-                # untimed: spans made now rather than in the next (untraced) segment; the
-                # BatchSpanProcessor exports on its own schedule, as it would in a real loop
-                assert rt.flush_telemetry(30.0), "span recorder did not drain"
             busy[case] = [a + b for a, b in zip(busy[case], segment, strict=True)]
             calls[case] += n
             per_case[case] = sum(segment) / n
