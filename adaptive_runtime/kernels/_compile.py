@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps the 
     numba = None
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "scalar_jit"]
+__all__ = ["HAVE_NUMBA", "compile_count", "scalar_jit", "simd_jit"]
 
 
 def scalar_jit(fn: F) -> F:
@@ -24,3 +24,20 @@ def scalar_jit(fn: F) -> F:
     if numba is None:
         return fn
     return numba.njit(cache=True)(fn)  # type: ignore[no-any-return]
+
+
+def simd_jit(fn: F) -> F:
+    """Compile ``fn`` as a SIMD kernel: ``@njit(cache=True, fastmath=True, parallel=True)``
+    (reassociated, vectorised, threaded; use ``numba.prange`` for the parallel loop). Without
+    numba, ``fn`` itself."""
+    if numba is None:
+        return fn
+    return numba.njit(cache=True, fastmath=True, parallel=True)(fn)  # type: ignore[no-any-return]
+
+
+def compile_count(kernel: Any) -> Callable[[], int] | None:
+    """How many type signatures ``kernel`` has compiled so far (a call that raised it was
+    spent compiling, and the runtime does not learn from it); ``None`` without numba."""
+    if numba is None:
+        return None
+    return lambda: len(kernel.signatures)

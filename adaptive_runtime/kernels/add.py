@@ -1,4 +1,4 @@
-"""``add``: elementwise sum of two equal-shape arrays.
+"""``add(a, b)``: elementwise sum of two arrays of one shape.
 
 SCALAR: a numba loop over the flattened arrays. SIMD: ``numpy.add``.
 """
@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import Backend
+from ._arrays import host_arm
 from ._checks import same_shape_size
-from ._compile import scalar_jit
+from ._compile import compile_count, scalar_jit
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -20,23 +21,23 @@ NAME = "add"
 
 
 @scalar_jit
-def _add_flat(a: Any, b: Any, out: Any) -> None:
+def _add_loop(a: Any, b: Any, out: Any) -> None:
     for i in range(a.shape[0]):
         out[i] = a[i] + b[i]
 
 
-def add_scalar(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out = np.empty(a.shape, dtype=np.result_type(a, b))
-    _add_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+def _add_scalar(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.empty(a.shape, dtype=a.dtype)
+    _add_loop(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1),
+              out.reshape(-1))
     return out
 
 
-def add_simd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.add(a, b)
+add_scalar = host_arm(_add_scalar)
+add_simd = host_arm(np.add)
 
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=lambda a, b: same_shape_size(NAME, a, b), kind="elementwise")
-    op.add_implementation(Backend.SCALAR, add_scalar,
-                          compile_count=lambda: len(getattr(_add_flat, "signatures", ())))
+    op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
