@@ -13,6 +13,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import same_shape_size
 from ._compile import compile_count, scalar_jit
+from ._gpu import gpu_arm, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -36,8 +37,15 @@ def _add_scalar(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 add_scalar = host_arm(_add_scalar)
 add_simd = host_arm(np.add)
 
+def _add_gpu(a: Any, b: Any) -> Any:
+    return a + b
+
+
+add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a))
+
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=lambda a, b: same_shape_size(NAME, a, b), kind="elementwise")
     op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
+    op.add_implementation(Backend.GPU, add_gpu)

@@ -14,6 +14,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import vector_pair_size
 from ._compile import compile_count, scalar_jit
+from ._gpu import gpu_arm
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -32,8 +33,15 @@ def _dot_loop(a: Any, b: Any) -> Any:
 dot_scalar = host_arm(_dot_loop)
 dot_simd = host_arm(np.dot)
 
+def _dot_gpu(a: Any, b: Any) -> Any:
+    return a.dot(b)
+
+
+dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8)
+
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=lambda a, b: vector_pair_size(NAME, a, b), kind="vector")
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
     op.add_implementation(Backend.SIMD, dot_simd)
+    op.add_implementation(Backend.GPU, dot_gpu)

@@ -1,0 +1,168 @@
+"""The GPU arm of the built-in operations: torch on a CUDA device.
+
+A GPU call (:func:`gpu_arm`):
+
+1. inputs already on the device are used as they are; host inputs (numpy arrays, CPU
+   tensors) are copied there — the transfer is part of the call, so the runtime learns what a
+   GPU call really costs for the inputs it gets;
+2. before anything is copied or launched, the device's free memory is checked against what the
+   call needs (the inputs it must copy, the result and the operation's workspace): a call that
+   would not fit raises :class:`GpuMemoryError` and the runtime runs it on the next arm;
+3. the device is synchronised before returning, so the runtime's timing covers the kernel,
+   not just its launch;
+4. the result goes back to the caller's array type and device (a CUDA tensor stays there).
+
+CUDA running out of memory anyway (another process took it) raises torch's
+``OutOfMemoryError``: like any arm failure, the runtime falls back to the next arm and
+quarantines the GPU for that key with back-off. :func:`transfer_estimate_us` prices a host to
+device copy from a bandwidth measured once.
+
+The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
+on the CPU — every step above runs except the CUDA kernel launch itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._arrays import host_dtype, is_tensor
+
+__all__ = ["CudaDevice", "Device", "GpuMemoryError", "gpu_arm", "nbytes", "set_device",
+           "transfer_estimate_us"]
+
+# Share of the free device memory a call may plan to use: the allocator rounds up and other
+# work may be in flight.
+MEMORY_HEADROOM = 0.9
+_BANDWIDTH_PROBE_BYTES = 16 << 20
+
+
+class GpuMemoryError(RuntimeError):
+    """The call would not fit in the device's free memory; it was not sent to the GPU."""
+
+    def __init__(self, operation: str, needed: int, free: int) -> None:
+        super().__init__(f"{operation}: needs {needed / 2**20:.1f} MiB on the GPU, "
+                         f"{free / 2**20:.1f} MiB free — not sent to the GPU")
+        self.operation, self.needed, self.free = operation, needed, free
+
+
+class Device(Protocol):
+    """What the GPU arm needs from a device."""
+
+    def free_bytes(self) -> int: ...
+
+    def to_device(self, x: Any) -> Any: ...
+
+    def is_on_device(self, x: Any) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class CudaDevice:
+    """torch's current CUDA device."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def free_bytes(self) -> int:
+        return int(self._torch.cuda.mem_get_info(self.device)[0])
+
+    def to_device(self, x: Any) -> Any:
+        tensor = x if is_tensor(x) else self._torch.from_numpy(np.ascontiguousarray(x))
+        return tensor.to(self.device, non_blocking=False)
+
+    def is_on_device(self, x: Any) -> bool:
+        return is_tensor(x) and x.device.type == "cuda"
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize(self.device)
+
+
+_lock = threading.Lock()
+_device: Device | None = None
+_bandwidth: float | None = None  # host to device, bytes per second
+
+
+def device() -> Device:
+    """The device GPU calls run on (torch's current CUDA device unless one was set)."""
+    global _device
+    if _device is None:
+        with _lock:
+            if _device is None:
+                _device = CudaDevice()
+    return _device
+
+
+def set_device(new: Device | None) -> None:
+    """Run GPU calls on ``new`` (a test double, say); ``None``: back to the CUDA default."""
+    global _device, _bandwidth
+    with _lock:
+        _device, _bandwidth = new, None
+
+
+def transfer_estimate_us(nbytes: int) -> float:
+    """Microseconds to copy ``nbytes`` from host to device, from a bandwidth measured once
+    (a 16 MiB copy)."""
+    global _bandwidth
+    if _bandwidth is None:
+        dev = device()
+        probe = np.zeros(_BANDWIDTH_PROBE_BYTES // 8)
+        dev.to_device(probe)  # (first use pays set-up costs)
+        dev.synchronize()
+        start = time.perf_counter()
+        dev.to_device(probe)
+        dev.synchronize()
+        _bandwidth = probe.nbytes / max(time.perf_counter() - start, 1e-9)
+    return nbytes / _bandwidth * 1e6
+
+
+def nbytes(x: Any) -> int:
+    """Bytes of an array's or tensor's elements (0 for anything else)."""
+    if is_tensor(x):
+        return int(x.numel()) * int(x.element_size())
+    return int(x.nbytes) if isinstance(x, np.ndarray) else 0
+
+
+def gpu_arm(operation: str, kernel: Callable[..., Any], *,
+            result_bytes: Callable[..., int], template: int = 0,
+            workspace: float = 0.0) -> Callable[..., Any]:
+    """The GPU implementation of ``operation`` from ``kernel``, a function of torch tensors
+    on the device. ``result_bytes(*args)`` sizes its result; ``workspace`` is extra memory as
+    a share of the inputs' size. The result comes back like the argument at ``template``."""
+
+    def arm(*args: Any) -> Any:
+        dev = device()
+        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)]
+        to_copy = sum(nbytes(a) for a in arrays if not dev.is_on_device(a))
+        inputs = sum(nbytes(a) for a in arrays)
+        needed = to_copy + result_bytes(*args) + int(workspace * inputs)
+        free = dev.free_bytes()
+        if needed > MEMORY_HEADROOM * free:
+            raise GpuMemoryError(operation, needed, free)
+        on_device = [dev.to_device(a) if (isinstance(a, np.ndarray) or is_tensor(a))
+                     and not dev.is_on_device(a) else a for a in args]
+        out = kernel(*on_device)
+        dev.synchronize()
+        return _back(out, args[template], dev)
+
+    arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
+    return arm
+
+
+def _back(out: Any, model: Any, dev: Device) -> Any:
+    """The device result as the caller's array type, dtype and device."""
+    if dev.is_on_device(model):
+        return out
+    if is_tensor(model):
+        return out.to(model.device) if out.device != model.device else out
+    value = out.detach().cpu().numpy()
+    if value.ndim == 0:
+        return host_dtype(model).type(value)
+    return value

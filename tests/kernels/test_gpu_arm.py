@@ -1,0 +1,138 @@
+"""The GPU arm's torch code path, on a test double of the CUDA device (no GPU here).
+
+``FakeCuda`` keeps "device" tensors on the CPU and marks them, so every step of a GPU call —
+memory check, copies to the device, the torch kernel, synchronisation, the way back to the
+caller's type — runs for real; only the CUDA kernel launch is replaced by torch's CPU kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import adaptive_runtime as ar
+from adaptive_runtime.kernels import _gpu
+
+Backend = ar.Backend
+
+
+class FakeCuda:
+    """A CUDA device test double: tensors "on the device" are CPU tensors it marked."""
+
+    def __init__(self, free: int = 1 << 40) -> None:
+        self.free = free
+        self.copies = 0
+        self.syncs = 0
+        self.fail_with: BaseException | None = None
+
+    def free_bytes(self) -> int:
+        return self.free
+
+    def to_device(self, x: Any) -> Any:
+        self.copies += 1
+        tensor = (x.detach().clone() if isinstance(x, torch.Tensor)
+                  else torch.from_numpy(np.ascontiguousarray(x).copy()))
+        tensor.fake_cuda = True
+        return tensor
+
+    def is_on_device(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and getattr(x, "fake_cuda", False)
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+
+
+@pytest.fixture
+def fake_cuda() -> Iterator[FakeCuda]:
+    fake = FakeCuda()
+    _gpu.set_device(fake)
+    try:
+        yield fake
+    finally:
+        _gpu.set_device(None)
+
+
+def gpu_runtime() -> ar.AdaptiveRuntime:
+    return ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"),
+                              devices=ar.DeviceProbe(gpu=True))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_arm_copies_host_inputs_syncs_and_returns_the_callers_type(fake_cuda, kind,
+                                                                       dtype) -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2, 257)).astype(dtype)
+    args = (a, b) if kind == "numpy" else (torch.from_numpy(a), torch.from_numpy(b))
+    rt = gpu_runtime()
+    total = rt.run("add", *args)
+    inner = rt.run("dot", *args)
+    assert fake_cuda.copies == 4 and fake_cuda.syncs == 2
+    if kind == "numpy":
+        assert type(total) is np.ndarray and total.dtype == dtype
+        assert isinstance(inner, np.floating) and inner.dtype == dtype
+    else:
+        assert isinstance(total, torch.Tensor) and not getattr(total, "fake_cuda", False)
+        assert total.dtype == args[0].dtype and inner.shape == ()
+    np.testing.assert_allclose(np.asarray(total), a + b, rtol=1e-6)
+    np.testing.assert_allclose(float(inner), np.dot(a.astype(np.float64), b), rtol=1e-4)
+    assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
+
+
+def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_cuda) -> None:
+    a = fake_cuda.to_device(np.arange(6.0))
+    fake_cuda.copies = 0
+    out = gpu_runtime().run("add", a, a)
+    assert fake_cuda.copies == 0
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
+    fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
+                            devices=ar.DeviceProbe(gpu=True))
+    a = np.ones(1024)
+    for _ in range(10):  # exploration tries the GPU arm among the first calls
+        np.testing.assert_array_equal(rt.run("add", a, a), 2 * a)
+    assert fake_cuda.copies == 0  # nothing was copied to the device
+    assert rt.fallback_counts().get(("add", Backend.GPU, Backend.SIMD), 0) >= 1
+    with pytest.raises(ar.AllBackendsFailedError, match="not sent to the GPU"):
+        gpu_runtime().run("add", a, a)
+
+
+def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
+    fake_cuda.fail_with = torch.cuda.OutOfMemoryError("CUDA out of memory (test double)")
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
+                            devices=ar.DeviceProbe(gpu=True))
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        a, b = rng.standard_normal((2, 300, 300))
+        np.testing.assert_array_equal(rt.run("add", a, b), a + b)
+    falls = rt.fallback_counts()
+    assert falls.get(("add", Backend.GPU, Backend.SIMD), 0) >= 1, falls
+
+
+def test_transfer_estimate_follows_the_measured_bandwidth(fake_cuda) -> None:
+    one = _gpu.transfer_estimate_us(1 << 20)
+    assert one > 0
+    assert _gpu.transfer_estimate_us(1 << 24) == pytest.approx(16 * one)
+
+
+@pytest.mark.gpu
+def test_on_a_real_cuda_device_results_match_and_device_tensors_stay_there() -> None:
+    _gpu.set_device(None)
+    rt = gpu_runtime()
+    a = np.random.default_rng(3).standard_normal(10_000)
+    np.testing.assert_allclose(rt.run("add", a, a), 2 * a)
+    cuda_a = torch.from_numpy(a).cuda()
+    out = rt.run("add", cuda_a, cuda_a)
+    assert out.device.type == "cuda"
+    np.testing.assert_allclose(out.cpu().numpy(), 2 * a)
+    assert float(rt.run("dot", cuda_a, cuda_a)) == pytest.approx(float(np.dot(a, a)))
+    assert _gpu.transfer_estimate_us(1 << 20) > 0
