@@ -23,6 +23,7 @@ on the CPU — every step above runs except the CUDA kernel launch itself.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -30,10 +31,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._arrays import host_dtype, is_tensor
+from ._arrays import host, host_dtype, is_tensor, like
 
-__all__ = ["CudaDevice", "Device", "GpuMemoryError", "gpu_arm", "nbytes", "set_device",
-           "transfer_estimate_us"]
+__all__ = ["CudaDevice", "Device", "GpuMemoryError", "GpuUnsupportedError", "NumbaCudaDevice",
+           "gpu_arm", "itemsize", "nbytes", "set_device", "transfer_estimate_us"]
+
+_log = logging.getLogger(__name__)
 
 # Share of the free device memory a call may plan to use: the allocator rounds up and other
 # work may be in flight.
@@ -50,8 +53,15 @@ class GpuMemoryError(RuntimeError):
         self.operation, self.needed, self.free = operation, needed, free
 
 
+class GpuUnsupportedError(RuntimeError):
+    """The GPU device found has no kernel for this operation (numba path, no torch)."""
+
+
 class Device(Protocol):
-    """What the GPU arm needs from a device."""
+    """What the GPU arm needs from a device. ``kind``: ``"torch"`` or ``"numba"``, which
+    kernels it runs."""
+
+    kind: str
 
     def free_bytes(self) -> int: ...
 
@@ -64,6 +74,8 @@ class Device(Protocol):
 
 class CudaDevice:
     """torch's current CUDA device."""
+
+    kind = "torch"
 
     def __init__(self) -> None:
         import torch
@@ -85,6 +97,51 @@ class CudaDevice:
         self._torch.cuda.synchronize(self.device)
 
 
+class NumbaCudaDevice:
+    """numba's CUDA device, for machines with a GPU and no CUDA-enabled torch (the kernels are
+    in ``_cuda_kernels.py``)."""
+
+    kind = "numba"
+
+    def __init__(self) -> None:
+        from numba import cuda
+
+        self._cuda = cuda
+
+    def free_bytes(self) -> int:
+        free = self._cuda.current_context().get_memory_info()[0]
+        return int(min(free, 1 << 62))  # (the simulator reports infinity)
+
+    def to_device(self, x: Any) -> Any:
+        return self._cuda.to_device(np.ascontiguousarray(host(x)))
+
+    def is_on_device(self, x: Any) -> bool:
+        return hasattr(x, "copy_to_host")  # a numba device array
+
+    def synchronize(self) -> None:
+        self._cuda.synchronize()
+
+
+def _default_device() -> Device:
+    """torch's CUDA device when torch has CUDA, else numba's, else torch's (which fails on
+    first use: the runtime then falls back to a CPU arm)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return CudaDevice()
+    except ImportError:
+        pass
+    try:
+        from numba import cuda
+
+        if cuda.is_available():
+            return NumbaCudaDevice()
+    except Exception as exc:  # a broken driver: no numba path
+        _log.debug("numba CUDA unavailable: %s", exc)
+    return CudaDevice()
+
+
 _lock = threading.Lock()
 _device: Device | None = None
 _bandwidth: float | None = None  # host to device, bytes per second
@@ -96,7 +153,7 @@ def device() -> Device:
     if _device is None:
         with _lock:
             if _device is None:
-                _device = CudaDevice()
+                _device = _default_device()
     return _device
 
 
@@ -123,6 +180,11 @@ def transfer_estimate_us(nbytes: int) -> float:
     return nbytes / _bandwidth * 1e6
 
 
+def itemsize(x: Any) -> int:
+    """Bytes per element of an array or tensor."""
+    return int(x.element_size()) if is_tensor(x) else int(x.itemsize)
+
+
 def nbytes(x: Any) -> int:
     """Bytes of an array's or tensor's elements (0 for anything else)."""
     if is_tensor(x):
@@ -131,14 +193,19 @@ def nbytes(x: Any) -> int:
 
 
 def gpu_arm(operation: str, kernel: Callable[..., Any], *,
-            result_bytes: Callable[..., int], template: int = 0,
-            workspace: float = 0.0) -> Callable[..., Any]:
+            result_bytes: Callable[..., int], template: int = 0, workspace: float = 0.0,
+            numba_kernel: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The GPU implementation of ``operation`` from ``kernel``, a function of torch tensors
-    on the device. ``result_bytes(*args)`` sizes its result; ``workspace`` is extra memory as
-    a share of the inputs' size. The result comes back like the argument at ``template``."""
+    on the device (``numba_kernel``: of numba device arrays, for the numba path).
+    ``result_bytes(*args)`` sizes its result; ``workspace`` is extra memory as a share of the
+    inputs' size. The result comes back like the argument at ``template``."""
 
     def arm(*args: Any) -> Any:
         dev = device()
+        run = kernel if dev.kind == "torch" else numba_kernel
+        if run is None:
+            raise GpuUnsupportedError(f"{operation}: no numba CUDA kernel (install torch with "
+                                      "CUDA for this operation on the GPU)")
         arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)]
         to_copy = sum(nbytes(a) for a in arrays if not dev.is_on_device(a))
         inputs = sum(nbytes(a) for a in arrays)
@@ -148,7 +215,7 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
             raise GpuMemoryError(operation, needed, free)
         on_device = [dev.to_device(a) if (isinstance(a, np.ndarray) or is_tensor(a))
                      and not dev.is_on_device(a) else a for a in args]
-        out = kernel(*on_device)
+        out = run(*on_device)
         dev.synchronize()
         return _back(out, args[template], dev)
 
@@ -158,6 +225,10 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
 
 def _back(out: Any, model: Any, dev: Device) -> Any:
     """The device result as the caller's array type, dtype and device."""
+    if dev.kind == "numba":
+        if dev.is_on_device(model):
+            return out
+        return like(out.copy_to_host() if dev.is_on_device(out) else out, model)
     if dev.is_on_device(model):
         return out
     if is_tensor(model):

@@ -41,7 +41,13 @@ def _add_gpu(a: Any, b: Any) -> Any:
     return a + b
 
 
-add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a))
+def _add_numba(a: Any, b: Any) -> Any:
+    from ._cuda_kernels import launch_add
+
+    return launch_add(a.reshape(-1), b.reshape(-1)).reshape(a.shape)
+
+
+add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a), numba_kernel=_add_numba)
 
 
 def register(rt: AdaptiveRuntime) -> None:

@@ -37,7 +37,13 @@ def _dot_gpu(a: Any, b: Any) -> Any:
     return a.dot(b)
 
 
-dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8)
+def _dot_numba(a: Any, b: Any) -> Any:
+    from ._cuda_kernels import launch_dot
+
+    return launch_dot(a, b)
+
+
+dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot_numba)
 
 
 def register(rt: AdaptiveRuntime) -> None:

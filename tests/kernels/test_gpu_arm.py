@@ -23,6 +23,8 @@ Backend = ar.Backend
 class FakeCuda:
     """A CUDA device test double: tensors "on the device" are CPU tensors it marked."""
 
+    kind = "torch"
+
     def __init__(self, free: int = 1 << 40) -> None:
         self.free = free
         self.copies = 0
