@@ -9,13 +9,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 try:
     import numba
+    from numba import prange
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps the package usable
     numba = None
+    prange = range  # (the parallel loops then run sequentially, in plain Python)
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "compile_count", "scalar_jit", "simd_jit"]
+__all__ = ["HAVE_NUMBA", "compile_count", "prange", "scalar_jit", "simd_jit"]
 
 
 def scalar_jit(fn: F) -> F:

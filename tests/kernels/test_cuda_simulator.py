@@ -39,8 +39,16 @@ SCRIPT = textwrap.dedent('''
             assert isinstance(t_total, torch.Tensor) and t_total.dtype == ta.dtype
             np.testing.assert_allclose(t_total.numpy(), a + b, rtol=1e-6)
             assert rt.run("dot", ta, tb).shape == ()
+            np.testing.assert_allclose(rt.run("scale", 2.0, a, b), 2 * a + b, rtol=1e-6)
+            np.testing.assert_array_equal(rt.run("relu", a), np.maximum(a, 0))
     assert {k.backend for k in rt.selection_counts()} == {ar.Backend.GPU}
     assert not rt.fallback_counts()
+    try:  # an operation without a numba kernel fails on this path, clearly
+        rt.run("softmax", a)
+    except ar.AllBackendsFailedError as exc:
+        assert "no numba CUDA kernel" in str(exc), exc
+    else:
+        raise AssertionError("softmax ran on the numba path, which has no kernel for it")
     print("ok")
 ''')
 

@@ -87,6 +87,38 @@ def test_gpu_arm_copies_host_inputs_syncs_and_returns_the_callers_type(fake_cuda
     assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
 
 
+_RNG = np.random.default_rng(5)
+_V, _W = _RNG.standard_normal((2, 301))
+_M = _RNG.standard_normal((7, 33))
+_F = torch.nn.functional
+# operation -> (float64 inputs, reference computed by torch on the CPU)
+GPU_CASES = {
+    "scale": ((1.5, _V, _W), lambda a, x, y: a * x + y),
+    "sum": ((_M,), lambda x: x.sum()),
+    "relu": ((_M,), torch.relu),
+    "gelu": ((_M,), _F.gelu),
+    "softmax": ((_M,), lambda x: x.softmax(-1)),
+    "layer_norm": ((_M,), lambda x: _F.layer_norm(x, x.shape[-1:], eps=1e-5)),
+    "matmul": ((_M, _M.T.copy()), lambda a, b: a @ b),
+    "conv1d": ((_V, _W[:5]), lambda x, w: _F.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_operation_has_a_gpu_arm_that_matches_torch(fake_cuda, name, dtype) -> None:
+    args, reference = GPU_CASES[name]
+    typed = tuple(a.astype(dtype) if isinstance(a, np.ndarray) else a for a in args)
+    got = gpu_runtime().run(name, *typed)
+    expected = reference(*(torch.from_numpy(a.astype(np.float64)) if isinstance(a, np.ndarray)
+                           else a for a in args)).numpy()
+    assert np.asarray(got).dtype == dtype and np.shape(got) == expected.shape
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=rtol,
+                               atol=rtol * 10)
+    assert fake_cuda.syncs == 1
+
+
 def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_cuda) -> None:
     a = fake_cuda.to_device(np.arange(6.0))
     fake_cuda.copies = 0

@@ -1,0 +1,115 @@
+"""``layer_norm(x)``: normalise over the last axis, ``(x - mean) / sqrt(var + 1e-5)``.
+
+The variance is the biased one (divided by the row length), as
+``torch.nn.functional.layer_norm(x, x.shape[-1:])`` without weight or bias, eps ``1e-5``. Any
+array of at least one dimension: it is seen as rows of its last axis, and the result has its
+shape and dtype.
+
+SCALAR: a numba loop per row, two passes (mean, then variance of the centred row), sums in
+float64. SIMD: the same in numba with ``prange`` over rows and fastmath (vectorised row sums).
+
+SIMD candidates measured on the development machine (2 shared cores, AMD EPYC with AVX-512,
+numba 0.68; min of repeats after a warm-up compile, best of three runs, microseconds):
+
+=========  ============  ======  =====
+dtype      shape         numpy   numba
+=========  ============  ======  =====
+float64    (1000, 64)       143     13
+float64    (10000, 256)  12 800    513
+float32    (1000, 64)       103     20
+float32    (10000, 256)   3 812    506
+=========  ============  ======  =====
+
+numpy is ``mean``, ``x - mean``, ``mean(c * c)``, ``c / sqrt(var + eps)``: five passes over the
+data and three temporaries, where the numba kernel reads each row three times from cache and
+writes once, on both cores. numba wins at every size, so it is the SIMD arm. (Measured with
+both cores free: while another process keeps one busy, the parallel kernel's OpenMP threads
+wait for it and a (1000, 64) call took about 4 ms instead of 20 µs; the runtime learns that
+like any other latency.)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..backend import Backend
+from ._arrays import host_arm
+from ._checks import array_size
+from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._gpu import gpu_arm, nbytes
+
+if TYPE_CHECKING:
+    from ..runtime import AdaptiveRuntime
+
+NAME = "layer_norm"
+EPS = 1e-5
+
+
+@scalar_jit
+def _layer_norm_rows(x: Any, out: Any) -> None:
+    rows, n = x.shape
+    for r in range(rows):
+        total = 0.0
+        for j in range(n):
+            total += x[r, j]
+        mean = total / n
+        squares = 0.0
+        for j in range(n):
+            d = x[r, j] - mean
+            squares += d * d
+        inv = 1.0 / np.sqrt(squares / n + EPS)
+        for j in range(n):
+            out[r, j] = (x[r, j] - mean) * inv
+
+
+@simd_jit
+def _layer_norm_rows_parallel(x: Any, out: Any) -> None:
+    rows, n = x.shape
+    for r in prange(rows):
+        total = 0.0
+        for j in range(n):
+            total += x[r, j]
+        mean = total / n
+        squares = 0.0
+        for j in range(n):
+            d = x[r, j] - mean
+            squares += d * d
+        inv = 1.0 / np.sqrt(squares / n + EPS)
+        for j in range(n):
+            out[r, j] = (x[r, j] - mean) * inv
+
+
+def _on_rows(kernel: Any) -> Any:
+    """A numpy function running ``kernel`` on ``x`` as contiguous rows of its last axis."""
+
+    def layer_norm(x: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = np.empty(rows.shape, dtype=x.dtype)
+        kernel(rows, out)
+        return out.reshape(x.shape)
+
+    return layer_norm
+
+
+layer_norm_scalar = host_arm(_on_rows(_layer_norm_rows))
+layer_norm_simd = host_arm(_on_rows(_layer_norm_rows_parallel))
+
+
+def _layer_norm_gpu(x: Any) -> Any:
+    functional = sys.modules["torch"].nn.functional
+    return functional.layer_norm(x, x.shape[-1:], eps=EPS)
+
+
+layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=nbytes, workspace=1.0)
+
+
+def register(rt: AdaptiveRuntime) -> None:
+    op = rt.register(NAME, size=lambda x: array_size(NAME, x), kind="vector")
+    op.add_implementation(Backend.SCALAR, layer_norm_scalar,
+                          compile_count=compile_count(_layer_norm_rows))
+    op.add_implementation(Backend.SIMD, layer_norm_simd,
+                          compile_count=compile_count(_layer_norm_rows_parallel))
+    op.add_implementation(Backend.GPU, layer_norm_gpu)

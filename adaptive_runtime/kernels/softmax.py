@@ -1,0 +1,94 @@
+"""``softmax(x)``: softmax over the last axis of an array of any number of dimensions (at
+least one); a new array of its shape and dtype.
+
+Numerically stable: each row's maximum is subtracted before ``exp``, so large inputs do not
+overflow. SCALAR: a numba loop over the rows (``x`` as ``(-1, last)``): max, ``exp`` and sum
+(the sum in float64), divide. SIMD: numpy (``max``, ``exp`` in place, ``sum``, ``/=``).
+
+SIMD variants measured on the development machine (2 cores, AVX-512, shared and noisy;
+microseconds, min of repeats after the warm-up compile; a second run moved figures by up to
+~40% and picked the same winners):
+
+    dtype    shape          numpy    numba simd_jit (prange over rows)
+    float64  (1000,)          5.8        7.9
+    float64  (100000,)      167        558
+    float64  (100, 1000)    213        360
+    float64  (1000000,)    2085       5390
+    float64  (1000, 1000)  2526       3998
+    float32  (1000,)          5.2        5.9
+    float32  (100000,)       90       384
+    float32  (100, 1000)    141       219
+    float32  (1000000,)    1053       4103
+    float32  (1000, 1000)  1330       2652
+
+numpy is the SIMD arm at every size: its ``exp`` is vectorised (AVX-512/AVX2), while numba
+calls libm's ``exp`` per element (no SVML here) — two threads do not make up for that, and a
+single row gets no threads at all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..backend import Backend
+from ._arrays import host_arm
+from ._checks import array_size
+from ._compile import compile_count, scalar_jit
+from ._gpu import gpu_arm, nbytes
+
+if TYPE_CHECKING:
+    from ..runtime import AdaptiveRuntime
+
+NAME = "softmax"
+
+
+@scalar_jit
+def _softmax_rows(x: Any, out: Any) -> None:
+    for r in range(x.shape[0]):
+        top = x[r, 0]
+        for j in range(1, x.shape[1]):
+            if x[r, j] > top:
+                top = x[r, j]
+        total = 0.0
+        for j in range(x.shape[1]):
+            e = math.exp(x[r, j] - top)
+            out[r, j] = e
+            total += e
+        for j in range(x.shape[1]):
+            out[r, j] = out[r, j] / total
+
+
+def _softmax_scalar(x: np.ndarray) -> np.ndarray:
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape, dtype=x.dtype)
+    _softmax_rows(rows, out)
+    return out.reshape(x.shape)
+
+
+def _softmax_simd(x: np.ndarray) -> np.ndarray:
+    out = x - x.max(axis=-1, keepdims=True)
+    np.exp(out, out=out)
+    out /= out.sum(axis=-1, keepdims=True)
+    return out
+
+
+softmax_scalar = host_arm(_softmax_scalar)
+softmax_simd = host_arm(_softmax_simd)
+
+
+def _softmax_gpu(x: Any) -> Any:
+    return x.softmax(dim=-1)
+
+
+softmax_gpu = gpu_arm(NAME, _softmax_gpu, result_bytes=nbytes, workspace=1.0)
+
+
+def register(rt: AdaptiveRuntime) -> None:
+    op = rt.register(NAME, size=lambda x: array_size(NAME, x), kind="vector")
+    op.add_implementation(Backend.SCALAR, softmax_scalar,
+                          compile_count=compile_count(_softmax_rows))
+    op.add_implementation(Backend.SIMD, softmax_simd)
+    op.add_implementation(Backend.GPU, softmax_gpu)
