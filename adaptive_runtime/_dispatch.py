@@ -246,6 +246,8 @@ class Dispatcher:
                 entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
+                if not key.has_samples and self._forced is None:
+                    key.prior = self._history.neighbour_prior(op.name, bucket, entry.candidates)
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())

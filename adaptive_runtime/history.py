@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from .backend import Backend
@@ -43,6 +43,9 @@ _CLIP_RATIO = 1.5
 _PH_SLACK = 0.2
 _PH_RATIO_CAP = 3.0
 # A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
+# A neighbouring size bucket's winner becomes a new key's prior only when it was this many times
+# faster than every other arm there: arms that close may cross over within one bucket.
+PRIOR_MARGIN = 2.0
 _QUARANTINE_BASE_S = 1.0
 _QUARANTINE_MAX_S = 300.0
 
@@ -154,8 +157,8 @@ class KeyHistory:
     """History of one (operation, size bucket): its arms and the policy's per-key state."""
 
     __slots__ = ("arms", "bucket", "decisions", "epoch", "failures", "id", "incumbent", "memo",
-                 "memo_until", "next_recheck", "operation", "recheck_interval", "rechecks",
-                 "samples", "switches")
+                 "memo_until", "next_recheck", "operation", "prior", "recheck_interval",
+                 "rechecks", "samples", "switches")
 
     def __init__(self, operation: str, bucket: int) -> None:
         self.operation = operation
@@ -174,6 +177,9 @@ class KeyHistory:
         # the policy's last full exploit Decision, reused until memo_until decisions
         self.memo: object | None = None
         self.memo_until = 0
+        # the arm that clearly won the neighbouring size buckets, when this key was created:
+        # exploration times it fully and the others once (see Policy.decide)
+        self.prior: Backend | None = None
 
     def arm(self, backend: Backend) -> ArmStats:
         stats = self.arms.get(backend)
@@ -187,7 +193,8 @@ class KeyHistory:
         return bool(self.samples or self.failures)
 
     def commit(self, backend: Backend, recheck_interval: int) -> None:
-        """Make ``backend`` the committed arm and watch it for drift."""
+        """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
+        self.prior = None
         if self.incumbent is not None and self.incumbent is not backend:
             self.switches += 1
             self.arm(self.incumbent).disarm_drift_detection()
@@ -242,6 +249,29 @@ class HistoryStore:
 
     def __iter__(self) -> Iterator[KeyHistory]:
         return iter(list(self._keys.values()))
+
+    def neighbour_prior(self, operation: str, bucket: int, candidates: Sequence[Backend],
+                        margin: float = PRIOR_MARGIN) -> Backend | None:
+        """The arm that clearly won the nearest size buckets of ``operation`` on each side
+        (up to two buckets away): committed there and ``margin`` times faster than every other
+        candidate measured there — when every neighbour found agrees. ``None`` otherwise."""
+        winners: set[Backend] = set()
+        for side in (-1, 1):
+            for distance in (1, 2):
+                near = self._keys.get((operation, bucket + side * distance))
+                if near is None or near.incumbent is None:
+                    continue
+                best = near.incumbent
+                if best not in candidates:
+                    return None
+                best_us = near.arms[best].estimate_us
+                others = [near.arms[b].estimate_us for b in candidates
+                          if b is not best and b in near.arms and near.arms[b].samples]
+                if not others or not all(best_us * margin <= us for us in others):
+                    return None
+                winners.add(best)
+                break
+        return winners.pop() if len(winners) == 1 else None
 
     def find(self, operation: str, bucket: int) -> KeyHistory | None:
         """The key's history, or ``None``; does not change recency."""

@@ -200,6 +200,15 @@ class Policy:
             if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
                     and stats.mean_us < best_seen):
                 best_seen = stats.mean_us
+        prior = key.prior
+        if prior is not None and prior in usable and not key.failures:
+            plan = self._prior_plan(key, usable, prior, min_samples)
+            if plan:
+                if not key.samples:
+                    return heuristic_decision(plan[0], plan[1:])
+                return explore_decision(plan[0], plan[1:], key, explain)
+            if plan is not None:
+                owed = False  # the prior's plan is done: commit below
         if owed:
             prune_above = best_seen * cfg.prune_ratio
             round_: list[tuple[int, Backend]] = []
@@ -246,6 +255,26 @@ class Policy:
         if decision.reason is Reason.EXPLOIT:
             return _explained_exploit(decision.backend, candidates, key)
         return decision._replace(estimates_us=_estimates(key), samples=key.samples)
+
+    @staticmethod
+    def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
+                    min_samples: int) -> tuple[Backend, ...] | None:
+        """Exploration when the neighbouring buckets' clear winner is known: ``min_samples``
+        timings of it, one of each other arm. ``None`` when an other arm's timing beat it (the
+        prior is wrong here: the key is explored in full, and the prior dropped)."""
+        arms = key.arms
+        prior_stats = arms[prior]
+        for b in usable:
+            stats = arms.get(b)
+            if (b is not prior and stats is not None and stats.epoch_samples
+                    and prior_stats.epoch_samples
+                    and stats.mean_us < prior_stats.mean_us):
+                key.prior = None
+                return None
+        plan = [prior] * max(min_samples - prior_stats.epoch_samples, 0)
+        plan += [b for b in usable if b is not prior
+                 and (arms.get(b) is None or not arms[b].epoch_samples)]
+        return tuple(plan[:_MAX_PLAN])
 
     def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
         arms = key.arms

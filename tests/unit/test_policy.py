@@ -205,3 +205,39 @@ def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
     h.arms.latency_us[Backend.SIMD] = 212.0
     runs = h.call_tracked(1500)
     assert [b for b, r in runs if r is Reason.EXPLOIT][-1] is Backend.SCALAR
+
+
+# --------------------------------------------------------------------------- neighbour prior
+
+
+def test_a_new_size_between_clear_wins_explores_the_loser_once(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
+    for size in (1 << 10, 1 << 12):  # buckets 11 and 13: SIMD wins by 10x
+        h.call_tracked(40, size=size)
+        assert h.rt.decide(h.op, size).backend is Backend.SIMD
+    before = h.arms.calls[Backend.SCALAR]
+    runs = h.call_tracked(40, size=1 << 11)  # bucket 12: new, between them
+    assert h.arms.calls[Backend.SCALAR] - before == 1  # instead of min_samples_per_arm (3)
+    assert runs[0] == (Backend.SIMD, Reason.HEURISTIC)
+    assert h.rt.decide(h.op, 1 << 11).reason is Reason.EXPLOIT
+    assert h.rt._history.find(h.op, 12).prior is None  # used up at the commit
+
+
+def test_a_prior_that_is_wrong_here_gives_way_to_full_exploration(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
+    for size in (1 << 10, 1 << 12):
+        h.call_tracked(40, size=size)
+    # in bucket 12 the arms swap: SCALAR is the fast one there
+    h.arms.latency_us = {Backend.SIMD: lambda: 200.0, Backend.SCALAR: lambda: 20.0}
+    h.call_tracked(40, size=1 << 11)
+    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
+    key = h.rt._history.find(h.op, 12)
+    assert key.prior is None and key.arms[Backend.SCALAR].samples >= 3
+
+
+def test_no_prior_where_neighbours_are_close_or_disagree(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)  # only 1.5x
+    for size in (1 << 10, 1 << 12):
+        h.call_tracked(40, size=size)
+    h.call(1 << 11)
+    assert h.rt._history.find(h.op, 12).prior is None
