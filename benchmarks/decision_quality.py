@@ -122,6 +122,8 @@ def main() -> None:
     per_key: dict[tuple[str, int], dict[Backend, float]] = defaultdict(lambda: dict.fromkeys(
         arms, 0.0))
     static_s = 0.0
+    adaptive_key: dict[tuple[str, int], float] = defaultdict(float)
+    calls_key: dict[tuple[str, int], int] = defaultdict(int)
     progress_every = max(len(calls) // 10, 1)
     runners: list[tuple[Backend | None, ar.AdaptiveRuntime]] = [*fixed.items(),
                                                                 (None, adaptive)]
@@ -129,6 +131,7 @@ def main() -> None:
         op = adaptive.operation(name)
         n = op.size_of(*args)
         key = (name, size_bucket(n))
+        calls_key[key] += 1
         # every strategy runs this call, in an order that rotates call by call, after one
         # untimed run: nobody meets the inputs cold in cache or a result buffer that first has
         # to be faulted in
@@ -139,6 +142,7 @@ def main() -> None:
             seconds = timed(rt, name, args)
             if strategy is None:
                 adaptive_s += seconds
+                adaptive_key[key] += seconds
             else:
                 took[strategy] = seconds
         for arm, seconds in took.items():
@@ -184,6 +188,16 @@ def main() -> None:
         text = ", ".join(f"{arm.value} from {1 << (bucket - 1) if bucket else 0:,}"
                          for arm, bucket in runs)
         print(f"  {name:<11} {text}")
+    losses = sorted(((adaptive_key[k] - min(t.values()), k) for k, t in per_key.items()),
+                    reverse=True)[:8]
+    print("largest losses vs the oracle, by key (adaptive - best arm's total; calls; arms' "
+          "totals):")
+    for loss, (name, bucket) in losses:
+        totals = ", ".join(f"{arm.value} {s * 1e3:.1f} ms"
+                           for arm, s in per_key[(name, bucket)].items())
+        print(f"  {name:<11} bucket {bucket:>2}: +{loss * 1e3:7.1f} ms over "
+              f"{calls_key[(name, bucket)]:>3} calls ({totals}; adaptive "
+              f"{adaptive_key[(name, bucket)] * 1e3:.1f} ms)")
     chosen = defaultdict(int)
     for k, count in adaptive.selection_counts().items():
         chosen[k.reason.value] += count

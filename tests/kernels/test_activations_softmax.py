@@ -125,11 +125,12 @@ import json
 import numba
 import numpy as np
 import adaptive_runtime as ar
+from adaptive_runtime.kernels._compile import SizeSplitKernel
 from adaptive_runtime.kernels import activations, softmax
 
 def signatures(module):
     return sum(len(v.signatures) for v in vars(module).values()
-               if isinstance(v, numba.core.registry.CPUDispatcher))
+               if isinstance(v, numba.core.registry.CPUDispatcher | SizeSplitKernel))
 
 x = np.ones((10, 100))
 seen = {}
