@@ -12,7 +12,8 @@ call), on
 From the fixed-arm timings of the very same calls: (b) the static size-threshold rule of
 Trueno and hpfracc — under 1,000 elements SCALAR, else SIMD, matrix-like work over 10,000
 elements GPU (where there is one) — costs, per call, what its arm took; (c) the oracle, the best
-arm per (operation, size bucket) in hindsight, costs per key its best arm's total. Targets:
+arm per (operation, size bucket) in hindsight (the one with the lower median call), costs per
+key that arm's total. Targets:
 adaptive <= 1.05x the oracle, <= 0.8x the best fixed arm, and faster than the static rule.
 Then, per operation, the crossover sizes this machine shows (the best arm per size bucket).
 """
@@ -20,6 +21,7 @@ Then, per operation, the crossover sizes this machine shows (the best arm per si
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -113,9 +115,17 @@ def main() -> None:
     # Compile every numba kernel first, on the fixed runtimes: the first call of a kernel
     # would otherwise time the compiler (the adaptive runtime does not learn from such a call,
     # but its total would include it). The adaptive runtime still starts knowing nothing.
-    for name, args in {name: args for name, args in calls}.items():
-        for rt in fixed.values():
-            rt.run(name, *args)
+    # Each operation's smallest and largest call: SIMD kernels have a serial and a parallel
+    # build, chosen by size.
+    extremes: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for name in operations:
+        sized = sorted((adaptive.operation(name).size_of(*args), i)
+                       for i, (op_name, args) in enumerate(calls) if op_name == name)
+        extremes[name] = [calls[sized[0][1]][1], calls[sized[-1][1]][1]]
+    for name, samples in extremes.items():
+        for args in samples:
+            for rt in fixed.values():
+                rt.run(name, *args)
 
     adaptive_s = 0.0
     per_arm: dict[Backend, float] = dict.fromkeys(arms, 0.0)
@@ -124,6 +134,8 @@ def main() -> None:
     static_s = 0.0
     adaptive_key: dict[tuple[str, int], float] = defaultdict(float)
     calls_key: dict[tuple[str, int], int] = defaultdict(int)
+    samples_key: dict[tuple[str, int], dict[Backend, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
     progress_every = max(len(calls) // 10, 1)
     runners: list[tuple[Backend | None, ar.AdaptiveRuntime]] = [*fixed.items(),
                                                                 (None, adaptive)]
@@ -145,6 +157,7 @@ def main() -> None:
                 adaptive_key[key] += seconds
             else:
                 took[strategy] = seconds
+                samples_key[key][strategy].append(seconds)
         for arm, seconds in took.items():
             per_arm[arm] += seconds
             per_key[key][arm] += seconds
@@ -152,7 +165,14 @@ def main() -> None:
         if (i + 1) % progress_every == 0:
             print(f"  {i + 1:,}/{len(calls):,} calls", flush=True)
 
-    oracle_s = sum(min(times.values()) for times in per_key.values())
+    # The oracle's arm per key is the one with the lower median call: choosing by the lower
+    # total would also pick whichever arm dodged the machine's hiccups (a shared box has
+    # millisecond stalls), an optimistic bias that grows with the number of keys. Its cost is
+    # that arm's total, stalls included. The min-of-totals figure is printed beside it.
+    oracle_arm = {key: min(arms, key=lambda a, key=key: statistics.median(samples_key[key][a]))
+                  for key in per_key}
+    oracle_s = sum(per_key[key][arm] for key, arm in oracle_arm.items())
+    luckiest_s = sum(min(times.values()) for times in per_key.values())
     best_arm = min(per_arm, key=per_arm.__getitem__)
     best_fixed_s = per_arm[best_arm]
 
@@ -169,6 +189,7 @@ def main() -> None:
         row(f"  vs static rule: {adaptive_s / static_s:.3f}x", adaptive_s, "< 1x",
             adaptive_s < static_s),
         row("oracle (best arm per key in hindsight)", oracle_s),
+        row("  (lower total per key, noise-favoured)", luckiest_s),
         row("static size-threshold rule", static_s),
         *[row(f"fixed arm: {arm.value}", per_arm[arm]) for arm in arms],
     ]
@@ -176,22 +197,21 @@ def main() -> None:
                 f"sizes 8..{MAX_ELEMENTS:,}, float64, shuffled; arms: "
                 f"{', '.join(a.value for a in arms)}", HEADER, rows)
 
-    print("\ncrossovers on this machine (best arm per size bucket, from the fixed-arm timings):")
+    print("\ncrossovers on this machine (the oracle's arm per size bucket):")
     for name in operations:
         buckets = sorted(b for (op_name, b) in per_key if op_name == name)
         runs: list[tuple[Backend, int]] = []
         for bucket in buckets:
-            times = per_key[(name, bucket)]
-            best = min(times, key=times.__getitem__)
+            best = oracle_arm[(name, bucket)]
             if not runs or runs[-1][0] is not best:
                 runs.append((best, bucket))
         text = ", ".join(f"{arm.value} from {1 << (bucket - 1) if bucket else 0:,}"
                          for arm, bucket in runs)
         print(f"  {name:<11} {text}")
-    losses = sorted(((adaptive_key[k] - min(t.values()), k) for k, t in per_key.items()),
+    losses = sorted(((adaptive_key[k] - per_key[k][oracle_arm[k]], k) for k in per_key),
                     reverse=True)[:8]
-    print("largest losses vs the oracle, by key (adaptive - best arm's total; calls; arms' "
-          "totals):")
+    print("largest losses vs the oracle, by key (adaptive - the oracle arm's total; calls; "
+          "arms' totals):")
     for loss, (name, bucket) in losses:
         totals = ", ".join(f"{arm.value} {s * 1e3:.1f} ms"
                            for arm, s in per_key[(name, bucket)].items())
