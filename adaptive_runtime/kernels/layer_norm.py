@@ -48,10 +48,9 @@ NAME = "layer_norm"
 EPS = 1e-5
 
 
-@scalar_jit
-def _layer_norm_rows(x: Any, out: Any) -> None:
+def _rows(x: Any, out: Any) -> None:
     rows, n = x.shape
-    for r in range(rows):
+    for r in prange(rows):  # (a plain range in the SCALAR build)
         total = 0.0
         for j in range(n):
             total += x[r, j]
@@ -65,21 +64,9 @@ def _layer_norm_rows(x: Any, out: Any) -> None:
             out[r, j] = (x[r, j] - mean) * inv
 
 
-@simd_jit
-def _layer_norm_rows_parallel(x: Any, out: Any) -> None:
-    rows, n = x.shape
-    for r in prange(rows):
-        total = 0.0
-        for j in range(n):
-            total += x[r, j]
-        mean = total / n
-        squares = 0.0
-        for j in range(n):
-            d = x[r, j] - mean
-            squares += d * d
-        inv = 1.0 / np.sqrt(squares / n + EPS)
-        for j in range(n):
-            out[r, j] = (x[r, j] - mean) * inv
+# One loop, two builds: SCALAR (sequential, exact order) and SIMD (fastmath, rows in parallel).
+_layer_norm_rows = scalar_jit(_rows)
+_layer_norm_rows_parallel = simd_jit(_rows)
 
 
 def _on_rows(kernel: Any) -> Any:
