@@ -290,8 +290,8 @@ class Dispatcher:
         else:
             entry.next = nxt = self._decide(key, entry.candidates, now)
             entry.plan = plan_steps(nxt.plan) if nxt.plan else ()
-        if key.incumbent is not None or entry.mask:
-            self._refresh(entry, key)
+        if key.incumbent is not None or entry.mask or self._forced is not None:
+            self._refresh(entry, key)  # (a forced arm is never committed, but has a fast path)
         if self.span_sink is None:
             return None
         verdict = self._gate.admit(
@@ -627,7 +627,8 @@ class Dispatcher:
         fast = entry.fast_calls()
         delta = fast - entry.fast_flushed
         if delta > 0 and entry.backend is not None:
-            entry.fast_label = (operation, entry.backend, _EXPLOIT)
+            entry.fast_label = (operation, entry.backend,
+                                _EXPLOIT if self._forced is None else Reason.FORCED)
         label = entry.fast_label
         if delta and label is not None:
             # (a negative delta undoes a call counted fast while it was between its two

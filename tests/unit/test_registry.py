@@ -191,6 +191,20 @@ def test_forced_backend_runs_every_call_on_it_with_reason_forced(clock, timer,
     assert h.rt.decide("fakeop", 4096).reason is ar.Reason.FORCED
 
 
+def test_forced_backend_times_fast_calls_one_in_n_and_counts_them_all(clock, timer,
+                                                                       make_runtime) -> None:
+    # a 10 us kernel is far below the sampling threshold: once measured, a forced runtime
+    # runs it on the fast path like a committed arm, timing only 1 call in N
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 10.0}, force_backend="scalar")
+    for _ in range(2000):
+        h.call()
+    assert h.arms.calls == {Backend.SCALAR: 2000}
+    [scalar] = [r for r in h.rt.history_snapshot() if r.backend is Backend.SCALAR]
+    assert scalar.samples < 2000 // 4
+    assert h.rt.selection_counts() == {
+        ar.SelectionKey("fakeop", Backend.SCALAR, ar.Reason.FORCED): 2000}
+
+
 def test_forced_backend_missing_from_operation_is_unavailable(clock, timer) -> None:
     rt = _rt(clock, timer, gpu=False, force_backend="scalar")
     op = rt.register("simd_only", size=lambda n: n)
