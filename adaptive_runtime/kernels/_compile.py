@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,8 +22,17 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps the 
     prange = range  # (the parallel loops then run sequentially, in plain Python)
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "SizeSplitKernel", "compile_count", "prange",
-           "scalar_jit", "simd_jit"]
+__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "SizeSplitKernel", "compile_count",
+           "launch_parallel_threads", "prange", "scalar_jit", "simd_jit"]
+
+# OpenMP's default wait policy lets a thread team spin for a while after each parallel region.
+# Beside another spinning pool — numpy's OpenBLAS threads spin for ~0.1 s after a BLAS call —
+# two pools fight over the cores: on the 2-core development machine a sequence of SIMD calls
+# (BLAS dot/matmul among numba-parallel kernels) took 4.9 s with spinning OpenMP threads and
+# 1.8 s with passive ones (scalar: 1.6 s), and millisecond stalls hit even tiny calls.
+_WAIT_POLICY = "OMP_WAIT_POLICY"
+_launch_lock = threading.Lock()
+_launched = False
 
 
 def scalar_jit(fn: F) -> F:
@@ -43,6 +54,8 @@ class SizeSplitKernel:
     that runs the serial build on small inputs and the parallel one on large inputs."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
+        # before a parallel build can load from numba's cache (loading one launches the pool)
+        launch_parallel_threads()
         self.serial = numba.njit(cache=True, fastmath=True)(fn)
         self.parallel = numba.njit(cache=True, fastmath=True, parallel=True)(fn)
         functools.update_wrapper(self, fn)
@@ -55,6 +68,35 @@ class SizeSplitKernel:
     @property
     def signatures(self) -> list[Any]:
         return [*self.serial.signatures, *self.parallel.signatures]
+
+
+def launch_parallel_threads() -> None:
+    """Start numba's thread pool now, its OpenMP threads waiting passively (sleeping, not
+    spinning, between parallel regions) unless ``OMP_WAIT_POLICY`` is set by the user.
+
+    The policy is read once, when numba's OpenMP library loads; it is set only around that
+    load, so other OpenMP runtimes in the process (PyTorch bundles its own) keep their
+    defaults. No effect when numba's pool is already running or uses another threading layer.
+    """
+    global _launched
+    if numba is None or _launched:
+        return
+    with _launch_lock:
+        if _launched:
+            return
+        _launched = True
+        set_here = _WAIT_POLICY not in os.environ
+        if set_here:
+            os.environ[_WAIT_POLICY] = "PASSIVE"
+        try:
+            numba.get_num_threads()  # (launches the threading layer)
+        except (ValueError, RuntimeError):
+            # no threading layer loads here: a parallel build raises when called, and the
+            # runtime falls back to another arm then; importing must not fail
+            pass
+        finally:
+            if set_here:
+                del os.environ[_WAIT_POLICY]
 
 
 def simd_jit(fn: F) -> F:
