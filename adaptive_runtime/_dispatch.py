@@ -402,7 +402,8 @@ class Dispatcher:
         reason = decision.reason
         if reason is _EXPLOIT:
             if key.incumbent is not decision.backend:
-                key.commit(decision.backend, self._config.recheck_interval)
+                key.commit(decision.backend, self._policy.first_recheck(
+                    key, decision.backend, candidates, self._config.recheck_interval))
             if key.memo is not decision:
                 key.memo = decision
                 key.memo_until = key.decisions + _MEMO_DECISIONS
@@ -413,7 +414,12 @@ class Dispatcher:
                                        self._config.recheck_interval * 64)
             key.next_recheck = key.decisions + key.recheck_interval
         elif reason is Reason.DRIFT:
+            slowed = key.incumbent
             key.start_epoch()
+            # re-measure the arm that slowed in full and the others once: a full exploration
+            # only if one of them now beats it (a machine's stall alarms too, and must not
+            # cost min_samples calls of every slow arm)
+            key.prior = slowed
         return decision
 
     def _fallback_after(self, key: KeyHistory, candidates: Sequence[Backend],

@@ -9,12 +9,17 @@ Phases of one key:
 1. *heuristic* — no data yet: Trueno's cold-start rules (matrix-like work above 10,000
    elements → GPU if available; under 1,000 elements → SCALAR; otherwise SIMD).
 2. *explore* — each candidate arm is timed ``min_samples`` times; an arm whose first timing is
-   over ``prune_ratio`` x the best so far needs no more (it is clearly not the answer).
+   over ``prune_ratio`` x the best so far needs no more (it is clearly not the answer). While
+   the two fastest are not told apart (under ``clear_confidence`` that the faster is faster),
+   they are timed again, up to ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
    ``switch_margin`` (hysteresis). Sparse *recheck* calls re-time plausible other arms, at
-   intervals that double while the choice holds.
+   intervals that double while the choice holds — starting after ``min_samples`` decisions
+   when the commitment was not clear (under ``clear_confidence`` that the chosen arm is faster
+   than the runner-up: few noisy timings), after the runtime's ``recheck_interval`` when it was.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
-   slower than when it was chosen), the key is re-explored.
+   slower than when it was chosen), the key is re-explored: that arm in full, the others once
+   (fully when one of them beats it).
 
 A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
 a call re-routed after an arm raised.
@@ -119,6 +124,9 @@ class PolicyConfig:
     # every Nth re-check considers every arm, not only plausible ones, so an arm that was
     # slow for a while (contention, throttling) is eventually seen again
     full_recheck_every: int = 4
+    # a commitment at least this sure (P(chosen faster than the runner-up)) is re-checked at
+    # the regular interval; a less sure one soon
+    clear_confidence: float = 0.95
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
@@ -192,7 +200,9 @@ class Policy:
         # after two timings is owed nothing more: it is clearly not the answer.
         best_seen = math.inf
         owed = False
-        min_samples = cfg.min_samples
+        # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
+        # plan commits with the others timed once); only an arm never timed is still owed.
+        min_samples = cfg.min_samples if incumbent is None else 1
         for b in usable:
             stats = arms.get(b)
             if stats is None or stats.consecutive_failures or stats.epoch_samples < min_samples:
@@ -202,7 +212,7 @@ class Policy:
                 best_seen = stats.mean_us
         prior = key.prior
         if prior is not None and prior in usable and not key.failures:
-            plan = self._prior_plan(key, usable, prior, min_samples)
+            plan = self._prior_plan(key, usable, prior, cfg.min_samples)
             if plan:
                 if not key.samples:
                     return heuristic_decision(plan[0], plan[1:])
@@ -228,6 +238,10 @@ class Policy:
                     return heuristic_decision(pick, plan)
                 return explore_decision(pick, plan, key, explain)
 
+        if incumbent is None:
+            unsure = self._unsure_arm(key, usable)
+            if unsure is not None:
+                return explore_decision(unsure, (), key, explain)
         best = best_arm(usable, arms)
         if best is None or math.isinf(arms[best].estimate_us):
             # every usable arm failed last time and is out of quarantine: try one again
@@ -275,6 +289,37 @@ class Policy:
         plan += [b for b in usable if b is not prior
                  and (arms.get(b) is None or not arms[b].epoch_samples)]
         return tuple(plan[:_MAX_PLAN])
+
+    def _unsure_arm(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
+        """Exploration done and nothing committed yet: while the two fastest arms are not
+        told apart (under ``clear_confidence``), the one of them with fewer timings is timed
+        again, up to ``2 * min_samples`` each; ``None`` when they are, or when that is spent.
+        A near-tie costs little to time again; a wrong commitment costs every later call."""
+        arms = key.arms
+        measured = [b for b in usable
+                    if b in arms and arms[b].epoch_samples and not arms[b].consecutive_failures]
+        if len(measured) < 2:
+            return None
+        best = min(measured, key=lambda b: arms[b].mean_us)
+        runner = min((b for b in measured if b is not best), key=lambda b: arms[b].mean_us)
+        limit = 2 * self.config.min_samples
+        pick = runner if arms[runner].epoch_samples <= arms[best].epoch_samples else best
+        if arms[pick].epoch_samples >= limit:
+            return None
+        if _confidence(best, measured, arms, _estimates(key)) >= self.config.clear_confidence:
+            return None
+        return pick
+
+    def first_recheck(self, key: KeyHistory, chosen: Backend, candidates: Sequence[Backend],
+                      recheck_interval: int) -> int:
+        """Decisions until the first re-check after committing ``key`` to ``chosen``:
+        ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
+        arms = key.arms
+        measured = [b for b in candidates if b in arms and arms[b].epoch_samples]
+        confidence = _confidence(chosen, measured, arms, _estimates(key))
+        if confidence >= self.config.clear_confidence:
+            return recheck_interval
+        return min(self.config.min_samples, recheck_interval)
 
     def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
         arms = key.arms

@@ -241,3 +241,60 @@ def test_no_prior_where_neighbours_are_close_or_disagree(make_runtime) -> None:
         h.call_tracked(40, size=size)
     h.call(1 << 11)
     assert h.rt._history.find(h.op, 12).prior is None
+
+
+# ------------------------------------------------------------------ confidence and re-checks
+
+
+def _sequence(*timings: float, then: float):
+    """Latencies: ``timings`` in order, then ``then`` for ever."""
+    it = iter(timings)
+    return lambda: next(it, then)
+
+
+def _until_exploit(runs) -> list:
+    return list(itertools.takewhile(lambda run: run[1] is not Reason.EXPLOIT, runs))
+
+
+def test_clear_winner_commits_after_min_samples_each(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 300.0}, gpu=False)
+    runs = h.call_tracked(200)
+    assert len(_until_exploit(runs)) == 6  # 3 timings of each arm, no more
+    # a clear choice is looked at again only after recheck_interval (64) decisions
+    first_recheck = next(i for i, (_b, r) in enumerate(runs) if r is Reason.RECHECK)
+    assert first_recheck >= 6 + 64
+
+
+def test_arms_not_told_apart_are_timed_again_before_committing(make_runtime) -> None:
+    # SIMD is the faster arm (200 vs 240) but its first timings are noisy (one of them 400):
+    # after 3 timings each the policy cannot tell them apart with 95 % confidence
+    h = make_runtime({Backend.SIMD: _sequence(200, 400, 180, then=200.0),
+                      Backend.SCALAR: _sequence(240, 245, 235, then=240.0)}, gpu=False)
+    runs = h.call_tracked(200)
+    exploring = _until_exploit(runs)
+    assert 6 < len(exploring) <= 12  # more than min_samples each, at most twice that
+    assert {b for b, r in runs[len(exploring):] if r is Reason.EXPLOIT} == {Backend.SIMD}
+
+
+def test_an_unsure_commitment_is_rechecked_soon(make_runtime) -> None:
+    # the noisy arm stays noisy: even 6 timings each leave the choice unsure, so it is
+    # committed to, and the runner-up timed again a few decisions later
+    noise = itertools.cycle([150.0, 260.0, 200.0])
+    h = make_runtime({Backend.SIMD: lambda: next(noise),
+                      Backend.SCALAR: _sequence(230, 220, 240, 225, 235, 230, then=230.0)},
+                     gpu=False)
+    runs = h.call_tracked(100)
+    committed = len(_until_exploit(runs))
+    first_recheck = next(i for i, (_b, r) in enumerate(runs) if r is Reason.RECHECK)
+    assert first_recheck - committed <= 4  # min_samples decisions, not recheck_interval
+
+
+def test_after_drift_the_slower_arms_are_timed_once_not_min_samples_times(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 2000.0}, gpu=False)
+    _converge(h, 100)
+    before = h.arms.calls[Backend.SCALAR]
+    h.arms.latency_us[Backend.SIMD] = 600.0  # 3x slower: drift, but still far the fastest
+    runs = h.call_tracked(40)
+    assert Reason.DRIFT in [r for _, r in runs]
+    assert h.arms.calls[Backend.SCALAR] - before == 1  # the drift call itself
+    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
