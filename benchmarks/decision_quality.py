@@ -2,24 +2,26 @@
 
 The workload: every built-in operation at sizes from 8 to 4·10^6 elements (log-uniform; the
 matrix-like ``matmul`` and ``conv1d`` at sizes a scalar loop finishes), float64, shuffled,
-several thousand calls. Each call runs once untimed (caches and allocator warm), then, one
-right after the other (so a shared machine's load hits all alike; the order rotates call by
-call), on
+several thousand calls. Every call's inputs are read once, untimed, then the call runs under each
+strategy, one right after the other, in a random order drawn per call (so a shared machine's
+load, and what the previous call left behind, meets all strategies alike):
 
 - the adaptive runtime (default configuration, learning from nothing: exploration included);
-- one runtime forced onto each available arm (the fixed arms).
+- each fixed arm: its kernel called directly (no runtime, no dispatch cost);
+- (b) the static size-threshold rule of Trueno and hpfracc — under 1,000 elements SCALAR,
+  else SIMD, matrix-like work over 10,000 elements GPU (where there is one) — its size rule and
+  then the kernel called directly.
 
-From the fixed-arm timings of the very same calls: (b) the static size-threshold rule of
-Trueno and hpfracc — under 1,000 elements SCALAR, else SIMD, matrix-like work over 10,000
-elements GPU (where there is one) — costs, per call, what its arm took; (c) the oracle, the best
-arm per (operation, size bucket) in hindsight (the one with the lower median call), costs per
-key that arm's total. Targets:
+(c) The oracle, the best arm per (operation, size bucket) in hindsight (the one with the lower
+median call), costs per key that arm's total from the fixed-arm timings of the same calls. The
+cyclic garbage collector runs every ``GC_EVERY`` calls, outside the timings. Targets:
 adaptive <= 1.05x the oracle, <= 0.8x the best fixed arm, and faster than the static rule.
 Then, per operation, the crossover sizes this machine shows (the best arm per size bucket).
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -36,6 +38,7 @@ from adaptive_runtime.keys import size_bucket
 Backend = ar.Backend
 SEED = 0
 CALLS_PER_OP = 600
+GC_EVERY = 50  # calls between garbage collections (which are not timed)
 MAX_ELEMENTS = 4_000_000
 ORACLE_TARGET = 1.05
 BEST_FIXED_TARGET = 0.8
@@ -90,17 +93,49 @@ def workload(operations: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
     return [calls[i] for i in order]
 
 
-def timed(rt: ar.AdaptiveRuntime, name: str, args: tuple[Any, ...]) -> float:
-    start = time.perf_counter()
-    rt.run(name, *args)
-    return time.perf_counter() - start
-
-
 def static_arm(op: ar.Operation, n: int, arms: list[Backend]) -> Backend:
     """The Trueno/hpfracc-style rule: by size and kind only, never learning."""
     if op.kind.matrix_like and n > STATIC_GPU_ABOVE and Backend.GPU in arms:
         return Backend.GPU
     return Backend.SCALAR if n < STATIC_SCALAR_BELOW else Backend.SIMD
+
+
+Strategy = Callable[[str, tuple[Any, ...]], Any]
+
+
+def strategies(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> dict[str, Strategy]:
+    """name -> a function running one call the strategy's way."""
+    kernels = {name: {arm: adaptive.operation(name).implementation_for(arm).fn for arm in arms}
+               for name in adaptive.operations}
+
+    def fixed(arm: Backend) -> Strategy:
+        return lambda name, args: kernels[name][arm](*args)
+
+    def static(name: str, args: tuple[Any, ...]) -> Any:
+        op = adaptive.operation(name)
+        return kernels[name][static_arm(op, op.size_of(*args), arms)](*args)
+
+    return {"adaptive": adaptive.run, "static": static,
+            **{arm.value: fixed(arm) for arm in arms}}
+
+
+def touch(args: tuple[Any, ...]) -> None:
+    """Read every input array once (single-threaded numpy, no thread pool woken): the first
+    strategy to run a call would otherwise read large inputs from memory and the others from
+    cache (measured: about 2x the time on calls over a megabyte)."""
+    for a in args:
+        if isinstance(a, np.ndarray):
+            a.sum()
+
+
+def compiled_signatures(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> int:
+    """Kernel specialisations compiled so far, over every numba arm."""
+    total = 0
+    for name in adaptive.operations:
+        for arm in arms:
+            count = adaptive.operation(name).implementation_for(arm).compile_count
+            total += count() if count is not None else 0
+    return total
 
 
 def main() -> None:
@@ -109,70 +144,64 @@ def main() -> None:
     operations = [name for name in WORKLOAD if name in adaptive.operations]
     devices = ar.DeviceProbe()
     arms = [b for b in (Backend.GPU, Backend.SIMD, Backend.SCALAR) if devices.available(b)]
-    fixed = {arm: ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend=arm, tracing=False))
-             for arm in arms}
+    runs = strategies(adaptive, arms)
     calls = workload(operations)
-    # Compile every numba kernel first, on the fixed runtimes: the first call of a kernel
-    # would otherwise time the compiler (the adaptive runtime does not learn from such a call,
-    # but its total would include it). The adaptive runtime still starts knowing nothing.
-    # Each operation's smallest and largest call: SIMD kernels have a serial and a parallel
-    # build, chosen by size.
-    extremes: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    keys = [(name, size_bucket(adaptive.operation(name).size_of(*args))) for name, args in calls]
+    # Compile every numba kernel first, calling the kernels directly: the first call of a
+    # kernel would otherwise time the compiler (the adaptive runtime does not learn from such
+    # a call, but its total would include it). The adaptive runtime still starts knowing
+    # nothing. Each operation's smallest and largest call: SIMD kernels have a serial and a
+    # parallel build, chosen by size.
     for name in operations:
         sized = sorted((adaptive.operation(name).size_of(*args), i)
                        for i, (op_name, args) in enumerate(calls) if op_name == name)
-        extremes[name] = [calls[sized[0][1]][1], calls[sized[-1][1]][1]]
-    for name, samples in extremes.items():
-        for args in samples:
-            for rt in fixed.values():
-                rt.run(name, *args)
+        for _size, i in (sized[0], sized[-1]):
+            for arm in arms:
+                runs[arm.value](name, calls[i][1])
+    compiled_before = compiled_signatures(adaptive, arms)
 
-    adaptive_s = 0.0
-    per_arm: dict[Backend, float] = dict.fromkeys(arms, 0.0)
-    per_key: dict[tuple[str, int], dict[Backend, float]] = defaultdict(lambda: dict.fromkeys(
-        arms, 0.0))
-    static_s = 0.0
-    adaptive_key: dict[tuple[str, int], float] = defaultdict(float)
-    calls_key: dict[tuple[str, int], int] = defaultdict(int)
-    samples_key: dict[tuple[str, int], dict[Backend, list[float]]] = defaultdict(
-        lambda: defaultdict(list))
+    # seconds[strategy][i]: call i's time under that strategy
+    seconds: dict[str, list[float]] = {s: [0.0] * len(calls) for s in runs}
+    order = list(runs)
+    # A fresh random order per call: with a fixed rotation each strategy would always follow
+    # the same one (a SIMD call right after a scalar one finds the thread team asleep).
+    shuffled = np.random.default_rng(SEED + 1)
     progress_every = max(len(calls) // 10, 1)
-    runners: list[tuple[Backend | None, ar.AdaptiveRuntime]] = [*fixed.items(),
-                                                                (None, adaptive)]
-    for i, (name, args) in enumerate(calls):
-        op = adaptive.operation(name)
-        n = op.size_of(*args)
-        key = (name, size_bucket(n))
-        calls_key[key] += 1
-        # every strategy runs this call, in an order that rotates call by call, after one
-        # untimed run: nobody meets the inputs cold in cache or a result buffer that first has
-        # to be faulted in
-        fixed[Backend.SIMD].run(name, *args)
-        took: dict[Backend, float] = {}
-        for j in range(len(runners)):
-            strategy, rt = runners[(i + j) % len(runners)]
-            seconds = timed(rt, name, args)
-            if strategy is None:
-                adaptive_s += seconds
-                adaptive_key[key] += seconds
-            else:
-                took[strategy] = seconds
-                samples_key[key][strategy].append(seconds)
-        for arm, seconds in took.items():
-            per_arm[arm] += seconds
-            per_key[key][arm] += seconds
-        static_s += took[static_arm(op, n, arms)]
-        if (i + 1) % progress_every == 0:
-            print(f"  {i + 1:,}/{len(calls):,} calls", flush=True)
+    clock = time.perf_counter
+    gc.disable()  # collected every GC_EVERY calls: a collection lands on whoever allocated
+    try:
+        for i, (name, args) in enumerate(calls):
+            touch(args)
+            for strategy in shuffled.permutation(order):
+                run = runs[strategy]
+                start = clock()
+                run(name, *args) if strategy == "adaptive" else run(name, args)
+                seconds[strategy][i] = clock() - start
+            if (i + 1) % GC_EVERY == 0:
+                gc.collect()
+            if (i + 1) % progress_every == 0:
+                print(f"  {i + 1:,}/{len(calls):,} calls", flush=True)
+    finally:
+        gc.enable()
+    compiled_during = compiled_signatures(adaptive, arms) - compiled_before
+
+    per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for i, key in enumerate(keys):
+        for strategy, took in seconds.items():
+            per_key[key][strategy].append(took[i])
+    total = {strategy: sum(took) for strategy, took in seconds.items()}
+    per_arm = {arm: total[arm.value] for arm in arms}
+    adaptive_s, static_s = total["adaptive"], total["static"]
 
     # The oracle's arm per key is the one with the lower median call: choosing by the lower
     # total would also pick whichever arm dodged the machine's hiccups (a shared box has
     # millisecond stalls), an optimistic bias that grows with the number of keys. Its cost is
     # that arm's total, stalls included. The min-of-totals figure is printed beside it.
-    oracle_arm = {key: min(arms, key=lambda a, key=key: statistics.median(samples_key[key][a]))
-                  for key in per_key}
-    oracle_s = sum(per_key[key][arm] for key, arm in oracle_arm.items())
-    luckiest_s = sum(min(times.values()) for times in per_key.values())
+    oracle_arm = {key: min(arms, key=lambda a, key=key: statistics.median(times[a.value]))
+                  for key, times in per_key.items()}
+    oracle_s = sum(sum(per_key[key][arm.value]) for key, arm in oracle_arm.items())
+    luckiest_s = sum(min(sum(times[a.value]) for a in arms) for times in per_key.values())
     best_arm = min(per_arm, key=per_arm.__getitem__)
     best_fixed_s = per_arm[best_arm]
 
@@ -200,28 +229,32 @@ def main() -> None:
     print("\ncrossovers on this machine (the oracle's arm per size bucket):")
     for name in operations:
         buckets = sorted(b for (op_name, b) in per_key if op_name == name)
-        runs: list[tuple[Backend, int]] = []
+        found: list[tuple[Backend, int]] = []
         for bucket in buckets:
             best = oracle_arm[(name, bucket)]
-            if not runs or runs[-1][0] is not best:
-                runs.append((best, bucket))
+            if not found or found[-1][0] is not best:
+                found.append((best, bucket))
         text = ", ".join(f"{arm.value} from {1 << (bucket - 1) if bucket else 0:,}"
-                         for arm, bucket in runs)
+                         for arm, bucket in found)
         print(f"  {name:<11} {text}")
-    losses = sorted(((adaptive_key[k] - per_key[k][oracle_arm[k]], k) for k in per_key),
-                    reverse=True)[:8]
+    def key_total(key: tuple[str, int], strategy: str) -> float:
+        return sum(per_key[key][strategy])
+
+    losses = sorted(((key_total(k, "adaptive") - key_total(k, oracle_arm[k].value), k)
+                     for k in per_key), reverse=True)[:8]
     print("largest losses vs the oracle, by key (adaptive - the oracle arm's total; calls; "
           "arms' totals):")
-    for loss, (name, bucket) in losses:
-        totals = ", ".join(f"{arm.value} {s * 1e3:.1f} ms"
-                           for arm, s in per_key[(name, bucket)].items())
-        print(f"  {name:<11} bucket {bucket:>2}: +{loss * 1e3:7.1f} ms over "
-              f"{calls_key[(name, bucket)]:>3} calls ({totals}; adaptive "
-              f"{adaptive_key[(name, bucket)] * 1e3:.1f} ms)")
+    for loss, key in losses:
+        totals = ", ".join(f"{arm.value} {key_total(key, arm.value) * 1e3:.1f} ms"
+                           for arm in arms)
+        print(f"  {key[0]:<11} bucket {key[1]:>2}: +{loss * 1e3:7.1f} ms over "
+              f"{len(per_key[key]['adaptive']):>3} calls ({totals}; adaptive "
+              f"{key_total(key, 'adaptive') * 1e3:.1f} ms)")
     chosen = defaultdict(int)
     for k, count in adaptive.selection_counts().items():
         chosen[k.reason.value] += count
     print("adaptive decisions: " + ", ".join(f"{r} {n:,}" for r, n in sorted(chosen.items())))
+    print(f"kernel specialisations compiled during the timed run: {compiled_during}")
     print(f"total benchmark time {time.perf_counter() - began:.1f} s")
 
 
