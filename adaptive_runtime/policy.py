@@ -239,9 +239,9 @@ class Policy:
                 return explore_decision(pick, plan, key, explain)
 
         if incumbent is None:
-            unsure = self._unsure_arm(key, usable)
-            if unsure is not None:
-                return explore_decision(unsure, (), key, explain)
+            unsure = self._unsure_plan(key, usable)
+            if unsure:
+                return explore_decision(unsure[0], unsure[1:], key, explain)
         best = best_arm(usable, arms)
         if best is None or math.isinf(arms[best].estimate_us):
             # every usable arm failed last time and is out of quarantine: try one again
@@ -290,25 +290,25 @@ class Policy:
                  and (arms.get(b) is None or not arms[b].epoch_samples)]
         return tuple(plan[:_MAX_PLAN])
 
-    def _unsure_arm(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
-        """Exploration done and nothing committed yet: while the two fastest arms are not
-        told apart (under ``clear_confidence``), the one of them with fewer timings is timed
-        again, up to ``2 * min_samples`` each; ``None`` when they are, or when that is spent.
+    def _unsure_plan(self, key: KeyHistory, usable: Sequence[Backend]) -> tuple[Backend, ...]:
+        """Exploration done and nothing committed yet: when the two fastest arms are not told
+        apart (under ``clear_confidence``), both are timed again, alternately, up to
+        ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
         A near-tie costs little to time again; a wrong commitment costs every later call."""
         arms = key.arms
         measured = [b for b in usable
                     if b in arms and arms[b].epoch_samples and not arms[b].consecutive_failures]
         if len(measured) < 2:
-            return None
+            return ()
         best = min(measured, key=lambda b: arms[b].mean_us)
         runner = min((b for b in measured if b is not best), key=lambda b: arms[b].mean_us)
         limit = 2 * self.config.min_samples
-        pick = runner if arms[runner].epoch_samples <= arms[best].epoch_samples else best
-        if arms[pick].epoch_samples >= limit:
-            return None
+        owed = {b: limit - arms[b].epoch_samples for b in (runner, best)}
+        if max(owed.values()) <= 0:
+            return ()
         if _confidence(best, measured, arms, _estimates(key)) >= self.config.clear_confidence:
-            return None
-        return pick
+            return ()
+        return _alternate(runner, owed[runner], best, owed[best])
 
     def first_recheck(self, key: KeyHistory, chosen: Backend, candidates: Sequence[Backend],
                       recheck_interval: int) -> int:
@@ -372,6 +372,16 @@ def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tupl
     target = min_samples if min_samples <= 2 or min(counts) >= 2 else 2
     schedule = [b for level in range(min(counts), target) for n, b in round_ if n <= level]
     return tuple(schedule[:_MAX_PLAN])
+
+
+@functools.lru_cache(maxsize=64)
+def _alternate(first: Backend, first_times: int, second: Backend,
+               second_times: int) -> tuple[Backend, ...]:
+    """``first`` and ``second`` taking turns, ``first_times`` and ``second_times`` times."""
+    plan: list[Backend] = []
+    for i in range(max(first_times, second_times)):
+        plan += [b for b, times in ((first, first_times), (second, second_times)) if i < times]
+    return tuple(plan)
 
 
 @functools.lru_cache(maxsize=1024)
