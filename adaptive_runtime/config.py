@@ -27,11 +27,13 @@ class RuntimeConfig:
     Selection
       force_backend: run every call on this arm (an error at start-up if it is unavailable).
       disabled_backends: arms never selected.
-      min_samples_per_arm: timings each plausible arm gets before the runtime commits.
+      min_samples_per_arm: timings each plausible arm gets before the runtime commits (up to
+        twice as many for the two fastest while they cannot be told apart).
       switch_margin: a challenger must be this fraction faster than the committed arm to take
         over (hysteresis against flip-flopping on near-ties).
       recheck_interval: decisions between sparse re-checks of other plausible arms on a
-        committed key (doubles each time a re-check confirms the choice, up to 64x).
+        committed key (doubles each time a re-check confirms the choice, up to 64x); after a
+        commitment under 95% sure, the first re-check comes after min_samples_per_arm.
       drift_threshold: Page-Hinkley alarm level, in units of the committed arm's mean latency;
         lower reacts faster to a slowdown, higher ignores more noise.
     Gating
