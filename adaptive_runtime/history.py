@@ -177,8 +177,9 @@ class KeyHistory:
         # the policy's last full exploit Decision, reused until memo_until decisions
         self.memo: object | None = None
         self.memo_until = 0
-        # the arm that clearly won the neighbouring size buckets, when this key was created:
-        # exploration times it fully and the others once (see Policy.decide)
+        # the arm expected to win: the neighbouring size buckets' clear winner when the key
+        # was created, or the committed arm after a drift alarm; exploration times it fully
+        # and the others once (see Policy.decide)
         self.prior: Backend | None = None
 
     def arm(self, backend: Backend) -> ArmStats:
