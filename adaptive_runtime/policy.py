@@ -295,29 +295,26 @@ class Policy:
         apart (under ``clear_confidence``), both are timed again, alternately, up to
         ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
         A near-tie costs little to time again; a wrong commitment costs every later call."""
+        best, runner = _two_fastest(key.arms, usable)
+        if best is None or runner is None:
+            return ()
         arms = key.arms
-        measured = [b for b in usable
-                    if b in arms and arms[b].epoch_samples and not arms[b].consecutive_failures]
-        if len(measured) < 2:
-            return ()
-        best = min(measured, key=lambda b: arms[b].mean_us)
-        runner = min((b for b in measured if b is not best), key=lambda b: arms[b].mean_us)
         limit = 2 * self.config.min_samples
-        owed = {b: limit - arms[b].epoch_samples for b in (runner, best)}
-        if max(owed.values()) <= 0:
+        runner_owed = limit - arms[runner].epoch_samples
+        best_owed = limit - arms[best].epoch_samples
+        if runner_owed <= 0 and best_owed <= 0:
             return ()
-        if _confidence(best, measured, arms, _estimates(key)) >= self.config.clear_confidence:
+        if _p_faster(arms[best], arms[runner]) >= self.config.clear_confidence:
             return ()
-        return _alternate(runner, owed[runner], best, owed[best])
+        return _alternate(runner, runner_owed, best, best_owed)
 
     def first_recheck(self, key: KeyHistory, chosen: Backend, candidates: Sequence[Backend],
                       recheck_interval: int) -> int:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
         ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
         arms = key.arms
-        measured = [b for b in candidates if b in arms and arms[b].epoch_samples]
-        confidence = _confidence(chosen, measured, arms, _estimates(key))
-        if confidence >= self.config.clear_confidence:
+        rival, _third = _two_fastest(arms, [b for b in candidates if b is not chosen])
+        if rival is None or _p_faster(arms[chosen], arms[rival]) >= self.config.clear_confidence:
             return recheck_interval
         return min(self.config.min_samples, recheck_interval)
 
@@ -344,6 +341,23 @@ def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> B
         if est < best_us:
             best, best_us = b, est
     return best
+
+
+def _two_fastest(arms: Mapping[Backend, ArmStats],
+                 backends: Sequence[Backend]) -> tuple[Backend | None, Backend | None]:
+    """The fastest and second-fastest of ``backends`` timed in this epoch and not failing."""
+    best = runner = None
+    best_us = runner_us = math.inf
+    for b in backends:
+        stats = arms.get(b)
+        if stats is None or not stats.epoch_samples or stats.consecutive_failures:
+            continue
+        us = stats.mean_us
+        if us < best_us:
+            best, best_us, runner, runner_us = b, us, best, best_us
+        elif us < runner_us:
+            runner, runner_us = b, us
+    return best, runner
 
 
 def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
@@ -417,12 +431,16 @@ def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Back
                  default=None)
     if runner is None:
         return 1.0
-    runner_us = estimates[runner]
-    if math.isinf(runner_us):
+    return _p_faster(arms[chosen], arms[runner])
+
+
+def _p_faster(mine: ArmStats, theirs: ArmStats) -> float:
+    """P(``mine`` is faster than ``theirs``), normal approximation of the two estimates."""
+    theirs_us = theirs.estimate_us
+    if math.isinf(theirs_us):
         return 1.0
-    mine, theirs = arms[chosen], arms[runner]
     se = math.sqrt(mine.var_us2 / mine.epoch_samples + theirs.var_us2 / theirs.epoch_samples)
-    gap = runner_us - estimates[chosen]
+    gap = theirs_us - mine.estimate_us
     if se == 0.0:
         return 1.0 if gap > 0 else 0.5
     return 0.5 * (1.0 + math.erf(gap / (se * _SQRT2)))
