@@ -115,7 +115,10 @@ def strategies(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> dict[str, S
         op = adaptive.operation(name)
         return kernels[name][static_arm(op, op.size_of(*args), arms)](*args)
 
-    return {"adaptive": adaptive.run, "static": static,
+    def learning(name: str, args: tuple[Any, ...]) -> Any:
+        return adaptive.run(name, *args)
+
+    return {"adaptive": learning, "static": static,
             **{arm.value: fixed(arm) for arm in arms}}
 
 
@@ -175,7 +178,7 @@ def main() -> None:
             for strategy in shuffled.permutation(order):
                 run = runs[strategy]
                 start = clock()
-                run(name, *args) if strategy == "adaptive" else run(name, args)
+                run(name, args)
                 seconds[strategy][i] = clock() - start
             if (i + 1) % GC_EVERY == 0:
                 gc.collect()
