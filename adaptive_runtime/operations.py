@@ -84,7 +84,7 @@ class Implementation:
     """One arm's kernel for one operation.
 
     ``compile_count`` (optional) returns how many specialisations the kernel has compiled so
-    far — for a numba dispatcher, ``len(fn.signatures)``. A call during which it grows paid for
+    far — for a numba dispatcher, ``len(fn.overloads)``. A call during which it grows paid for
     compilation, and its timing is not learned from.
     """
 
@@ -94,9 +94,9 @@ class Implementation:
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
-    signatures = getattr(fn, "signatures", None)
-    if isinstance(signatures, list) and hasattr(fn, "py_func"):
-        return lambda: len(fn.signatures)
+    overloads = getattr(fn, "overloads", None)
+    if isinstance(overloads, dict) and hasattr(fn, "py_func"):
+        return lambda: len(overloads)  # (the same dict for the dispatcher's lifetime)
     return None
 
 

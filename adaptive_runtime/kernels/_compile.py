@@ -69,6 +69,10 @@ class SizeSplitKernel:
     def signatures(self) -> list[Any]:
         return [*self.serial.signatures, *self.parallel.signatures]
 
+    def compiled(self) -> int:
+        """Specialisations compiled so far, both builds (what :func:`compile_count` reads)."""
+        return len(self.serial.overloads) + len(self.parallel.overloads)
+
 
 def launch_parallel_threads() -> None:
     """Start numba's thread pool now, its OpenMP threads waiting passively (sleeping, not
@@ -114,4 +118,9 @@ def compile_count(kernel: Any) -> Callable[[], int] | None:
     spent compiling, and the runtime does not learn from it); ``None`` without numba."""
     if numba is None:
         return None
-    return lambda: len(kernel.signatures)
+    # ``len(overloads)``, not ``len(signatures)``: the property builds a list, which cost
+    # 1.7 us a call warm and ~25 us cold, twice per timed call.
+    if isinstance(kernel, SizeSplitKernel):
+        return kernel.compiled
+    overloads = kernel.overloads
+    return lambda: len(overloads)

@@ -133,11 +133,11 @@ gelu_gpu = gpu_arm(GELU, _gelu_gpu, result_bytes=nbytes)
 
 def register(rt: AdaptiveRuntime) -> None:
     """Register ``relu`` and ``gelu``."""
-    relu = rt.register(RELU, size=lambda x: array_size(RELU, x), kind="elementwise")
+    relu = rt.register(RELU, size=array_size(RELU), kind="elementwise")
     relu.add_implementation(Backend.SCALAR, relu_scalar, compile_count=compile_count(_relu_loop))
     relu.add_implementation(Backend.SIMD, relu_simd,
                             compile_count=compile_count(_relu_parallel))
-    gelu = rt.register(GELU, size=lambda x: array_size(GELU, x), kind="elementwise")
+    gelu = rt.register(GELU, size=array_size(GELU), kind="elementwise")
     gelu.add_implementation(Backend.SCALAR, gelu_scalar, compile_count=compile_count(_gelu_loop))
     gelu.add_implementation(Backend.SIMD, gelu_simd,
                             compile_count=compile_count(_gelu_parallel))

@@ -51,7 +51,7 @@ add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a), numba_ker
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda a, b: same_shape_size(NAME, a, b), kind="elementwise")
+    op = rt.register(NAME, size=same_shape_size(NAME), kind="elementwise")
     op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
     op.add_implementation(Backend.GPU, add_gpu)

@@ -114,7 +114,7 @@ conv1d_gpu = gpu_arm(NAME, _conv1d_gpu,
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda x, w: conv1d_size(NAME, x, w), kind="matrix")
+    op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix")
     op.add_implementation(Backend.SCALAR, conv1d_scalar,
                           compile_count=compile_count(_conv1d_loop))
     op.add_implementation(Backend.SIMD, conv1d_simd,

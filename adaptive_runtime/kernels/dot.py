@@ -47,7 +47,7 @@ dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda a, b: vector_pair_size(NAME, a, b), kind="vector")
+    op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector")
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
     op.add_implementation(Backend.SIMD, dot_simd)
     op.add_implementation(Backend.GPU, dot_gpu)

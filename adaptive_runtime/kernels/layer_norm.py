@@ -94,7 +94,7 @@ layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=nbytes, workspace=1
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda x: array_size(NAME, x), kind="vector")
+    op = rt.register(NAME, size=array_size(NAME), kind="vector")
     op.add_implementation(Backend.SCALAR, layer_norm_scalar,
                           compile_count=compile_count(_layer_norm_rows))
     op.add_implementation(Backend.SIMD, layer_norm_simd,

@@ -70,7 +70,7 @@ matmul_gpu = gpu_arm(NAME, _matmul_gpu,
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda a, b: matmul_size(NAME, a, b), kind="matrix")
+    op = rt.register(NAME, size=matmul_size(NAME), kind="matrix")
     op.add_implementation(Backend.SCALAR, matmul_scalar,
                           compile_count=compile_count(_matmul_loop))
     op.add_implementation(Backend.SIMD, matmul_simd)

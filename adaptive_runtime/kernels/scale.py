@@ -86,7 +86,7 @@ scale_gpu = gpu_arm(NAME, _scale_gpu, result_bytes=lambda alpha, x, y: nbytes(x)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda alpha, x, y: scale_size(NAME, alpha, x, y),
+    op = rt.register(NAME, size=scale_size(NAME),
                      kind="elementwise")
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
     op.add_implementation(Backend.SIMD, scale_simd,

@@ -87,7 +87,7 @@ softmax_gpu = gpu_arm(NAME, _softmax_gpu, result_bytes=nbytes, workspace=1.0)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda x: array_size(NAME, x), kind="vector")
+    op = rt.register(NAME, size=array_size(NAME), kind="vector")
     op.add_implementation(Backend.SCALAR, softmax_scalar,
                           compile_count=compile_count(_softmax_rows))
     op.add_implementation(Backend.SIMD, softmax_simd)

@@ -75,7 +75,7 @@ sum_gpu = gpu_arm(NAME, _sum_gpu, result_bytes=lambda x: 8)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=lambda x: array_size(NAME, x), kind="reduction")
+    op = rt.register(NAME, size=array_size(NAME), kind="reduction")
     op.add_implementation(Backend.SCALAR, sum_scalar, compile_count=compile_count(_sum_loop))
     op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel))
     op.add_implementation(Backend.GPU, sum_gpu)
