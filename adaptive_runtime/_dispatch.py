@@ -26,6 +26,7 @@ from .backend import Backend
 from .config import RuntimeConfig
 from .errors import AllBackendsFailedError, BackendUnavailableError, RegistrationError
 from .gating import (
+    TIMED_CALL_COST_US,
     HotPathDetector,
     HotPathTransition,
     OperationRate,
@@ -60,6 +61,12 @@ RETIRED_ENTRIES = 1024
 OTHER_LABEL = "_other"
 
 _EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+# EWMA weight of one timed call's measured cost (see _Entry.timing_cost_us).
+_COST_ALPHA = 0.125
+# A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
+# few at 1.5x) is timed every call until the statistic falls back or alarms: a slowdown then
+# raises the alarm within a few calls, whatever the fast path's period.
+_SUSPECT_DRIFT = 1.0
 # Full policy evaluations of a committed key happen at least every this many decisions; in
 # between the memoised exploit decision is reused (drift, re-checks and failures still act
 # immediately, and a timing of any other arm clears the memo).
@@ -107,7 +114,8 @@ class _Entry:
     """
 
     __slots__ = ("backend", "bucket", "candidates", "fast_flushed", "fast_label", "impl",
-                 "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks", "timed")
+                 "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks", "timed",
+                 "timed_exploits", "timing_cost_us")
 
     def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
         self.key = key
@@ -121,15 +129,23 @@ class _Entry:
         self.backend: Backend | None = None
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
         self.fast_flushed = 0  # fast calls already added to the counters
+        # timed calls that ran the fast path's arm as a plain exploit: counted with the fast
+        # calls, not in the dispatcher's counter (one int here, not a dict update of a tuple
+        # key: a timed call's bookkeeping is dominated by the memory it touches)
+        self.timed_exploits = 0
         self.fast_label: tuple[str, Backend, Reason] | None = None  # ...and where
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
         self.plan: tuple[Decision, ...] = ()  # the exploration plan's next steps
+        # what learning from a timed call of this key costs (EWMA of the time from the
+        # kernel's end to the lock's release): sets the fast path's timing period. Updated
+        # outside the lock: a lost update only delays the estimate.
+        self.timing_cost_us = TIMED_CALL_COST_US
 
     def fast_calls(self) -> int:
-        """Calls that took the fast path so far."""
-        return _issued(self.ticks) - _issued(self.timed)
+        """Calls that took the fast path so far, and timed plain exploits of its arm."""
+        return _issued(self.ticks) - _issued(self.timed) + self.timed_exploits
 
 
 def _issued(counter: itertools.count) -> int:
@@ -174,6 +190,7 @@ class Dispatcher:
         # hot-path transitions seen under the lock, handed to hot_sink outside it
         self._pending_transitions: list[HotPathTransition] = []
         self._forced = config.force_backend
+        self._drift_threshold = policy.config.drift_threshold
         self._enabled = tuple(b for b in Backend if b not in config.disabled_backends)
 
     # ------------------------------------------------------------------ the call
@@ -193,15 +210,27 @@ class Dispatcher:
         if entry is not None:
             ticket = next(entry.ticks)
             if ticket & entry.mask:
-                return entry.impl(*args)  # type: ignore[misc]
+                try:  # (free in CPython 3.11+ while nothing is raised)
+                    return entry.impl(*args)  # type: ignore[misc]
+                except Exception as exc:
+                    return self._fast_failure(op, entry, n, args, ticket, exc)
             return self._slow(op, entries, n, args, entry, ticket)
         return self._slow(op, entries, n, args, None, -1)
+
+    def _fast_failure(self, op: Operation, entry: _Entry, n: int, args: tuple[Any, ...],
+                      ticket: int, exc: Exception) -> Any:
+        """The committed arm raised on an untimed call: fall back as a timed call would."""
+        next(entry.timed)  # counted with the fallback, not as a fast call (see _Entry)
+        now_ns = self._timer()
+        decision = Decision(entry.backend, _EXPLOIT)  # type: ignore[arg-type]
+        return self._recover(op, entry, n, decision, args, ticket, exc, now_ns, now_ns, now_ns)
 
     def _slow(self, op: Operation, entries: dict[int, _Entry], n: int, args: tuple[Any, ...],
               entry: _Entry | None, ticket: int) -> Any:
         """A call that is timed: run the arm decided for it, then (one lock) learn and decide
         the key's next timed call."""
-        select_ns = self._timer() if self.span_sink is not None else 0  # the select span's start
+        timer = self._timer
+        select_ns = timer() if self.span_sink is not None else 0  # the select span's start
         if ticket >= 0:
             next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
         decision = entry.next if entry is not None else None
@@ -214,7 +243,6 @@ class Dispatcher:
         impl = entry.impls[backend]
         compile_count = impl.compile_count
         compiled_before = compile_count() if compile_count is not None else 0
-        timer = self._timer
         start_ns = timer()
         try:
             result = impl.fn(*args)
@@ -228,6 +256,10 @@ class Dispatcher:
         with self._lock:
             verdict = self._settle(op, entry, decision, ticket, duration_us if learn else None,
                                    False)
+        # What learning from this call cost, for the period of the fast path: far more between
+        # large calls (cold caches) than in a tight loop, so it is measured, not assumed.
+        cost_us = (timer() - end_ns) / 1000.0
+        entry.timing_cost_us += (cost_us - entry.timing_cost_us) * _COST_ALPHA
         if self._pending_transitions:
             self._deliver_transitions()
         if verdict is not None:
@@ -246,8 +278,6 @@ class Dispatcher:
                 entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
-                if not key.has_samples and self._forced is None:
-                    key.prior = self._history.neighbour_prior(op.name, bucket, entry.candidates)
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())
@@ -265,7 +295,10 @@ class Dispatcher:
             if gap > 0:
                 calls = gap
                 entry.last_ticket = ticket
-        self._selections[(op.name, decision.backend, decision.reason)] += 1
+        if decision.reason is _EXPLOIT and decision.backend is entry.backend:
+            entry.timed_exploits += 1  # (see _Entry)
+        else:
+            self._selections[(op.name, decision.backend, decision.reason)] += 1
         rate = entry.rate
         rate.window_calls += calls
         if rate.hot:
@@ -287,11 +320,19 @@ class Dispatcher:
             key.decisions += 1
             entry.next = (steps[0] if self.span_sink is None
                           else self._policy.explained(steps[0], key, entry.candidates))
+        elif (memo := key.reusable_memo(self._drift_threshold)) is not None:
+            # Committed and nothing due (most timed calls of a converged key): the fast path
+            # already points at the committed arm, timed at the period set with the memo —
+            # every call while the arm looks slower than it was (see _SUSPECT_DRIFT).
+            key.decisions += 1
+            entry.next = memo  # type: ignore[assignment]
+            if entry.mask and key.arms[memo.backend].drift_score > _SUSPECT_DRIFT:
+                entry.mask = 0
         else:
             entry.next = nxt = self._decide(key, entry.candidates, now)
             entry.plan = plan_steps(nxt.plan) if nxt.plan else ()
-        if key.incumbent is not None or entry.mask or self._forced is not None:
-            self._refresh(entry, key)  # (a forced arm is never committed, but has a fast path)
+            if key.incumbent is not None or entry.mask or self._forced is not None:
+                self._refresh(entry, key)  # (a forced arm is never committed: a fast path too)
         if self.span_sink is None:
             return None
         verdict = self._gate.admit(
@@ -397,16 +438,24 @@ class Dispatcher:
             return Decision(self._forced, Reason.FORCED, 1.0,
                             {self._forced: stats.estimate_us} if stats else {},
                             stats.samples if stats else 0)
+        if key.incumbent is None and key.prior is None and not key.prior_rejected:
+            # Exploring: the neighbouring buckets' clear winner, if they have one by now, is
+            # timed in full and the other arms once. Looked up at each of the policy's
+            # checkpoints, not only when the key is created: a workload creates its keys
+            # together, long before any of them has converged.
+            key.prior = self._history.neighbour_prior(key.operation, key.bucket, candidates)
         decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
+        memoised = decision is key.memo and key.decisions < key.memo_until
         key.decisions += 1
         reason = decision.reason
         if reason is _EXPLOIT:
             if key.incumbent is not decision.backend:
                 key.commit(decision.backend, self._policy.first_recheck(
                     key, decision.backend, candidates, self._config.recheck_interval))
-            if key.memo is not decision:
-                key.memo = decision
-                key.memo_until = key.decisions + _MEMO_DECISIONS
+            if not memoised:
+                # (an unexplained exploit is one shared object per arm: the memo is renewed
+                # by every full evaluation, not only when the object changes)
+                key.remember(decision, _MEMO_DECISIONS)
         elif reason is Reason.RECHECK:
             key.rechecks += 1
             # the choice held until now: look again later, then later still
@@ -450,7 +499,14 @@ class Dispatcher:
         # impl before mask: a racing reader never sees a mask > 0 with no kernel
         entry.impl = impl.fn
         entry.backend = target
-        entry.mask = measure_period(stats.mean_us, self._config.sampling_threshold_us,
+        if stats.drift_score > _SUSPECT_DRIFT:
+            entry.mask = 0  # looks slower than it was: time every call until that is settled
+            return
+        # (never below the warm cost of a timed call: the measurement leaves out its clock
+        # reads and the steps before the kernel)
+        cost_us = entry.timing_cost_us
+        entry.mask = measure_period(stats.mean_us,
+                                    cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
                                     self._config.max_measure_period) - 1
 
     def _emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,

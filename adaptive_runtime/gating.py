@@ -165,25 +165,28 @@ class HotPathDetector:
 # ---------------------------------------------------------------------------- measurement
 
 
-# What one timed call costs over a plain one (two clock reads, the lock, learning, the next
-# decision; measured by benchmarks/dispatch_overhead.py), and the share of a key's time that
-# timing may take.
+# The share of a key's time that timing its calls may take, and what a timed call is taken to
+# cost over a plain one until the runtime has measured it (two clock reads, the lock, learning,
+# the next decision; warm caches). Measured between large array calls, whose memory traffic
+# leaves the interpreter's caches cold, a timed call costs 10-60 us more: the dispatcher
+# measures each key's own cost and passes it here.
 TIMED_CALL_COST_US = 4.0
 TIMING_SHARE = 0.01
 
 
-def measure_period(mean_us: float, sampling_threshold_us: float, max_period: int) -> int:
+def measure_period(mean_us: float, timed_cost_us: float, max_period: int) -> int:
     """How many calls of a converged key share one timing: a power of two in [1, max_period].
 
-    A call as long as ``sampling_threshold_us`` or longer is timed every time: it is traced
-    anyway, and drift must be seen within a few calls. Shorter calls are timed 1-in-N, N the
-    smallest power of two that keeps timing under ``TIMING_SHARE`` of the key's time.
+    N is the smallest power of two that keeps timing under ``TIMING_SHARE`` of the key's time
+    (``timed_cost_us`` per timed call, ``mean_us`` per call): a call slow enough that timing
+    it is noise is timed every time, so drift is seen within a few calls; cheaper calls are
+    timed 1-in-N.
     """
-    if not mean_us < sampling_threshold_us:  # also NaN: unknown cost is timed every call
+    if not mean_us * TIMING_SHARE < timed_cost_us:  # also NaN: unknown cost is timed every call
         return 1
-    if TIMING_SHARE * mean_us * max_period <= TIMED_CALL_COST_US:  # also 0 and subnormal
+    if TIMING_SHARE * mean_us * max_period <= timed_cost_us:  # also 0 and subnormal
         return max_period
-    wanted = TIMED_CALL_COST_US / (TIMING_SHARE * mean_us)
+    wanted = timed_cost_us / (TIMING_SHARE * mean_us)
     period = 1
     while period < wanted:
         period <<= 1

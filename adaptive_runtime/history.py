@@ -43,9 +43,10 @@ _CLIP_RATIO = 1.5
 _PH_SLACK = 0.2
 _PH_RATIO_CAP = 3.0
 # A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
-# A neighbouring size bucket's winner becomes a new key's prior only when it was this many times
-# faster than every other arm there: arms that close may cross over within one bucket.
-PRIOR_MARGIN = 2.0
+# A neighbouring size bucket's winner becomes an exploring key's prior only when it was this
+# many times faster than every other arm there (and every neighbour found agrees): closer arms
+# may cross over within one bucket. A timing here that contradicts the prior still turns it down.
+PRIOR_MARGIN = 1.25
 _QUARANTINE_BASE_S = 1.0
 _QUARANTINE_MAX_S = 300.0
 
@@ -157,7 +158,8 @@ class KeyHistory:
     """History of one (operation, size bucket): its arms and the policy's per-key state."""
 
     __slots__ = ("arms", "bucket", "decisions", "epoch", "failures", "id", "incumbent", "memo",
-                 "memo_until", "next_recheck", "operation", "prior", "recheck_interval",
+                 "memo_until", "next_recheck", "operation", "prior", "prior_rejected",
+                 "recheck_interval",
                  "rechecks", "samples", "switches")
 
     def __init__(self, operation: str, bucket: int) -> None:
@@ -177,10 +179,30 @@ class KeyHistory:
         # the policy's last full exploit Decision, reused until memo_until decisions
         self.memo: object | None = None
         self.memo_until = 0
-        # the arm expected to win: the neighbouring size buckets' clear winner when the key
-        # was created, or the committed arm after a drift alarm; exploration times it fully
-        # and the others once (see Policy.decide)
+        # the arm expected to win: the neighbouring size buckets' clear winner (looked up
+        # while the key explores), or the committed arm after a drift alarm; exploration
+        # times it fully and the others once (see Policy.decide)
         self.prior: Backend | None = None
+        # a timing here contradicted a prior in this epoch: explore in full, look no further
+        self.prior_rejected = False
+
+    def reusable_memo(self, drift_threshold: float) -> object | None:
+        """The memoised exploit decision while it still stands — fewer than ``memo_until``
+        decisions made (which is never past the next re-check), the committed arm neither
+        drifting past ``drift_threshold`` nor failing — else ``None``."""
+        memo = self.memo
+        if memo is None or self.decisions >= self.memo_until:
+            return None
+        stats = self.arms[self.incumbent]  # type: ignore[index]  # (a memo implies one)
+        if stats.drift_sum - stats.drift_min > drift_threshold or stats.consecutive_failures:
+            return None
+        return memo
+
+    def remember(self, decision: object, decisions: int) -> None:
+        """Memoise ``decision`` (a full exploit decision) for up to ``decisions`` decisions,
+        never past the next re-check."""
+        self.memo = decision
+        self.memo_until = min(self.decisions + decisions, self.next_recheck)
 
     def arm(self, backend: Backend) -> ArmStats:
         stats = self.arms.get(backend)
@@ -210,6 +232,7 @@ class KeyHistory:
         self.epoch += 1
         self.incumbent = None
         self.memo = None
+        self.prior_rejected = False
         for stats in self.arms.values():
             stats.start_epoch()
 

@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from .backend import Backend
-from .history import ArmStats, KeyHistory
+from .history import PRIOR_MARGIN, ArmStats, KeyHistory
 from .operations import Kind
 
 __all__ = [
@@ -171,13 +171,9 @@ class Policy:
         if incumbent is not None:
             # Committed and nothing due: the memo of the last full exploit decision stands.
             # The runtime drops the memo whenever another arm learns something.
-            memo = key.memo
-            stats = arms[incumbent]
-            if (memo is not None and key.decisions < key.memo_until
-                    and key.decisions < key.next_recheck
-                    and stats.drift_sum - stats.drift_min <= cfg.drift_threshold
-                    and not stats.consecutive_failures):
-                return memo
+            memo = key.reusable_memo(cfg.drift_threshold)
+            if memo is not None:
+                return memo  # type: ignore[return-value]
 
         if key.failures:
             usable: Sequence[Backend] = [b for b in candidates
@@ -211,6 +207,7 @@ class Policy:
                     and stats.mean_us < best_seen):
                 best_seen = stats.mean_us
         prior = key.prior
+        confirmed = False
         if prior is not None and prior in usable and not key.failures:
             plan = self._prior_plan(key, usable, prior, cfg.min_samples)
             if plan:
@@ -219,6 +216,7 @@ class Policy:
                 return explore_decision(plan[0], plan[1:], key, explain)
             if plan is not None:
                 owed = False  # the prior's plan is done: commit below
+                confirmed = True  # (nothing here contradicted the neighbours' winner)
         if owed:
             prune_above = best_seen * cfg.prune_ratio
             round_: list[tuple[int, Backend]] = []
@@ -238,11 +236,14 @@ class Policy:
                     return heuristic_decision(pick, plan)
                 return explore_decision(pick, plan, key, explain)
 
-        if incumbent is None:
+        if incumbent is None and not confirmed:
             unsure = self._unsure_plan(key, usable)
             if unsure:
                 return explore_decision(unsure[0], unsure[1:], key, explain)
-        best = best_arm(usable, arms)
+        # A confirmed prior is committed to even when one timing of another arm came out a
+        # little faster: the neighbours' evidence outweighs one noisy timing, and the
+        # commitment, unsure, is re-checked after min_samples decisions.
+        best = prior if confirmed else best_arm(usable, arms)
         if best is None or math.isinf(arms[best].estimate_us):
             # every usable arm failed last time and is out of quarantine: try one again
             return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), key.samples)
@@ -252,6 +253,12 @@ class Policy:
                 and arms[best].estimate_us
                 >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)):
             chosen = incumbent  # the challenger is not clearly better: keep the committed arm
+        elif (incumbent is not chosen and incumbent in usable
+              and arms[chosen].epoch_samples < cfg.min_samples):
+            # A challenger timed fewer than min_samples times in this epoch (once, after a
+            # prior's plan or a drift alarm) is re-timed before it takes over: one lucky
+            # timing is not enough to leave the committed arm.
+            return Decision(chosen, Reason.RECHECK, 0.0, _estimates(key), key.samples)
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
@@ -274,16 +281,20 @@ class Policy:
     def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
                     min_samples: int) -> tuple[Backend, ...] | None:
         """Exploration when the neighbouring buckets' clear winner is known: ``min_samples``
-        timings of it, one of each other arm. ``None`` when an other arm's timing beat it (the
-        prior is wrong here: the key is explored in full, and the prior dropped)."""
+        timings of it, one of each other arm. ``None`` when an other arm beat it clearly — by
+        the margin the neighbours' winner needed (the prior is wrong here: the key is explored
+        in full, and the prior dropped). A closer result is within what one timing's noise
+        does (a shared machine's timings of one call vary by 20-40%): the prior is committed
+        to, unsure, and so re-checked soon."""
         arms = key.arms
         prior_stats = arms[prior]
         for b in usable:
             stats = arms.get(b)
             if (b is not prior and stats is not None and stats.epoch_samples
                     and prior_stats.epoch_samples
-                    and stats.mean_us < prior_stats.mean_us):
+                    and stats.mean_us * PRIOR_MARGIN < prior_stats.mean_us):
                 key.prior = None
+                key.prior_rejected = True
                 return None
         plan = [prior] * max(min_samples - prior_stats.epoch_samples, 0)
         plan += [b for b in usable if b is not prior

@@ -121,11 +121,16 @@ def test_input_that_fails_everywhere_does_not_quarantine_good_arms(make_runtime)
 # --------------------------------------------------------------------------- measurement gate
 
 
+# The runtime's timer is read right before and right after the kernel of a timed call, and
+# once more when the call has been learned from (what learning cost sets the timing period).
+READS_PER_TIMED_CALL = 3
+
+
 def test_cold_key_is_timed_every_call(make_runtime) -> None:
     h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 2.0})  # cheap arms
     for n in range(1, 7):
         h.call()
-        assert h.timer.reads == 2 * n  # read right before and right after every kernel
+        assert h.timer.reads == READS_PER_TIMED_CALL * n
         assert h.samples() == n
 
 
@@ -137,30 +142,58 @@ def test_converged_cheap_key_is_timed_one_in_n(make_runtime) -> None:
     calls = 6_400
     for _ in range(calls):
         h.call()
-    timed = (h.timer.reads - reads) // 2
+    timed = (h.timer.reads - reads) // READS_PER_TIMED_CALL
     assert h.samples() - samples == timed  # every timing is learned from
-    # 1 us against a 100 us threshold: a small share of calls is timed, but some are
+    # timing a 1 us call costs more than 1% of it: a small share of calls is timed, but some are
     assert 1 <= timed <= calls / 8
     assert sum(h.rt.selection_counts().values()) == 200 + calls
 
 
-def test_slow_key_is_timed_every_call(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 150.0, Backend.SCALAR: 400.0})  # >= threshold (100 us)
+def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
+    # 500 us calls: a timed call's warm cost (4 us) is under 1% of one
+    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
     h.call_tracked(200)
-    reads, samples = h.timer.reads, h.samples()
+    samples = h.samples()
     for _ in range(1_000):
         h.call()
-    assert h.timer.reads - reads == 2 * 1_000
     assert h.samples() - samples == 1_000
 
 
-def test_call_above_a_lowered_sampling_threshold_is_timed_every_call(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 400.0}, sampling_threshold_us=10.0)
-    h.call_tracked(100)
-    reads = h.timer.reads
-    for _ in range(500):
+def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
+    """Learning from a timed call that takes 50 us (cold caches between large calls, say):
+    timing every 500 us call would cost 10%, so the key is timed 1-in-16 (the smallest power
+    of two that keeps timing under 1%: 50 / (1% of 500) = 10 calls)."""
+    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
+    # the duration sink runs while the call is learned from: it stands for costly bookkeeping
+    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(50.0)
+    h.call_tracked(200)
+    samples = h.samples()
+    for _ in range(1_600):
         h.call()
-    assert h.timer.reads - reads == 2 * 500  # 20 us is "slow" against a 10 us threshold
+    assert h.samples() - samples == 1_600 // 16
+
+
+def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> None:
+    """A key timed 1-in-N whose committed arm's timing comes back slow is timed every call
+    until the slowdown is settled: the switch comes a few calls after the first slow timing,
+    not a few N."""
+    h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 400.0})
+    # learning costs 20 us: 20 / (1% of 50 us) = 40 -> SIMD is timed 1-in-64 once the cost
+    # estimate (an EWMA over timed calls, from 4 us) has converged; 1-in-32 on the way
+    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(20.0)
+    h.call_tracked(300)
+    samples = h.samples()
+    for _ in range(128):
+        h.call()
+    assert 1 <= h.samples() - samples <= 128 // 32
+    h.arms.latency_us[Backend.SIMD] = 1_000.0  # the committed arm slows 20x
+    samples = h.samples()
+    ran = []
+    while h.samples() == samples:  # untimed calls until the first slow timing
+        ran.append(h.call()[0])
+    assert len(ran) <= 64
+    later = [h.call()[0] for _ in range(12)]
+    assert later[-4:] == [Backend.SCALAR] * 4  # drift alarmed and SCALAR took over
 
 
 def test_max_measure_period_caps_the_gate(make_runtime) -> None:
@@ -169,7 +202,7 @@ def test_max_measure_period_caps_the_gate(make_runtime) -> None:
     reads = h.timer.reads
     for _ in range(4_000):
         h.call()
-    timed = (h.timer.reads - reads) // 2
+    timed = (h.timer.reads - reads) // READS_PER_TIMED_CALL
     assert 4_000 / 4 <= timed <= 4_000 / 4 + 20
 
 

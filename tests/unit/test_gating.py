@@ -169,27 +169,40 @@ def _is_power_of_two(n: int) -> bool:
     return n >= 1 and n & (n - 1) == 0
 
 
-@pytest.mark.parametrize("mean_us", [100.0, 100.5, 150.0, 1e9, math.inf])
-def test_measure_period_times_slow_calls_every_call(mean_us: float) -> None:
-    assert measure_period(mean_us, 100.0, 1024) == 1
+# A timed call costing 4 us over a plain one: timing is noise (<= 1%) from 400 us calls up.
+COST_US = 4.0
+
+
+@pytest.mark.parametrize("mean_us", [400.0, 400.5, 1_000.0, 1e9, math.inf])
+def test_measure_period_times_calls_whose_timing_is_noise_every_call(mean_us: float) -> None:
+    assert measure_period(mean_us, COST_US, 1024) == 1
+
+
+@pytest.mark.parametrize(("mean_us", "cost_us", "period"),
+                         [(399.0, 4.0, 2), (100.0, 4.0, 4), (1_000.0, 50.0, 8),
+                          (500.0, 50.0, 16), (40.0, 50.0, 128)])
+def test_measure_period_keeps_timing_under_one_percent(mean_us: float, cost_us: float,
+                                                       period: int) -> None:
+    assert measure_period(mean_us, cost_us, 1024) == period
+    assert cost_us / (period * mean_us) <= 0.01 < cost_us / (period / 2 * mean_us)
 
 
 def test_measure_period_is_one_for_nan() -> None:
-    assert measure_period(math.nan, 100.0, 1024) == 1
+    assert measure_period(math.nan, COST_US, 1024) == 1
 
 
 @pytest.mark.parametrize("mean_us", [0.0, 1e-9, 1e-300, 5e-324])
 def test_measure_period_for_near_free_calls_is_the_cap(mean_us: float) -> None:
-    assert measure_period(mean_us, 100.0, 1024) == 1024
+    assert measure_period(mean_us, COST_US, 1024) == 1024
 
 
 def test_measure_period_respects_the_cap() -> None:
-    assert measure_period(0.1, 100.0, 16) == 16
-    assert measure_period(0.1, 100.0, 1) == 1
+    assert measure_period(0.1, COST_US, 16) == 16
+    assert measure_period(0.1, COST_US, 1) == 1
 
 
 def test_measure_period_times_cheap_calls_less_often() -> None:
-    periods = [measure_period(mean, 100.0, 1 << 20) for mean in (99.0, 50.0, 10.0, 1.0, 0.1)]
+    periods = [measure_period(mean, COST_US, 1 << 20) for mean in (399.0, 50.0, 10.0, 1.0, 0.1)]
     assert all(p >= 1 and p & (p - 1) == 0 for p in periods)
     assert periods == sorted(periods)       # cheaper calls: timed no more often
     assert periods[-1] > 1                  # a 0.1 us call is not timed every time
