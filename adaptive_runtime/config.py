@@ -37,11 +37,12 @@ class RuntimeConfig:
       drift_threshold: Page-Hinkley alarm level, in units of the committed arm's mean latency;
         lower reacts faster to a slowdown, higher ignores more noise.
     Gating
-      sampling_threshold_us: calls at least this long are always traced and always timed.
+      sampling_threshold_us: a timed call at least this long is traced (unless hot or over
+        the span budget); shorter ones are sampled.
       hot_path_calls_per_sec: an operation called faster than this is *hot*: tracing stops
         for it, learning goes on. It stops being hot below half of this rate.
-      max_measure_period: a converged key with cheap calls is timed 1-in-N, N up to this
-        (a power of two).
+      max_measure_period: a converged key is timed 1-in-N, N the smallest power of two that
+        keeps timing (its measured cost) under 1% of the key's time, up to this.
       tracing: export spans at all.
       trace_sample_rate: share of fast, unremarkable calls that are traced.
       spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.
