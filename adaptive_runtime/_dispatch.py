@@ -255,7 +255,7 @@ class Dispatcher:
         learn = compile_count is None or compile_count() == compiled_before
         with self._lock:
             verdict = self._settle(op, entry, decision, ticket, duration_us if learn else None,
-                                   False)
+                                   False, n)
         # What learning from this call cost, for the period of the fast path: far more between
         # large calls (cold caches) than in a tight loop, so it is measured, not assumed.
         cost_us = (timer() - end_ns) / 1000.0
@@ -284,7 +284,7 @@ class Dispatcher:
             return entry, decision
 
     def _settle(self, op: Operation, entry: _Entry, decision: Decision, ticket: int,
-                duration_us: float | None, failed: bool) -> TraceVerdict | None:
+                duration_us: float | None, failed: bool, n: int) -> TraceVerdict | None:
         """After a timed call: count it, learn from it, decide the key's next timed call and
         point the fast path at the committed arm. Caller holds the lock."""
         now = self._clock()
@@ -311,7 +311,7 @@ class Dispatcher:
         if not key.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
-            self._history.record(key, decision.backend, duration_us)
+            self._history.record(key, decision.backend, duration_us, n)
             if self.duration_sink is not None:
                 self.duration_sink((op.name, decision.backend, duration_us))
         steps = entry.plan
@@ -371,7 +371,7 @@ class Dispatcher:
                     for arm_stats, consecutive, until in undo:
                         arm_stats.consecutive_failures = consecutive
                         arm_stats.quarantined_until_s = until
-                    verdict = self._settle(op, entry, decision, ticket, None, True)
+                    verdict = self._settle(op, entry, decision, ticket, None, True, n)
             if verdict is not None:
                 self._emit(op.name, n, entry.bucket, decision, backend, select_ns, start_ns,
                            end_ns, exc, nxt, verdict)
@@ -397,7 +397,7 @@ class Dispatcher:
             learn = compile_count is None or compile_count() == compiled_before
             with self._lock:
                 verdict = self._settle(op, entry, decision, ticket,
-                                       duration_us if learn else None, False)
+                                       duration_us if learn else None, False, n)
             if verdict is not None:
                 self._emit(op.name, n, entry.bucket, decision, nxt, select_ns, start_ns, end_ns,
                            None, None, verdict)
@@ -612,7 +612,7 @@ class Dispatcher:
         bucket = size_bucket(n)
         with self._lock:
             key = self._history.key(operation, bucket)
-            self._history.record(key, backend, duration_us)
+            self._history.record(key, backend, duration_us, n)
             self._refresh_route(operation, bucket, key)
 
     def best(self, operation: str, n: int) -> Backend | None:

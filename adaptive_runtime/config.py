@@ -42,7 +42,7 @@ class RuntimeConfig:
       hot_path_calls_per_sec: an operation called faster than this is *hot*: tracing stops
         for it, learning goes on. It stops being hot below half of this rate.
       max_measure_period: a converged key is timed 1-in-N, N the smallest power of two that
-        keeps timing (its measured cost) under 1% of the key's time, up to this.
+        keeps timing (its measured cost) under 0.5% of the key's time, up to this.
       tracing: export spans at all.
       trace_sample_rate: share of fast, unremarkable calls that are traced.
       spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.

@@ -171,7 +171,7 @@ class HotPathDetector:
 # leaves the interpreter's caches cold, a timed call costs 10-60 us more: the dispatcher
 # measures each key's own cost and passes it here.
 TIMED_CALL_COST_US = 4.0
-TIMING_SHARE = 0.01
+TIMING_SHARE = 0.005
 
 
 def measure_period(mean_us: float, timed_cost_us: float, max_period: int) -> int:

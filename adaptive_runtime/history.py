@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from .backend import Backend
+from .keys import reference_size
 
 __all__ = ["ArmStats", "HistoryRecord", "HistoryStore", "KeyHistory"]
 
@@ -42,12 +43,20 @@ _CLIP_RATIO = 1.5
 # slowdown alarms on the 3rd slow sample; isolated spikes decay away at 0.2 per normal sample.
 _PH_SLACK = 0.2
 _PH_RATIO_CAP = 3.0
-# A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
-# A neighbouring size bucket's winner becomes an exploring key's prior only when it was this
+# A neighbouring size bucket's winner becomes an exploring key's prior only when it is this
 # many times faster than every other arm there (and every neighbour found agrees): closer arms
 # may cross over within one bucket. A timing here that contradicts the prior still turns it down.
 PRIOR_MARGIN = 1.25
+# ... and only from arms timed at least this many times there (their min-of-two estimate).
+_PRIOR_MIN_SAMPLES = 2
+# A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
 _QUARANTINE_BASE_S = 1.0
+# Timings are learned at the bucket's reference size: a bucket spans sizes up to 2x apart, and a
+# large call's time grows with its size, so raw timings of one arm would differ by up to 2x from
+# the sizes alone — more than most gaps between arms, and enough to raise false drift alarms.
+# A timing is taken as this fixed per-call cost plus a part proportional to the size (the
+# affine model of a kernel call), and that part is rescaled; a timing under it is kept as it is.
+FIXED_CALL_COST_US = 10.0
 _QUARANTINE_MAX_S = 300.0
 
 
@@ -157,15 +166,32 @@ class ArmStats:
 class KeyHistory:
     """History of one (operation, size bucket): its arms and the policy's per-key state."""
 
-    __slots__ = ("arms", "bucket", "decisions", "epoch", "failures", "id", "incumbent", "memo",
-                 "memo_until", "next_recheck", "operation", "prior", "prior_rejected",
-                 "recheck_interval",
-                 "rechecks", "samples", "switches")
+    __slots__ = (
+        "arms",
+        "bucket",
+        "decisions",
+        "epoch",
+        "failures",
+        "id",
+        "incumbent",
+        "memo",
+        "memo_until",
+        "next_recheck",
+        "operation",
+        "prior",
+        "prior_rejected",
+        "recheck_interval",
+        "rechecks",
+        "reference_size",
+        "samples",
+        "switches",
+    )
 
     def __init__(self, operation: str, bucket: int) -> None:
         self.operation = operation
         self.bucket = bucket
         self.id = (operation, bucket)
+        self.reference_size = reference_size(bucket)
         self.arms: dict[Backend, ArmStats] = {}
         self.incumbent: Backend | None = None
         self.decisions = 0
@@ -276,22 +302,26 @@ class HistoryStore:
 
     def neighbour_prior(self, operation: str, bucket: int, candidates: Sequence[Backend],
                         margin: float = PRIOR_MARGIN) -> Backend | None:
-        """The arm that clearly won the nearest size buckets of ``operation`` on each side
-        (up to two buckets away): committed there and ``margin`` times faster than every other
-        candidate measured there — when every neighbour found agrees. ``None`` otherwise."""
+        """The arm that clearly wins the nearest size buckets of ``operation`` on each side
+        (up to two buckets away): ``margin`` times faster than every other candidate there,
+        each timed at least twice in the current epoch — committed or still exploring (the
+        keys of a workload explore alongside each other) — when every neighbour found
+        agrees. ``None`` otherwise."""
         winners: set[Backend] = set()
         for side in (-1, 1):
             for distance in (1, 2):
                 near = self._keys.get((operation, bucket + side * distance))
-                if near is None or near.incumbent is None:
+                if near is None:
                     continue
-                best = near.incumbent
-                if best not in candidates:
-                    return None
-                best_us = near.arms[best].estimate_us
-                others = [near.arms[b].estimate_us for b in candidates
-                          if b is not best and b in near.arms and near.arms[b].samples]
-                if not others or not all(best_us * margin <= us for us in others):
+                measured = [(stats.estimate_us, b) for b in candidates
+                            if (stats := near.arms.get(b)) is not None
+                            and stats.epoch_samples >= _PRIOR_MIN_SAMPLES
+                            and not stats.consecutive_failures]
+                if len(measured) < 2:
+                    continue
+                measured.sort()
+                (best_us, best), (runner_us, _runner) = measured[0], measured[1]
+                if best_us * margin > runner_us:
                     return None
                 winners.add(best)
                 break
@@ -323,11 +353,18 @@ class HistoryStore:
         if key.id in keys:
             keys.move_to_end(key.id)
 
-    def record(self, key: KeyHistory, backend: Backend, duration_us: float) -> ArmStats:
-        """Learn one timing of ``backend`` on ``key`` (from :meth:`key`)."""
+    def record(self, key: KeyHistory, backend: Backend, duration_us: float,
+               size: int) -> ArmStats:
+        """Learn one timing of ``backend`` on ``key`` (from :meth:`key`), of a call of
+        ``size`` elements: learned as :func:`at_reference_size` of it."""
         stats = key.arms.get(backend)
         if stats is None:
             stats = key.arms[backend] = ArmStats()
+        if duration_us > FIXED_CALL_COST_US and size:
+            ref = key.reference_size
+            if size != ref:  # (see FIXED_CALL_COST_US)
+                duration_us = (FIXED_CALL_COST_US
+                               + (duration_us - FIXED_CALL_COST_US) * ref / size)
         stats.add_sample(duration_us, self._wall_clock())
         key.samples += 1
         if backend is not key.incumbent:

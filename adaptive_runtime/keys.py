@@ -9,7 +9,7 @@ sizes) while separating sizes whose best arm differs.
 
 from __future__ import annotations
 
-__all__ = ["bucket_bounds", "size_bucket"]
+__all__ = ["bucket_bounds", "reference_size", "size_bucket"]
 
 
 def size_bucket(n: int) -> int:
@@ -26,6 +26,17 @@ def size_bucket(n: int) -> int:
     if n < 0:
         raise ValueError(f"input_size must be >= 0, got {n}")
     return n.bit_length()
+
+
+def reference_size(bucket: int) -> int:
+    """The size a bucket's learned latencies stand for: its geometric middle, rounded
+    (``2**(bucket - 1) * sqrt(2)``; 0 for bucket 0)."""
+    if bucket == 0:
+        return 0
+    return round((1 << (bucket - 1)) * _SQRT2)
+
+
+_SQRT2 = 2.0 ** 0.5
 
 
 def bucket_bounds(bucket: int) -> tuple[int, int]:

@@ -390,12 +390,15 @@ _MAX_PLAN = 16
 @functools.lru_cache(maxsize=1024)  # few distinct rounds exist; this is per exploring call
 def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tuple[Backend, ...]:
     """The order in which to time the arms owed timings (``(timings so far, arm)`` in
-    heuristic order): round-robin, fewest timings first, up to two timings each — the point
-    where pruning may rule an arm out, so the policy looks again — then up to
-    ``min_samples``. No timing in a schedule depends on another's result."""
+    heuristic order): round-robin, fewest timings first, up to one timing each — the point
+    where the neighbouring buckets, exploring alongside, may have a clear winner to go by —
+    then up to two — where pruning may rule an arm out — then up to ``min_samples``; the
+    policy looks again at each of these points. No timing in a schedule depends on another's
+    result."""
     counts = [n for n, _b in round_]
-    target = min_samples if min_samples <= 2 or min(counts) >= 2 else 2
-    schedule = [b for level in range(min(counts), target) for n, b in round_ if n <= level]
+    least = min(counts)
+    target = min_samples if least >= 2 else min(least + 1, min_samples)
+    schedule = [b for level in range(least, target) for n, b in round_ if n <= level]
     return tuple(schedule[:_MAX_PLAN])
 
 

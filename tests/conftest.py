@@ -18,6 +18,7 @@ import pytest
 from hypothesis import settings
 
 import adaptive_runtime as ar
+from adaptive_runtime.keys import reference_size
 
 # Pinned randomness: Hypothesis explores the same examples on every run and machine, and no
 # example database is written; deadlines are off because CI machines are noisy.
@@ -27,6 +28,9 @@ settings.load_profile("pinned")
 
 Backend = ar.Backend
 ALL_ARMS = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
+# The harness's default size: the reference size of bucket 13, at which a timing is learned as
+# it is (timings of other sizes are rescaled to their bucket's reference size).
+REFERENCE_SIZE = reference_size(13)
 
 
 class FakeClock:
@@ -165,7 +169,7 @@ def make_runtime(clock: FakeClock, timer: FakeTimer) -> Callable[..., Harness]:
     """
 
     def make(latency_us: dict[Backend, Any], *, op: str = "fakeop", kind: str = "vector",
-             size: int = 4096, gpu: bool = True, arms: Iterable[Backend] | None = None,
+             size: int = REFERENCE_SIZE, gpu: bool = True, arms: Iterable[Backend] | None = None,
              config: ar.RuntimeConfig | None = None, **config_fields: Any) -> Harness:
         rt = build_runtime(clock, timer, gpu=gpu, config=config, **config_fields)
         fake = FakeArms(timer, latency_us)

@@ -144,14 +144,14 @@ def test_converged_cheap_key_is_timed_one_in_n(make_runtime) -> None:
         h.call()
     timed = (h.timer.reads - reads) // READS_PER_TIMED_CALL
     assert h.samples() - samples == timed  # every timing is learned from
-    # timing a 1 us call costs more than 1% of it: a small share of calls is timed, but some are
+    # timing a 1 us call costs more than 0.5% of it: a small share of calls is timed, but some are
     assert 1 <= timed <= calls / 8
     assert sum(h.rt.selection_counts().values()) == 200 + calls
 
 
 def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
-    # 500 us calls: a timed call's warm cost (4 us) is under 1% of one
-    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
+    # 1 ms calls: a timed call's warm cost (4 us) is under 0.5% of one
+    h = make_runtime({Backend.SIMD: 1_000.0, Backend.SCALAR: 2_800.0})
     h.call_tracked(200)
     samples = h.samples()
     for _ in range(1_000):
@@ -161,8 +161,8 @@ def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
 
 def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
     """Learning from a timed call that takes 50 us (cold caches between large calls, say):
-    timing every 500 us call would cost 10%, so the key is timed 1-in-16 (the smallest power
-    of two that keeps timing under 1%: 50 / (1% of 500) = 10 calls)."""
+    timing every 500 us call would cost 10%, so the key is timed 1-in-32 (the smallest power
+    of two that keeps timing under 0.5%: 50 / (0.5% of 500) = 20 calls)."""
     h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
     # the duration sink runs while the call is learned from: it stands for costly bookkeeping
     h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(50.0)
@@ -170,7 +170,8 @@ def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
     samples = h.samples()
     for _ in range(1_600):
         h.call()
-    assert h.samples() - samples == 1_600 // 16
+    # (1-in-16 for the first few, while the cost estimate, an EWMA from 4 us, converges)
+    assert 1_600 // 32 <= h.samples() - samples <= 1_600 // 32 + 4
 
 
 def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> None:
@@ -178,20 +179,20 @@ def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> Non
     until the slowdown is settled: the switch comes a few calls after the first slow timing,
     not a few N."""
     h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 400.0})
-    # learning costs 20 us: 20 / (1% of 50 us) = 40 -> SIMD is timed 1-in-64 once the cost
-    # estimate (an EWMA over timed calls, from 4 us) has converged; 1-in-32 on the way
+    # learning costs 20 us: 20 / (0.5% of 50 us) = 80 -> SIMD is timed 1-in-128 once the cost
+    # estimate (an EWMA over timed calls, from 4 us) has converged; 1-in-64 on the way
     h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(20.0)
     h.call_tracked(300)
     samples = h.samples()
-    for _ in range(128):
+    for _ in range(256):
         h.call()
-    assert 1 <= h.samples() - samples <= 128 // 32
+    assert 1 <= h.samples() - samples <= 256 // 64
     h.arms.latency_us[Backend.SIMD] = 1_000.0  # the committed arm slows 20x
     samples = h.samples()
     ran = []
     while h.samples() == samples:  # untimed calls until the first slow timing
         ran.append(h.call()[0])
-    assert len(ran) <= 64
+    assert len(ran) <= 128
     later = [h.call()[0] for _ in range(12)]
     assert later[-4:] == [Backend.SCALAR] * 4  # drift alarmed and SCALAR took over
 

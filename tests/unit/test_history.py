@@ -10,7 +10,13 @@ import tracemalloc
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.history import ArmStats, HistoryRecord, HistoryStore
+from adaptive_runtime.history import (
+    FIXED_CALL_COST_US,
+    ArmStats,
+    HistoryRecord,
+    HistoryStore,
+)
+from adaptive_runtime.keys import reference_size
 
 Backend = ar.Backend
 
@@ -26,7 +32,7 @@ def _mean(store: HistoryStore, op: str = "op", bucket: int = 5,
 def _feed(store: HistoryStore, values, backend: Backend = Backend.SIMD) -> None:
     key = store.key("op", 5)
     for v in values:
-        store.record(key, backend, float(v))
+        store.record(key, backend, float(v), key.reference_size)
 
 
 def test_constant_samples_give_exact_estimate() -> None:
@@ -61,11 +67,28 @@ def test_ewma_follows_a_level_shift() -> None:
     assert _mean(store) == pytest.approx(20.0, rel=0.05)
 
 
+def test_timings_are_learned_at_the_buckets_reference_size() -> None:
+    store = HistoryStore(10)
+    key = store.key("op", 21)  # sizes 1,048,576 .. 2,097,151
+    ref = key.reference_size
+    assert ref == reference_size(21) == round(2**20 * 2**0.5)
+    fixed = FIXED_CALL_COST_US
+    # a call twice the reference size: its part above the fixed cost is halved
+    store.record(key, Backend.SIMD, fixed + 2_000.0, 2 * ref)
+    assert _mean(store, bucket=21) == pytest.approx(fixed + 1_000.0)
+    # at the reference size, and under the fixed cost, a timing is learned as it is
+    other = store.key("op", 22)
+    store.record(other, Backend.SIMD, 1_234.5, other.reference_size)
+    store.record(other, Backend.SCALAR, fixed / 2, 2 * other.reference_size)
+    assert _mean(store, bucket=22) == 1_234.5
+    assert _mean(store, bucket=22, backend=Backend.SCALAR) == fixed / 2
+
+
 def test_snapshot_counts_samples_and_failures() -> None:
     store = HistoryStore(10)
     key = store.key("op", 5)
     for _ in range(7):
-        store.record(key, Backend.SIMD, 3.0)
+        store.record(key, Backend.SIMD, 3.0, 24)
     store.record_failure(key, Backend.GPU, now_s=0.0)
     store.record_failure(key, Backend.GPU, now_s=10.0)
     rows = {r.backend: r for r in store.snapshot()}
@@ -108,9 +131,9 @@ def test_store_evicts_least_recently_used_keys() -> None:
     evicted = []
     store = HistoryStore(3, on_evict=lambda op, bucket: evicted.append((op, bucket)))
     for i in range(3):
-        store.record(store.key(f"op{i}", 1), Backend.SIMD, 1.0)
+        store.record(store.key(f"op{i}", 1), Backend.SIMD, 1.0, 1)
     store.key("op0", 1)  # touch: op1 is now the least recently used
-    store.record(store.key("op3", 1), Backend.SIMD, 1.0)
+    store.record(store.key("op3", 1), Backend.SIMD, 1.0, 1)
     assert evicted == [("op1", 1)]
     assert len(store) == 3
     assert {r.operation for r in store.snapshot()} == {"op0", "op2", "op3"}

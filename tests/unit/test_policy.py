@@ -8,12 +8,13 @@ import math
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.keys import reference_size
 
 Backend = ar.Backend
 Reason = ar.Reason
 
-# Above sampling_threshold_us (100): every call of these arms is timed, so drift is seen
-# within a few calls.
+# Slow arms: timed every call or every other (a timed call's assumed cost, 4 us, is 1-2% of
+# theirs), so drift is seen within a few calls.
 SLOW_ARMS = {Backend.GPU: 300.0, Backend.SIMD: 200.0, Backend.SCALAR: 2000.0}
 
 
@@ -135,6 +136,26 @@ def test_drift_committed_arm_slows_5x_then_new_best_within_20_calls_with_fake_gp
     assert {b for b, r in later if r is Reason.EXPLOIT} == {Backend.GPU}
 
 
+def test_sizes_across_a_bucket_do_not_blur_a_close_choice(make_runtime, rng) -> None:
+    """Calls of one bucket range over 2x in size, and a large call's time with them: learned
+    at the bucket's reference size, a 15% gap between arms is found whatever sizes each arm
+    happened to be timed on."""
+    size = [0]
+    per_element_us = {Backend.SIMD: 0.0100, Backend.SCALAR: 0.0115}
+    h = make_runtime({b: (lambda b=b: 10.0 + per_element_us[b] * size[0])
+                      for b in per_element_us}, gpu=False)
+    low, high = 1 << 20, (1 << 21) - 1  # bucket 21: calls of 10-24 ms
+    runs = []
+    for _ in range(400):
+        size[0] = rng.randint(low, high)
+        runs += h.call_tracked(size=size[0])
+    assert [b for b, r in runs if r is Reason.EXPLOIT][-50:] == [Backend.SIMD] * 50
+    estimates = h.rt.decide(h.op, low).estimates_us
+    ref = reference_size(21)
+    for backend, rate in per_element_us.items():
+        assert estimates[backend] == pytest.approx(10.0 + rate * ref, rel=1e-6)
+
+
 def test_isolated_spikes_on_committed_arm_do_not_trigger_drift_with_fake_gpu_arm(
         make_runtime) -> None:
     h = make_runtime(dict(SLOW_ARMS))
@@ -245,8 +266,20 @@ def test_neighbours_that_converge_later_still_shorten_exploration(make_runtime) 
         assert h.rt.decide(h.op, size).backend is Backend.SIMD
     before = h.arms.calls[Backend.SCALAR]
     h.call_tracked(40, size=1 << 11)
-    # its first round (two timings each) was planned before: SCALAR's third timing is saved
-    assert h.arms.calls[Backend.SCALAR] - before == 2
+    # its first round (one timing each) was planned before: SCALAR is timed that once only
+    assert h.arms.calls[Backend.SCALAR] - before == 1
+    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
+
+
+def test_neighbours_still_exploring_lend_their_clear_winner(make_runtime) -> None:
+    """Keys explore alongside each other: a neighbour that timed each arm twice and found
+    one 1.5x faster is evidence enough for a prior, before it commits."""
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)
+    h.call_tracked(4, size=1 << 10)  # bucket 11: SIMD, SCALAR, SIMD, SCALAR
+    assert h.rt._history.find(h.op, 11).incumbent is None  # (3 timings each to commit)
+    before = h.arms.calls[Backend.SCALAR]
+    h.call_tracked(40, size=1 << 11)
+    assert h.arms.calls[Backend.SCALAR] - before == 1  # the prior's plan: SCALAR once
     assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
 
 
@@ -288,7 +321,9 @@ def _until_exploit(runs) -> list:
 
 
 def test_clear_winner_commits_after_min_samples_each(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 300.0}, gpu=False)
+    # (every call timed, so decisions and calls are counted alike)
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 300.0}, gpu=False,
+                     max_measure_period=1)
     runs = h.call_tracked(200)
     assert len(_until_exploit(runs)) == 6  # 3 timings of each arm, no more
     # a clear choice is looked at again only after recheck_interval (64) decisions
