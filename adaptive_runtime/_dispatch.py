@@ -64,8 +64,8 @@ _EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on 
 # EWMA weight of one timed call's measured cost (see _Entry.timing_cost_us).
 _COST_ALPHA = 0.125
 # A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
-# few at 1.5x) is timed every call until the statistic falls back or alarms: a slowdown then
-# raises the alarm within a few calls, whatever the fast path's period.
+# few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
+# the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
 _SUSPECT_DRIFT = 1.0
 # Full policy evaluations of a committed key happen at least every this many decisions; in
 # between the memoised exploit decision is reused (drift, re-checks and failures still act
@@ -323,11 +323,11 @@ class Dispatcher:
         elif (memo := key.reusable_memo(self._drift_threshold)) is not None:
             # Committed and nothing due (most timed calls of a converged key): the fast path
             # already points at the committed arm, timed at the period set with the memo —
-            # every call while the arm looks slower than it was (see _SUSPECT_DRIFT).
+            # more often while the arm looks slower than it was (see _SUSPECT_DRIFT).
             key.decisions += 1
             entry.next = memo  # type: ignore[assignment]
             if entry.mask and key.arms[memo.backend].drift_score > _SUSPECT_DRIFT:
-                entry.mask = 0
+                self._refresh(entry, key)
         else:
             entry.next = nxt = self._decide(key, entry.candidates, now)
             entry.plan = plan_steps(nxt.plan) if nxt.plan else ()
@@ -496,18 +496,18 @@ class Dispatcher:
         if impl is None:
             entry.mask = 0
             return
+        if entry.backend is not target and entry.backend is not None:
+            self._flush(key.operation, entry)  # its fast calls so far ran the previous arm
         # impl before mask: a racing reader never sees a mask > 0 with no kernel
         entry.impl = impl.fn
         entry.backend = target
-        if stats.drift_score > _SUSPECT_DRIFT:
-            entry.mask = 0  # looks slower than it was: time every call until that is settled
-            return
         # (never below the warm cost of a timed call: the measurement leaves out its clock
         # reads and the steps before the kernel)
         cost_us = entry.timing_cost_us
-        entry.mask = measure_period(stats.mean_us,
-                                    cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
-                                    self._config.max_measure_period) - 1
+        entry.mask = measure_period(
+            stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
+            self._config.max_measure_period, slow_call_us=self._config.sampling_threshold_us,
+            suspect=stats.drift_score > _SUSPECT_DRIFT) - 1
 
     def _emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
               select_ns: int, start_ns: int, end_ns: int, error: BaseException | None,

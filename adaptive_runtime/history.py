@@ -307,25 +307,34 @@ class HistoryStore:
         each timed at least twice in the current epoch — committed or still exploring (the
         keys of a workload explore alongside each other) — when every neighbour found
         agrees. ``None`` otherwise."""
-        winners: set[Backend] = set()
+        # (asked at every exploring checkpoint of every key: a plain loop, no allocation)
+        winner = None
+        keys = self._keys
         for side in (-1, 1):
             for distance in (1, 2):
-                near = self._keys.get((operation, bucket + side * distance))
+                near = keys.get((operation, bucket + side * distance))
                 if near is None:
                     continue
-                measured = [(stats.estimate_us, b) for b in candidates
-                            if (stats := near.arms.get(b)) is not None
-                            and stats.epoch_samples >= _PRIOR_MIN_SAMPLES
-                            and not stats.consecutive_failures]
-                if len(measured) < 2:
-                    continue
-                measured.sort()
-                (best_us, best), (runner_us, _runner) = measured[0], measured[1]
-                if best_us * margin > runner_us:
+                arms = near.arms
+                best = None
+                best_us = runner_us = math.inf
+                for b in candidates:
+                    stats = arms.get(b)
+                    if (stats is None or stats.epoch_samples < _PRIOR_MIN_SAMPLES
+                            or stats.consecutive_failures):
+                        continue
+                    us = stats.mean_us
+                    if us < best_us:
+                        best, best_us, runner_us = b, us, best_us
+                    elif us < runner_us:
+                        runner_us = us
+                if runner_us == math.inf:
+                    continue  # fewer than two arms measured there
+                if best_us * margin > runner_us or (winner is not None and best is not winner):
                     return None
-                winners.add(best)
+                winner = best
                 break
-        return winners.pop() if len(winners) == 1 else None
+        return winner
 
     def find(self, operation: str, bucket: int) -> KeyHistory | None:
         """The key's history, or ``None``; does not change recency."""

@@ -7,7 +7,12 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adaptive_runtime.gating import TIMING_SHARE, measure_period
+from adaptive_runtime.gating import (
+    SLOW_CALL_MAX_PERIOD,
+    SUSPECT_SPAN_US,
+    TIMING_SHARE,
+    measure_period,
+)
 
 means = st.floats(min_value=0.0, max_value=1e9, allow_nan=False)
 costs = st.floats(min_value=1e-3, max_value=1e6)
@@ -49,3 +54,15 @@ def test_timing_stays_within_its_share_unless_capped(mean_us, cost_us, cap) -> N
     assert period == cap or cost_us <= TIMING_SHARE * mean_us * period
     if period > 1:  # and the period is the shortest that does
         assert cost_us > TIMING_SHARE * mean_us * (period // 2)
+
+
+@given(means, costs, caps, st.floats(min_value=0.0, max_value=1e6))
+def test_slow_calls_and_suspect_arms_are_timed_at_least_as_often(mean_us, cost_us, cap,
+                                                                   slow_us) -> None:
+    plain = measure_period(mean_us, cost_us, cap)
+    slow = measure_period(mean_us, cost_us, cap, slow_call_us=slow_us)
+    suspect = measure_period(mean_us, cost_us, cap, slow_call_us=slow_us, suspect=True)
+    assert suspect <= slow <= plain
+    if mean_us >= slow_us:
+        assert slow <= SLOW_CALL_MAX_PERIOD
+    assert suspect == 1 or suspect * mean_us <= SUSPECT_SPAN_US

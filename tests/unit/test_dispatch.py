@@ -160,18 +160,31 @@ def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
 
 
 def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
-    """Learning from a timed call that takes 50 us (cold caches between large calls, say):
-    timing every 500 us call would cost 10%, so the key is timed 1-in-32 (the smallest power
-    of two that keeps timing under 0.5%: 50 / (0.5% of 500) = 20 calls)."""
-    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
+    """Learning from a timed call that takes 10 us (cold caches between large calls, say):
+    timing every 50 us call would cost 20%, so the key is timed 1-in-64 (the smallest power
+    of two that keeps timing under 0.5%: 10 / (0.5% of 50) = 40 calls)."""
+    h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 150.0})
     # the duration sink runs while the call is learned from: it stands for costly bookkeeping
+    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(10.0)
+    h.call_tracked(400)
+    samples = h.samples()
+    for _ in range(6_400):
+        h.call()
+    # (1-in-32 for the first few, while the cost estimate, an EWMA from 4 us, converges)
+    assert 6_400 // 64 <= h.samples() - samples <= 6_400 // 64 + 4
+
+
+def test_slow_calls_are_timed_at_least_one_in_four_however_costly(make_runtime) -> None:
+    """A 500 us call whose timing costs 50 us would be timed 1-in-32 by cost alone; a slow
+    call (over the 100 us sampling threshold) is timed at least 1-in-4, so a slowdown of the
+    key that costs the most is seen within a few calls."""
+    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
     h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(50.0)
     h.call_tracked(200)
     samples = h.samples()
     for _ in range(1_600):
         h.call()
-    # (1-in-16 for the first few, while the cost estimate, an EWMA from 4 us, converges)
-    assert 1_600 // 32 <= h.samples() - samples <= 1_600 // 32 + 4
+    assert h.samples() - samples == 1_600 // 4
 
 
 def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.gating import (
+    SLOW_CALL_MAX_PERIOD,
     TIMING_SHARE,
     HotPathDetector,
     HotPathTransition,
@@ -187,6 +188,17 @@ def test_measure_period_keeps_timing_under_its_share(mean_us: float, cost_us: fl
     assert TIMING_SHARE == 0.005
     assert measure_period(mean_us, cost_us, 1024) == period
     assert cost_us / (period * mean_us) <= TIMING_SHARE < cost_us / (period / 2 * mean_us)
+
+
+def test_measure_period_caps_slow_calls_at_one_in_four() -> None:
+    assert measure_period(500.0, 50.0, 1024) == 32  # by cost alone
+    assert measure_period(500.0, 50.0, 1024, slow_call_us=100.0) == SLOW_CALL_MAX_PERIOD == 4
+    assert measure_period(50.0, 10.0, 1024, slow_call_us=100.0) == 64  # not a slow call
+
+
+@pytest.mark.parametrize(("mean_us", "period"), [(0.5, 128), (5.0, 16), (50.0, 2), (150.0, 1)])
+def test_a_suspect_arm_is_timed_once_per_100_us_of_calls(mean_us: float, period: int) -> None:
+    assert measure_period(mean_us, 50.0, 1024, slow_call_us=100.0, suspect=True) == period
 
 
 def test_measure_period_is_one_for_nan() -> None:
