@@ -15,6 +15,7 @@ point the fast path at the committed arm, timed 1-in-N.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
 from collections import Counter, deque
@@ -55,6 +56,8 @@ from .policy import (
 )
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
+
+_log = logging.getLogger(__name__)
 
 MAX_SELECT_LABELS = 256
 RETIRED_ENTRIES = 1024
@@ -154,6 +157,26 @@ def _issued(counter: itertools.count) -> int:
     return int(repr(counter)[6:-1])
 
 
+# How run() finds a registered operation's entries: (size_of, {bucket: entry}, operation,
+# device route), the device route (on_device, {bucket: entry}, device twin) or None.
+_DeviceRoute = tuple[Callable[..., bool], dict[int, _Entry], Operation]
+_Route = tuple[Callable[..., int], dict[int, _Entry], Operation, _DeviceRoute | None]
+
+
+def _floors(operation: str, impls: Mapping[Backend, Implementation],
+            args: tuple[Any, ...]) -> dict[Backend, float] | None:
+    """Each arm's ``floor_us`` for a key's first call (``None``: no arm has one). A floor
+    that cannot be worked out is left out: it only ever spares an arm a trial."""
+    floors: dict[Backend, float] = {}
+    for backend, impl in impls.items():
+        if impl.floor_us is not None:
+            try:
+                floors[backend] = float(impl.floor_us(*args))
+            except Exception as exc:  # e.g. a broken device: the arm is simply tried
+                _log.debug("no floor for %s on %s: %s", operation, backend.value, exc)
+    return floors or None
+
+
 class Dispatcher:
     """Routes calls of registered operations and Trueno-style selections for any name."""
 
@@ -177,8 +200,12 @@ class Dispatcher:
         # (operation, backend, duration_us) of every timed call, for the duration histogram
         self.duration_sink: Callable[[tuple[str, Backend, float]], None] | None = None
         self._lock = threading.Lock()
-        # operation name -> (size_of, {bucket: entry}, operation); read lock-free by run()
-        self._routes: dict[str, tuple[Callable[..., int], dict[int, _Entry], Operation]] = {}
+        # operation name -> (size_of, {bucket: entry}, operation, device route or None); read
+        # lock-free by run(). The device route (on_device, {bucket: entry}, twin) sends calls
+        # whose inputs are already on the GPU to the operation's device twin.
+        self._routes: dict[str, _Route] = {}
+        # operations whose device route has been decided (on their first call)
+        self._placed: set[str] = set()
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
         self._selections: Counter[tuple[str, Backend, Reason]] = Counter()
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
@@ -198,11 +225,13 @@ class Dispatcher:
     def run(self, operation: str, /, *args: Any) -> Any:
         # Positional arguments only: ``**kwargs`` would cost a dict per call on this path.
         try:
-            size_of, entries, op = self._routes[operation]
+            size_of, entries, op, device = self._routes[operation]
         except KeyError:
             self._registry.get(operation)  # raises UnknownOperationError naming the known ones
             raise
         n = size_of(*args)
+        if device is not None and device[0](*args):
+            _on_device, entries, op = device  # inputs already on the GPU: the device twin
         try:
             entry = entries.get(n.bit_length())
         except AttributeError:  # a size that is not a Python int (numpy integer, float, ...)
@@ -235,8 +264,10 @@ class Dispatcher:
             next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
         decision = entry.next if entry is not None else None
         if decision is None:
+            if entry is None and op.on_device is not None and op.name not in self._placed:
+                op, entries = self._place(op, entries, args)
             # validate what size_of returned (size_bucket raises a clear error)
-            entry, decision = self._first_decision(op, entries, n, size_bucket(n))
+            entry, decision = self._first_decision(op, entries, n, size_bucket(n), args)
         elif n < 0:
             size_bucket(n)  # raises: a negative size found the bucket of its bit length
         backend = decision.backend
@@ -267,8 +298,32 @@ class Dispatcher:
                        None, None, verdict)
         return result
 
+    def _place(self, op: Operation, entries: dict[int, _Entry],
+               args: tuple[Any, ...]) -> tuple[Operation, dict[int, _Entry]]:
+        """On an operation's first call: give it a device route when its GPU arm can run
+        here (calls with inputs already on the GPU are then learned by its device twin), and
+        route this call accordingly."""
+        with self._lock:
+            size_of, host_entries, _op, device = self._routes[op.name]
+            if op.name not in self._placed:
+                self._placed.add(op.name)
+                if (Backend.GPU in op.backends and Backend.GPU in self._enabled
+                        and self._forced in (None, Backend.GPU)
+                        and self._devices.available(Backend.GPU)):
+                    twin = op.device_twin()
+                    twin_route = self._routes.get(twin.name)
+                    if twin_route is None:
+                        self._rates[twin.name] = self._hot.state(twin.name, self._clock(),
+                                                                 pin=True)
+                        twin_route = self._routes[twin.name] = (size_of, {}, twin, None)
+                    device = (op.on_device, twin_route[1], twin_route[2])
+                    self._routes[op.name] = (size_of, host_entries, op, device)
+        if device is not None and device[0](*args):
+            return device[2], device[1]
+        return op, entries
+
     def _first_decision(self, op: Operation, entries: dict[int, _Entry], n: int,
-                        bucket: int) -> tuple[_Entry, Decision]:
+                        bucket: int, args: tuple[Any, ...]) -> tuple[_Entry, Decision]:
         """Entry and decision for a call with nothing decided in advance (a new key, or the
         previous decision was invalidated)."""
         with self._lock:
@@ -278,6 +333,7 @@ class Dispatcher:
                 entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
+                key.floors = _floors(op.name, entry.impls, args)
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())
@@ -556,7 +612,8 @@ class Dispatcher:
 
     def candidates_for_name(self, operation: str, n: int) -> tuple[Backend, ...]:
         """Candidate arms for any operation name (registered or not), in heuristic order."""
-        op = self._registry.find(operation)
+        route = self._routes.get(operation)  # (a device twin is routed, not registered)
+        op = route[2] if route is not None else self._registry.find(operation)
         if op is not None and op.backends:
             return self._candidates_of(op, n)
         if self._forced is not None:
@@ -644,18 +701,27 @@ class Dispatcher:
     def add_route(self, op: Operation) -> None:
         with self._lock:
             self._rates[op.name] = self._hot.state(op.name, self._clock(), pin=True)
-            self._routes[op.name] = (op.size_of, {}, op)
+            self._routes[op.name] = (op.size_of, {}, op, None)
 
     def reset_route(self, operation: str) -> None:
-        """Forget fast-path entries of ``operation`` (its arms changed); counts are kept."""
+        """Forget fast-path entries of ``operation`` and of its device twin (its arms
+        changed); counts are kept. Its device route is decided again on the next call."""
         with self._lock:
-            for cache_key in [k for k in self._arms_cache if k[0] == operation]:
-                del self._arms_cache[cache_key]
             route = self._routes.get(operation)
-            if route is not None:
-                for entry in route[1].values():
-                    self._retire(operation, entry)
-                route[1].clear()
+            if route is None:
+                return
+            self._placed.discard(operation)
+            names = [operation]
+            if route[3] is not None:
+                names.append(route[3][2].name)
+                self._routes[operation] = (*route[:3], None)
+            for name in names:
+                for cache_key in [k for k in self._arms_cache if k[0] == name]:
+                    del self._arms_cache[cache_key]
+                entries = self._routes[name][1]
+                for entry in entries.values():
+                    self._retire(name, entry)
+                entries.clear()
 
     def forget(self, operation: str, bucket: int) -> None:
         """History dropped this key (LRU or reset): drop its fast-path entry. Lock held."""
@@ -701,7 +767,7 @@ class Dispatcher:
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call counted by (operation, arm, reason), fast-path calls included."""
         with self._lock:
-            for operation, (_size_of, entries, _op) in self._routes.items():
+            for operation, (_size_of, entries, _op, _device) in self._routes.items():
                 for entry in entries.values():
                     self._flush(operation, entry)
             for operation, entry in self._retired:

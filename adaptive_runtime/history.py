@@ -172,6 +172,7 @@ class KeyHistory:
         "decisions",
         "epoch",
         "failures",
+        "floors",
         "id",
         "incumbent",
         "memo",
@@ -211,6 +212,10 @@ class KeyHistory:
         self.prior: Backend | None = None
         # a timing here contradicted a prior in this epoch: explore in full, look no further
         self.prior_rejected = False
+        # what each arm with a floor_us (operations.Implementation) takes at least here, from
+        # the key's first call: an arm whose floor is well over another arm's measured time
+        # is not tried (the GPU arm of a host call that its copies alone would lose)
+        self.floors: dict[Backend, float] | None = None
 
     def reusable_memo(self, drift_threshold: float) -> object | None:
         """The memoised exploit decision while it still stands — fewer than ``memo_until``

@@ -33,6 +33,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+# An operation's calls with inputs already on the GPU are learned as "<name>@device".
+DEVICE_SUFFIX = "@device"
+
 
 class Kind(str, enum.Enum):
     """What shape of work an operation is: a hint for cold-start choices only."""
@@ -86,11 +89,17 @@ class Implementation:
     ``compile_count`` (optional) returns how many specialisations the kernel has compiled so
     far — for a numba dispatcher, ``len(fn.overloads)``. A call during which it grows paid for
     compilation, and its timing is not learned from.
+
+    ``floor_us`` (optional) returns, for a call's arguments, microseconds this arm takes at
+    least, known without running it — the GPU arm's: moving host inputs to the device and the
+    result back, at the measured bandwidth. An arm whose floor is well over what another arm
+    was measured to take is not tried on that key.
     """
 
     backend: Backend
     fn: Callable[..., Any]
     compile_count: Callable[[], int] | None = None
+    floor_us: Callable[..., float] | None = None
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
@@ -125,13 +134,17 @@ class Operation:
     the operation runs it through its runtime (``op(x)`` is ``rt.run(op.name, x)``).
     """
 
-    __slots__ = ("_impls", "_owner", "kind", "name", "size_of")
+    __slots__ = ("_impls", "_owner", "kind", "name", "on_device", "size_of")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
-                 owner: AdaptiveRuntime | None = None) -> None:
+                 owner: AdaptiveRuntime | None = None,
+                 on_device: Callable[..., bool] | None = None) -> None:
         self.name = name
         self.size_of = size_of
         self.kind = kind
+        # (optional) whether a call's inputs are already on the GPU: such calls are learned
+        # apart from host calls (see device_twin)
+        self.on_device = on_device
         self._impls: dict[Backend, Implementation] = {}
         self._owner = owner
 
@@ -154,8 +167,10 @@ class Operation:
         return register
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
-                           compile_count: Callable[[], int] | None = None) -> None:
-        """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`)."""
+                           compile_count: Callable[[], int] | None = None,
+                           floor_us: Callable[..., float] | None = None) -> None:
+        """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
+        ``compile_count`` and ``floor_us`` as in :class:`Implementation`."""
         arm = _arm(backend, self.name)
         if not callable(fn):
             raise RegistrationError(
@@ -164,8 +179,12 @@ class Operation:
             raise RegistrationError(
                 f"operation {self.name!r} already has a {arm.value} implementation "
                 f"({_describe(self._impls[arm].fn)}); register each arm once")
+        if floor_us is not None and not callable(floor_us):
+            raise RegistrationError(
+                f"floor_us of {self.name!r} on {arm.value} must be callable, got {floor_us!r}")
         self._impls[arm] = Implementation(
-            arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn))
+            arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
+            floor_us)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 
@@ -177,6 +196,21 @@ class Operation:
     def implementation_for(self, backend: Backend) -> Implementation | None:
         """The implementation registered for ``backend``, or ``None``."""
         return self._impls.get(backend)
+
+    @property
+    def device_name(self) -> str:
+        """The name under which calls with inputs already on the GPU are learned."""
+        return f"{self.name}{DEVICE_SUFFIX}"
+
+    def device_twin(self) -> Operation:
+        """This operation for calls whose inputs are already on the GPU: same kernels (its
+        implementations are this operation's, shared), its own name (:attr:`device_name`) —
+        so its history, counters and spans stand apart. A GPU arm costs a host call a copy
+        each way and a device call none, and a CPU arm the reverse: one estimate for both
+        would be wrong for each."""
+        twin = Operation(self.device_name, self.size_of, self.kind)
+        twin._impls = self._impls
+        return twin
 
     def __call__(self, *args: Any) -> Any:
         if self._owner is None:
@@ -203,8 +237,8 @@ class OperationRegistry:
         self._lock = threading.Lock()
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
-                 kind: Kind | str = Kind.OTHER,
-                 owner: AdaptiveRuntime | None = None) -> Operation:
+                 kind: Kind | str = Kind.OTHER, owner: AdaptiveRuntime | None = None,
+                 on_device: Callable[..., bool] | None = None) -> Operation:
         if not isinstance(name, str) or not name.strip() or name != name.strip():
             raise RegistrationError(
                 f"operation name must be a non-empty string without surrounding spaces, "
@@ -213,7 +247,15 @@ class OperationRegistry:
             raise RegistrationError(
                 f"size= of operation {name!r} must be a callable returning the element count, "
                 f"got {size!r}")
-        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner)
+        if on_device is not None and not callable(on_device):
+            raise RegistrationError(
+                f"on_device= of operation {name!r} must be a callable telling whether a call's "
+                f"inputs are on the GPU, got {on_device!r}")
+        if DEVICE_SUFFIX in name:
+            raise RegistrationError(
+                f"operation name {name!r} must not contain {DEVICE_SUFFIX!r} (it names the "
+                f"device-resident twin of an operation)")
+        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner, on_device)
         with self._lock:
             if name in self._ops:
                 raise RegistrationError(f"operation {name!r} is already registered")

@@ -91,6 +91,9 @@ class Decision(NamedTuple):
     ``estimates_us`` holds the expected latency of each arm with history (``inf`` for an arm
     whose last attempt failed). ``plan``, on an exploring decision, lists the arms this round
     of exploration times next, in order (the runtime follows it without asking again).
+    ``floors_us`` holds what arms with a known floor take at least here (the GPU arm of a
+    host call: its copies at the measured bandwidth); an arm never timed whose floor is over
+    ``floor_ratio`` x the best measured estimate is not tried.
     """
 
     backend: Backend
@@ -99,6 +102,7 @@ class Decision(NamedTuple):
     estimates_us: Mapping[Backend, float] = _EMPTY
     samples: int = 0
     plan: tuple[Backend, ...] = ()
+    floors_us: Mapping[Backend, float] = _EMPTY
 
     @property
     def has_history(self) -> bool:
@@ -127,6 +131,9 @@ class PolicyConfig:
     # a commitment at least this sure (P(chosen faster than the runner-up)) is re-checked at
     # the regular interval; a less sure one soon
     clear_confidence: float = 0.95
+    # an arm never timed on a key whose floor (KeyHistory.floors) is over this many times the
+    # best measured estimate is not tried there (slack for the floor being an estimate)
+    floor_ratio: float = 1.5
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
@@ -183,18 +190,29 @@ class Policy:
         if not usable:
             # Every arm is quarantined: something must run; take the one released soonest.
             soonest = min(candidates, key=lambda b: arms[b].quarantined_until_s)
-            return Decision(soonest, Reason.FALLBACK, 0.0, _estimates(key), key.samples)
+            return _explained(soonest, Reason.FALLBACK, key)
 
         if (incumbent is not None and incumbent in usable
                 and arms[incumbent].drift_score > cfg.drift_threshold):
             others = [b for b in usable if b is not incumbent] or usable
-            return Decision(best_arm(others, arms) or others[0], Reason.DRIFT, 0.0,
-                            _estimates(key), key.samples)
+            return _explained(best_arm(others, arms) or others[0], Reason.DRIFT, key)
 
         # Exploration: arms still owed timings in this epoch, fewest timings first (ties keep
         # the heuristic order). An arm whose estimate is over prune_ratio x the best so far
         # after two timings is owed nothing more: it is clearly not the answer.
         best_seen = math.inf
+        for b in usable:
+            stats = arms.get(b)
+            if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
+                    and stats.mean_us < best_seen):
+                best_seen = stats.mean_us
+        floors = key.floors
+        if floors is not None and best_seen < math.inf:
+            # An arm never timed here whose floor (the GPU arm's copies of a host call, say)
+            # is well over what another arm was measured to take cannot win: not tried.
+            limit = best_seen * cfg.floor_ratio
+            usable = [b for b in usable if floors.get(b, 0.0) <= limit
+                      or (b in arms and arms[b].epoch_samples)]
         owed = False
         # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
         # plan commits with the others timed once); only an arm never timed is still owed.
@@ -203,9 +221,6 @@ class Policy:
             stats = arms.get(b)
             if stats is None or stats.consecutive_failures or stats.epoch_samples < min_samples:
                 owed = True
-            if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
-                    and stats.mean_us < best_seen):
-                best_seen = stats.mean_us
         prior = key.prior
         confirmed = False
         if prior is not None and prior in usable and not key.failures:
@@ -246,7 +261,7 @@ class Policy:
         best = prior if confirmed else best_arm(usable, arms)
         if best is None or math.isinf(arms[best].estimate_us):
             # every usable arm failed last time and is out of quarantine: try one again
-            return Decision(usable[0], Reason.EXPLORE, 0.0, _estimates(key), key.samples)
+            return _explained(usable[0], Reason.EXPLORE, key)
         chosen = best
         if (incumbent is not None and incumbent is not best and incumbent in usable
                 and arms[incumbent].epoch_samples
@@ -258,11 +273,11 @@ class Policy:
             # A challenger timed fewer than min_samples times in this epoch (once, after a
             # prior's plan or a drift alarm) is re-timed before it takes over: one lucky
             # timing is not enough to leave the committed arm.
-            return Decision(chosen, Reason.RECHECK, 0.0, _estimates(key), key.samples)
+            return _explained(chosen, Reason.RECHECK, key)
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
-                return Decision(target, Reason.RECHECK, 0.0, _estimates(key), key.samples)
+                return _explained(target, Reason.RECHECK, key)
         if not explain:
             return _UNEXPLAINED_EXPLOIT[chosen]
         return _explained_exploit(chosen, usable, key)
@@ -275,7 +290,8 @@ class Policy:
             return decision
         if decision.reason is Reason.EXPLOIT:
             return _explained_exploit(decision.backend, candidates, key)
-        return decision._replace(estimates_us=_estimates(key), samples=key.samples)
+        return decision._replace(estimates_us=_estimates(key), samples=key.samples,
+                                 floors_us=_floors_of(key))
 
     @staticmethod
     def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
@@ -376,6 +392,16 @@ def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
                              if s.epoch_samples or s.consecutive_failures})
 
 
+def _floors_of(key: KeyHistory) -> Mapping[Backend, float]:
+    return MappingProxyType(key.floors) if key.floors else _EMPTY
+
+
+def _explained(backend: Backend, reason: Reason, key: KeyHistory,
+               plan: tuple[Backend, ...] = ()) -> Decision:
+    """A decision with what it was based on: the key's estimates, samples and floors."""
+    return Decision(backend, reason, 0.0, _estimates(key), key.samples, plan, _floors_of(key))
+
+
 def heuristic_decision(backend: Backend, plan: tuple[Backend, ...]) -> Decision:
     """The cold-start decision for ``backend`` (nothing measured yet, nothing to explain)."""
     decision = _HEURISTIC.get((backend, plan))
@@ -422,7 +448,7 @@ def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistor
                      explain: bool) -> Decision:
     """An exploring decision for ``backend``, with the rest of its round in ``plan``."""
     if explain:
-        return Decision(backend, Reason.EXPLORE, 0.0, _estimates(key), key.samples, plan)
+        return _explained(backend, Reason.EXPLORE, key, plan=plan)
     decision = _UNEXPLAINED_EXPLORE.get((backend, plan))
     if decision is None:  # a handful of combinations of three arms: built once each
         decision = _UNEXPLAINED_EXPLORE[(backend, plan)] = Decision(
@@ -435,7 +461,7 @@ def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHisto
     estimates = _estimates(key)
     measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
     return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
-                    estimates, key.samples)
+                    estimates, key.samples, floors_us=_floors_of(key))
 
 
 def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Backend, ArmStats],

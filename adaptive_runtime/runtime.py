@@ -101,14 +101,19 @@ class AdaptiveRuntime:
     # ------------------------------------------------------------------ operations
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
-                 kind: Kind | str = Kind.OTHER) -> Operation:
+                 kind: Kind | str = Kind.OTHER,
+                 on_device: Callable[..., bool] | None = None) -> Operation:
         """Register an operation; add its arms with ``@op.implementation(Backend.X)``.
 
         ``size(*args)`` returns the input's element count (default: the first argument's
         ``.size``, ``numel()`` or ``len()``); ``kind`` (vector, matrix, reduction, elementwise,
-        other) guides cold-start choices. Raises :class:`RegistrationError` for a duplicate name.
+        other) guides cold-start choices. ``on_device(*args)`` (optional) tells whether a
+        call's inputs are already on the GPU: where the GPU arm can run, such calls are learned
+        apart, as ``"<name>@device"`` (a GPU arm pays no copies for them, a CPU arm does).
+        Raises :class:`RegistrationError` for a duplicate name.
         """
-        op = self._registry.register(name, size=size, kind=kind, owner=self)
+        op = self._registry.register(name, size=size, kind=kind, owner=self,
+                                     on_device=on_device)
         self._dispatcher.add_route(op)
         return op
 

@@ -34,7 +34,8 @@ import numpy as np
 from ._arrays import host, host_dtype, is_tensor, like
 
 __all__ = ["CudaDevice", "Device", "GpuMemoryError", "GpuUnsupportedError", "NumbaCudaDevice",
-           "gpu_arm", "itemsize", "nbytes", "set_device", "transfer_estimate_us"]
+           "gpu_arm", "inputs_on_device", "itemsize", "nbytes", "set_device",
+           "transfer_estimate_us"]
 
 _log = logging.getLogger(__name__)
 
@@ -157,16 +158,19 @@ def device() -> Device:
     return _device
 
 
-def set_device(new: Device | None) -> None:
-    """Run GPU calls on ``new`` (a test double, say); ``None``: back to the CUDA default."""
+def set_device(new: Device | None, *, bandwidth_bytes_per_s: float | None = None) -> None:
+    """Run GPU calls on ``new`` (a test double, say); ``None``: back to the CUDA default.
+    ``bandwidth_bytes_per_s`` sets the copy bandwidth instead of measuring it."""
     global _device, _bandwidth
+    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
     with _lock:
-        _device, _bandwidth = new, None
+        _device, _bandwidth = new, bandwidth_bytes_per_s
 
 
 def transfer_estimate_us(nbytes: int) -> float:
-    """Microseconds to copy ``nbytes`` from host to device, from a bandwidth measured once
-    (a 16 MiB copy)."""
+    """Microseconds to copy ``nbytes`` between host and device, from a host-to-device
+    bandwidth measured once (a 16 MiB copy)."""
     global _bandwidth
     if _bandwidth is None:
         dev = device()
@@ -178,6 +182,18 @@ def transfer_estimate_us(nbytes: int) -> float:
         dev.synchronize()
         _bandwidth = probe.nbytes / max(time.perf_counter() - start, 1e-9)
     return nbytes / _bandwidth * 1e6
+
+
+def inputs_on_device(*args: Any) -> bool:
+    """Whether a call's arrays are already on the GPU device (the built-in operations'
+    ``on_device``). The first array argument tells: an operation's ``size_of`` has checked
+    that they are all of one kind, on one device. Asked only where the GPU arm can run."""
+    for a in args:
+        if type(a) is np.ndarray:
+            return False
+        if is_tensor(a):
+            return device().is_on_device(a)
+    return False
 
 
 def itemsize(x: Any) -> int:
@@ -219,7 +235,18 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         dev.synchronize()
         return _back(out, args[template], dev)
 
+    def floor_us(*args: Any) -> float:
+        """What this arm's copies take at least: host inputs to the device and the result
+        back, at the measured bandwidth (nothing for inputs already on the device)."""
+        dev = device()
+        moved = sum(nbytes(a) for a in args
+                    if (isinstance(a, np.ndarray) or is_tensor(a)) and not dev.is_on_device(a))
+        if not dev.is_on_device(args[template]):
+            moved += result_bytes(*args)
+        return transfer_estimate_us(moved) if moved else 0.0
+
     arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
+    arm.floor_us = floor_us  # type: ignore[attr-defined]  # (the registration passes it on)
     return arm
 
 

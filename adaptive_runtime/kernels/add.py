@@ -13,7 +13,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import same_shape_size
 from ._compile import compile_count, scalar_jit
-from ._gpu import gpu_arm, nbytes
+from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -51,7 +51,8 @@ add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a), numba_ker
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=same_shape_size(NAME), kind="elementwise")
+    op = rt.register(NAME, size=same_shape_size(NAME), kind="elementwise",
+                     on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
-    op.add_implementation(Backend.GPU, add_gpu)
+    op.add_implementation(Backend.GPU, add_gpu, floor_us=add_gpu.floor_us)

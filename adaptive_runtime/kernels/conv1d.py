@@ -49,7 +49,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import conv1d_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
-from ._gpu import gpu_arm, itemsize
+from ._gpu import gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -114,9 +114,10 @@ conv1d_gpu = gpu_arm(NAME, _conv1d_gpu,
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix")
+    op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix",
+                     on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, conv1d_scalar,
                           compile_count=compile_count(_conv1d_loop))
     op.add_implementation(Backend.SIMD, conv1d_simd,
                           compile_count=compile_count(_conv1d_chunks))
-    op.add_implementation(Backend.GPU, conv1d_gpu)
+    op.add_implementation(Backend.GPU, conv1d_gpu, floor_us=conv1d_gpu.floor_us)

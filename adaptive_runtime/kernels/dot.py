@@ -14,7 +14,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import vector_pair_size
 from ._compile import compile_count, scalar_jit
-from ._gpu import gpu_arm
+from ._gpu import gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -47,7 +47,8 @@ dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector")
+    op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector",
+                     on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
     op.add_implementation(Backend.SIMD, dot_simd)
-    op.add_implementation(Backend.GPU, dot_gpu)
+    op.add_implementation(Backend.GPU, dot_gpu, floor_us=dot_gpu.floor_us)

@@ -39,7 +39,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
-from ._gpu import gpu_arm, nbytes
+from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -94,9 +94,10 @@ layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=nbytes, workspace=1
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=array_size(NAME), kind="vector")
+    op = rt.register(NAME, size=array_size(NAME), kind="vector",
+                     on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, layer_norm_scalar,
                           compile_count=compile_count(_layer_norm_rows))
     op.add_implementation(Backend.SIMD, layer_norm_simd,
                           compile_count=compile_count(_layer_norm_rows_parallel))
-    op.add_implementation(Backend.GPU, layer_norm_gpu)
+    op.add_implementation(Backend.GPU, layer_norm_gpu, floor_us=layer_norm_gpu.floor_us)

@@ -32,7 +32,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import matmul_size
 from ._compile import compile_count, scalar_jit
-from ._gpu import gpu_arm, itemsize
+from ._gpu import gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -70,8 +70,9 @@ matmul_gpu = gpu_arm(NAME, _matmul_gpu,
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=matmul_size(NAME), kind="matrix")
+    op = rt.register(NAME, size=matmul_size(NAME), kind="matrix",
+                     on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, matmul_scalar,
                           compile_count=compile_count(_matmul_loop))
     op.add_implementation(Backend.SIMD, matmul_simd)
-    op.add_implementation(Backend.GPU, matmul_gpu)
+    op.add_implementation(Backend.GPU, matmul_gpu, floor_us=matmul_gpu.floor_us)

@@ -32,7 +32,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import scale_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
-from ._gpu import gpu_arm, nbytes
+from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -86,9 +86,8 @@ scale_gpu = gpu_arm(NAME, _scale_gpu, result_bytes=lambda alpha, x, y: nbytes(x)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=scale_size(NAME),
-                     kind="elementwise")
+    op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device)
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
     op.add_implementation(Backend.SIMD, scale_simd,
                           compile_count=compile_count(_scale_parallel))
-    op.add_implementation(Backend.GPU, scale_gpu)
+    op.add_implementation(Backend.GPU, scale_gpu, floor_us=scale_gpu.floor_us)

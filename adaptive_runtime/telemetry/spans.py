@@ -253,6 +253,8 @@ class SpanRecorder:
         }
         for arm, estimate in decision.estimates_us.items():
             select_attrs[f"adaptive.estimate_us.{arm.value}"] = float(estimate)
+        for arm, floor in decision.floors_us.items():
+            select_attrs[f"adaptive.floor_us.{arm.value}"] = float(floor)
         select_start = record.select_start_ns + offset
         select_end = max(record.start_ns + offset, select_start)
         select = tracer.start_span(f"adaptive.select {operation}", context=ctx,

@@ -244,6 +244,33 @@ def test_select_and_execute_spans_carry_every_contract_attribute(tracing: Tracin
     assert {s.attributes["adaptive.decision"] for s, _ in pairs} & {"explore", "heuristic"}
 
 
+def test_select_spans_of_a_device_call_show_the_gpu_arms_floor_with_fake_gpu_arm(
+        tracing: Tracing) -> None:
+    """A GPU arm whose copies would lose is not tried, and the select span says why: its
+    floor beside the measured estimates. Calls with inputs on the device are their own
+    operation ("<name>@device") in the trace."""
+    rt = ar.AdaptiveRuntime(EXPORT_ALL, builtin_ops=False, devices=ar.DeviceProbe(gpu=True))
+    op = rt.register("scale", size=lambda n, _where: n, kind="vector",
+                     on_device=lambda _n, where: where == "device")
+    op.add_implementation(SIMD, lambda n, _where: ("simd", n))
+    op.add_implementation(SCALAR, lambda n, _where: ("scalar", n))
+    op.add_implementation(ar.Backend.GPU, lambda n, _where: ("gpu", n),
+                          floor_us=lambda _n, where: 1e6 if where == "host" else 0.0)
+    tracing.attach(rt)
+    for _ in range(20):
+        rt.run("scale", 4096, "host")
+        rt.run("scale", 4096, "device")
+    spans = tracing.flush()
+    host = [s for s, _e in pair_up(spans, "scale")]
+    device = [s for s, _e in pair_up(spans, "scale@device")]
+    assert host and device
+    assert {s.attributes["adaptive.backend"] for s in host} <= {"simd", "scalar"}
+    assert all(s.attributes["adaptive.floor_us.gpu"] == 1e6 for s in host
+               if s.attributes["adaptive.has_history"])
+    assert "gpu" in {s.attributes["adaptive.backend"] for s in device}
+    assert all(s.attributes["adaptive.operation"] == "scale@device" for s in device)
+
+
 # ---------------------------------------------------------------------------- 2. parenting
 
 

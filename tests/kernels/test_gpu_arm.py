@@ -50,10 +50,14 @@ class FakeCuda:
             raise self.fail_with
 
 
+# The copy bandwidth the tests give the double (a real device's is measured once, by a copy).
+FAKE_BANDWIDTH = 10e9  # bytes per second
+
+
 @pytest.fixture
 def fake_cuda() -> Iterator[FakeCuda]:
     fake = FakeCuda()
-    _gpu.set_device(fake)
+    _gpu.set_device(fake, bandwidth_bytes_per_s=FAKE_BANDWIDTH)
     try:
         yield fake
     finally:
@@ -153,9 +157,62 @@ def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
 
 
 def test_transfer_estimate_follows_the_measured_bandwidth(fake_cuda) -> None:
+    _gpu.set_device(fake_cuda)  # no bandwidth given: measured by a copy to the device
     one = _gpu.transfer_estimate_us(1 << 20)
+    assert fake_cuda.copies == 2  # the probe (and its warm-up)
     assert one > 0
     assert _gpu.transfer_estimate_us(1 << 24) == pytest.approx(16 * one)
+
+
+def _rows(rt: ar.AdaptiveRuntime, operation: str) -> dict[Backend, int]:
+    return {r.backend: r.samples for r in rt.history_snapshot()
+            if r.operation == operation and r.samples}
+
+
+def test_calls_with_inputs_on_the_device_are_learned_apart_with_fake_cuda(fake_cuda) -> None:
+    """A GPU arm costs a host call two copies and a device call none: the two are learned
+    as separate keys ("add" and "add@device"), so neither's estimates are the other's."""
+    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    host = np.random.default_rng(4).standard_normal(4096)
+    on_device = fake_cuda.to_device(host)
+    for _ in range(12):
+        np.testing.assert_allclose(rt.run("add", host, host), 2 * host)
+        np.testing.assert_allclose(np.asarray(rt.run("add", on_device, on_device)), 2 * host)
+    calls: dict[str, int] = {}
+    for k, n in rt.selection_counts().items():
+        calls[k.operation] = calls.get(k.operation, 0) + n
+    assert calls == {"add": 12, "add@device": 12}
+    assert Backend.GPU in _rows(rt, "add@device")  # tried where it pays no copies
+    assert rt.decide("add@device", 4096).floors_us[Backend.GPU] == 0.0  # nothing to copy
+
+
+def test_gpu_arm_whose_copies_would_lose_is_not_tried_on_host_inputs_with_fake_cuda(
+        fake_cuda) -> None:
+    """The transfer floor at the measured bandwidth: at 100 MB/s, adding two 1M-element host
+    arrays means 24 MB of copies, 240 ms, while SIMD takes about a millisecond: the GPU arm
+    is never run for them. On device inputs (no copies) it is tried."""
+    _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e8)
+    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    a = np.random.default_rng(6).standard_normal(1 << 20)
+    for _ in range(20):
+        rt.run("add", a, a)
+    assert fake_cuda.copies == 0 and Backend.GPU not in _rows(rt, "add")
+    decision = rt.decide("add", a.size)
+    assert decision.floors_us[Backend.GPU] == pytest.approx(3 * a.nbytes / 1e8 * 1e6)
+    assert decision.floors_us[Backend.GPU] > 1.5 * min(decision.estimates_us.values())
+    device_a = fake_cuda.to_device(a)
+    for _ in range(10):
+        rt.run("add", device_a, device_a)
+    assert Backend.GPU in _rows(rt, "add@device")
+
+
+def test_a_fast_link_leaves_the_gpu_arm_in_the_running_with_fake_cuda(fake_cuda) -> None:
+    _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)  # copies cost nothing
+    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    a = np.random.default_rng(7).standard_normal(1 << 20)
+    for _ in range(20):
+        rt.run("add", a, a)
+    assert Backend.GPU in _rows(rt, "add")
 
 
 @pytest.mark.gpu

@@ -242,3 +242,84 @@ def test_size_of_errors_reach_the_caller(clock, timer) -> None:
         rt.run("sized", 2.5)
     with pytest.raises(ValueError, match="input_size"):
         rt.run("sized", -3)
+
+
+# --------------------------------------------------------------------------- placement, floors
+
+
+def _placed_runtime(make_runtime, floor=None):
+    """Fake arms of an operation called as ``run(op, n, where)``, ``where`` "host" or
+    "device" (its on_device hook); the GPU arm's floor is ``floor(n, where)``."""
+    h = make_runtime({Backend.GPU: 60.0, Backend.SIMD: 100.0, Backend.SCALAR: 400.0},
+                     op="unused", arms=())
+    op = h.rt.register("placed", size=lambda n, _where: n, kind="vector",
+                       on_device=lambda _n, where: where == "device")
+    for backend in (Backend.SIMD, Backend.SCALAR):
+        op.add_implementation(backend, h.arms.kernel(backend))
+    op.add_implementation(Backend.GPU, h.arms.kernel(Backend.GPU), floor_us=floor)
+    return h
+
+
+def _gpu_samples(h, operation: str) -> int:
+    return sum(r.samples for r in h.rt.history_snapshot()
+               if r.operation == operation and r.backend is Backend.GPU)
+
+
+def test_an_arm_whose_floor_is_well_over_the_best_measured_time_is_not_tried(
+        make_runtime) -> None:
+    # the GPU arm's copies alone would take 500 us on a host call, none on a device call
+    h = _placed_runtime(make_runtime,
+                        floor=lambda _n, where: 500.0 if where == "host" else 0.0)
+    for _ in range(100):
+        assert h.rt.run("placed", 4096, "host")[0] is not Backend.GPU
+    assert _gpu_samples(h, "placed") == 0
+    decision = h.rt.decide("placed", 4096)
+    assert decision.backend is Backend.SIMD and decision.floors_us == {Backend.GPU: 500.0}
+    # inputs already on the device: learned as "placed@device", where the GPU arm wins
+    runs = [h.rt.run("placed", 4096, "device")[0] for _ in range(100)]
+    assert runs[-1] is Backend.GPU and _gpu_samples(h, "placed@device") >= 3
+    assert h.rt.decide("placed@device", 4096).backend is Backend.GPU
+
+
+def test_a_floor_under_the_measured_times_leaves_the_arm_in_the_running(make_runtime) -> None:
+    h = _placed_runtime(make_runtime, floor=lambda _n, _where: 20.0)
+    runs = [h.rt.run("placed", 4096, "host")[0] for _ in range(100)]
+    assert runs[-1] is Backend.GPU  # 60 us, measured: the floor (20 us) ruled nothing out
+
+
+def test_a_floor_that_cannot_be_worked_out_only_means_the_arm_is_tried(make_runtime) -> None:
+    def broken(_n, _where):
+        raise RuntimeError("no device to measure the bandwidth on (test double)")
+
+    h = _placed_runtime(make_runtime, floor=broken)
+    runs = [h.rt.run("placed", 4096, "host")[0] for _ in range(100)]
+    assert runs[-1] is Backend.GPU and h.rt.decide("placed", 4096).floors_us == {}
+
+
+def test_no_device_route_where_the_gpu_arm_cannot_run(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 400.0}, op="unused", gpu=False)
+    asked = []
+    op = h.rt.register("placed", size=lambda n, _where: n,
+                       on_device=lambda _n, where: asked.append(where) or True)
+    for backend in (Backend.GPU, Backend.SIMD, Backend.SCALAR):
+        op.add_implementation(backend, h.arms.kernel(backend))
+    for _ in range(20):
+        h.rt.run("placed", 4096, "device")
+    assert asked == []  # never asked: every call is learned under "placed"
+    assert {r.operation for r in h.rt.history_snapshot()} == {"placed"}
+
+
+def test_an_arm_added_later_resets_the_device_route_too(make_runtime) -> None:
+    h = make_runtime({Backend.GPU: 60.0, Backend.SIMD: 100.0, Backend.SCALAR: 40.0},
+                     op="unused", arms=())
+    op = h.rt.register("placed", size=lambda n, _where: n,
+                       on_device=lambda _n, where: where == "device")
+    op.add_implementation(Backend.GPU, h.arms.kernel(Backend.GPU))
+    op.add_implementation(Backend.SIMD, h.arms.kernel(Backend.SIMD))
+    for _ in range(30):
+        h.rt.run("placed", 4096, "device")
+    assert h.rt.decide("placed@device", 4096).backend is Backend.GPU
+    op.add_implementation(Backend.SCALAR, h.arms.kernel(Backend.SCALAR))  # the fastest here
+    runs = [h.rt.run("placed", 4096, "device")[0] for _ in range(60)]
+    assert runs[-1] is Backend.SCALAR
+    assert {r.operation for r in h.rt.history_snapshot()} == {"placed@device"}

@@ -62,6 +62,18 @@ def test_bad_operation_names_are_rejected(clock, timer, bad: object) -> None:
         rt.register(bad)  # type: ignore[arg-type]
 
 
+def test_bad_placement_and_floor_hooks_are_rejected(clock, timer) -> None:
+    rt = _rt(clock, timer, gpu=False)
+    with pytest.raises(ar.RegistrationError, match="on_device"):
+        rt.register("x", on_device=True)  # type: ignore[arg-type]
+    with pytest.raises(ar.RegistrationError, match="@device"):
+        rt.register("x@device")
+    op = rt.register("x")
+    with pytest.raises(ar.RegistrationError, match="floor_us of 'x' on gpu must be callable"):
+        op.add_implementation(Backend.GPU, lambda n: n, floor_us=12.5)  # type: ignore[arg-type]
+    assert op.backends == ()
+
+
 def test_bad_kind_is_rejected(clock, timer) -> None:
     rt = _rt(clock, timer, gpu=False)
     with pytest.raises(ar.RegistrationError, match="kind"):
