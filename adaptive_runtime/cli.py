@@ -255,7 +255,8 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
                        if chosen_count[arm.value])
     print(f"\n{calls} calls in {elapsed_s:.2f} s; {keys} keys (operation x size bucket); "
           f"chosen arm: {by_arm}", file=out)
-    print("speed-up: mean latency of the slowest arm measured / the chosen arm's; "
+    print("latencies: learned at each bucket's reference size (its geometric middle); "
+          "speed-up: mean latency of the slowest arm measured / the chosen arm's; "
           "'-' when only one arm was measured", file=out, flush=True)
 
 
