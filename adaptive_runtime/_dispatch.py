@@ -1,15 +1,18 @@
 """The hot path of one call: select → execute → measure → learn → (trace).
 
 Fast path (a converged key, a call not chosen for timing): two dict lookups, the operation's
-``size_of``, ``int.bit_length`` and one ``next()`` on the key's ``itertools.count``, then the
-kernel. No lock, no clock read, no allocation. ``next()`` on an ``itertools.count`` is a single
-C call, so concurrent threads each get a distinct ticket and no call goes uncounted.
+``size_of`` (and, where its GPU arm can run, its ``on_device``: calls with inputs already on
+the GPU go to the operation's device twin), ``int.bit_length`` and one ``next()`` on the key's
+``itertools.count``, then the kernel. No lock, no clock read, no allocation. ``next()`` on an
+``itertools.count`` is a single C call, so concurrent threads each get a distinct ticket and no
+call goes uncounted.
 
 A ticket ``t`` with ``t & mask == 0`` (every call, for a key still being explored) is a timed
 call: it runs the arm decided for it in advance, between two timer reads, then takes the lock
 once to count itself, feed the hot-path rate, learn from the timing, decide the key's next
 timed call (following the exploration plan when there is one, else asking the policy) and
-point the fast path at the committed arm, timed 1-in-N.
+point the fast path at the committed arm, timed 1-in-N — N set by what learning from a timing
+was measured to cost (a third timer read, after the lock).
 """
 
 from __future__ import annotations

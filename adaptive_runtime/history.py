@@ -370,7 +370,7 @@ class HistoryStore:
     def record(self, key: KeyHistory, backend: Backend, duration_us: float,
                size: int) -> ArmStats:
         """Learn one timing of ``backend`` on ``key`` (from :meth:`key`), of a call of
-        ``size`` elements: learned as :func:`at_reference_size` of it."""
+        ``size`` elements, rescaled to the key's reference size (see FIXED_CALL_COST_US)."""
         stats = key.arms.get(backend)
         if stats is None:
             stats = key.arms[backend] = ArmStats()

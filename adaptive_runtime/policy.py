@@ -8,12 +8,17 @@ Phases of one key:
 
 1. *heuristic* — no data yet: Trueno's cold-start rules (matrix-like work above 10,000
    elements → GPU if available; under 1,000 elements → SCALAR; otherwise SIMD).
-2. *explore* — each candidate arm is timed ``min_samples`` times; an arm whose first timing is
-   over ``prune_ratio`` x the best so far needs no more (it is clearly not the answer). While
-   the two fastest are not told apart (under ``clear_confidence`` that the faster is faster),
-   they are timed again, up to ``2 * min_samples`` times each.
+2. *explore* — each candidate arm is timed ``min_samples`` times, round by round; an arm
+   whose estimate after two timings is over ``prune_ratio`` x the best so far needs no more
+   (it is clearly not the answer), and an arm never timed whose floor (what it takes at least,
+   e.g. the GPU arm's copies of a host call) is over ``floor_ratio`` x the best is not tried.
+   When the neighbouring size buckets have a clear winner (the key's prior), that arm is timed
+   ``min_samples`` times and the others once, and it is committed to unless one of them beat
+   it clearly. While the two fastest are not told apart (under ``clear_confidence`` that the
+   faster is faster), they are timed again, up to ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
-   ``switch_margin`` (hysteresis). Sparse *recheck* calls re-time plausible other arms, at
+   ``switch_margin`` (hysteresis) and timed ``min_samples`` times in the epoch (a challenger
+   timed less is re-timed first). Sparse *recheck* calls re-time plausible other arms, at
    intervals that double while the choice holds — starting after ``min_samples`` decisions
    when the commitment was not clear (under ``clear_confidence`` that the chosen arm is faster
    than the runner-up: few noisy timings), after the runtime's ``recheck_interval`` when it was.

@@ -4,7 +4,10 @@ A GPU call (:func:`gpu_arm`):
 
 1. inputs already on the device are used as they are; host inputs (numpy arrays, CPU
    tensors) are copied there — the transfer is part of the call, so the runtime learns what a
-   GPU call really costs for the inputs it gets;
+   GPU call really costs for the inputs it gets (calls with inputs on the device are learned
+   apart: the operations' ``on_device`` is :func:`inputs_on_device`). Before the arm is ever
+   tried on a key, its ``floor_us`` prices the copies at a bandwidth measured once
+   (:func:`transfer_estimate_us`): where they alone would lose, it is not tried;
 2. before anything is copied or launched, the device's free memory is checked against what the
    call needs (the inputs it must copy, the result and the operation's workspace): a call that
    would not fit raises :class:`GpuMemoryError` and the runtime runs it on the next arm;
@@ -14,8 +17,7 @@ A GPU call (:func:`gpu_arm`):
 
 CUDA running out of memory anyway (another process took it) raises torch's
 ``OutOfMemoryError``: like any arm failure, the runtime falls back to the next arm and
-quarantines the GPU for that key with back-off. :func:`transfer_estimate_us` prices a host to
-device copy from a bandwidth measured once.
+quarantines the GPU for that key with back-off.
 
 The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
 on the CPU — every step above runs except the CUDA kernel launch itself.
