@@ -159,19 +159,28 @@ def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
     assert h.samples() - samples == 1_000
 
 
+def _learning_costs(h, cost_us: float) -> None:
+    """Make learning from a timed call take ``cost_us`` on the fake timer: the duration sink
+    runs while the call is learned from (it stands for costly bookkeeping)."""
+    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(cost_us)
+
+
+def _timings_learned(h, calls: int) -> int:
+    samples = h.samples()
+    for _ in range(calls):
+        h.call()
+    return h.samples() - samples
+
+
 def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
     """Learning from a timed call that takes 10 us (cold caches between large calls, say):
     timing every 50 us call would cost 20%, so the key is timed 1-in-64 (the smallest power
     of two that keeps timing under 0.5%: 10 / (0.5% of 50) = 40 calls)."""
     h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 150.0})
-    # the duration sink runs while the call is learned from: it stands for costly bookkeeping
-    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(10.0)
+    _learning_costs(h, 10.0)
     h.call_tracked(400)
-    samples = h.samples()
-    for _ in range(6_400):
-        h.call()
     # (1-in-32 for the first few, while the cost estimate, an EWMA from 4 us, converges)
-    assert 6_400 // 64 <= h.samples() - samples <= 6_400 // 64 + 4
+    assert 6_400 // 64 <= _timings_learned(h, 6_400) <= 6_400 // 64 + 4
 
 
 def test_slow_calls_are_timed_at_least_one_in_four_however_costly(make_runtime) -> None:
@@ -179,12 +188,9 @@ def test_slow_calls_are_timed_at_least_one_in_four_however_costly(make_runtime) 
     call (over the 100 us sampling threshold) is timed at least 1-in-4, so a slowdown of the
     key that costs the most is seen within a few calls."""
     h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
-    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(50.0)
+    _learning_costs(h, 50.0)
     h.call_tracked(200)
-    samples = h.samples()
-    for _ in range(1_600):
-        h.call()
-    assert h.samples() - samples == 1_600 // 4
+    assert _timings_learned(h, 1_600) == 1_600 // 4
 
 
 def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> None:
@@ -194,12 +200,9 @@ def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> Non
     h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 400.0})
     # learning costs 20 us: 20 / (0.5% of 50 us) = 80 -> SIMD is timed 1-in-128 once the cost
     # estimate (an EWMA over timed calls, from 4 us) has converged; 1-in-64 on the way
-    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(20.0)
+    _learning_costs(h, 20.0)
     h.call_tracked(300)
-    samples = h.samples()
-    for _ in range(256):
-        h.call()
-    assert 1 <= h.samples() - samples <= 256 // 64
+    assert 1 <= _timings_learned(h, 256) <= 256 // 64
     h.arms.latency_us[Backend.SIMD] = 1_000.0  # the committed arm slows 20x
     samples = h.samples()
     ran = []
