@@ -516,6 +516,13 @@ class Dispatcher:
                 # by every full evaluation, not only when the object changes)
                 key.remember(decision, _MEMO_DECISIONS)
         elif reason is Reason.RECHECK:
+            stats = key.arms.get(decision.backend)
+            if stats is not None and stats.epoch_samples >= self._policy.config.min_samples:
+                # A regular re-check measures the arm afresh: its estimate dates from when it
+                # was explored (a burst of load then can leave it far too high for the odd
+                # re-check timing to bring down), so the re-check's timings replace it; an arm
+                # timed fewer than min_samples times is re-timed before it may take over.
+                stats.start_epoch()
             key.rechecks += 1
             # the choice held until now: look again later, then later still
             key.recheck_interval = min(key.recheck_interval * 2,

@@ -171,6 +171,7 @@ class KeyHistory:
         "bucket",
         "decisions",
         "epoch",
+        "epoch_start",
         "failures",
         "floors",
         "id",
@@ -197,6 +198,7 @@ class KeyHistory:
         self.incumbent: Backend | None = None
         self.decisions = 0
         self.epoch = 0
+        self.epoch_start = 0  # decisions made when the current epoch began
         self.next_recheck = 0
         self.recheck_interval = 0
         self.rechecks = 0
@@ -261,6 +263,7 @@ class KeyHistory:
     def start_epoch(self) -> None:
         """Re-explore from scratch (after drift): every arm is measured afresh."""
         self.epoch += 1
+        self.epoch_start = self.decisions
         self.incumbent = None
         self.memo = None
         self.prior_rejected = False

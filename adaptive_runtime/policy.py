@@ -17,14 +17,15 @@ Phases of one key:
    it clearly. While the two fastest are not told apart (under ``clear_confidence`` that the
    faster is faster), they are timed again, up to ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
-   ``switch_margin`` (hysteresis) and timed ``min_samples`` times in the epoch (a challenger
-   timed less is re-timed first). Sparse *recheck* calls re-time plausible other arms, at
+   ``switch_margin`` (hysteresis), or faster beyond doubt (``sure_z``), and timed
+   ``min_samples`` times in the epoch (a challenger timed less is re-timed first). Sparse *recheck* calls re-time plausible other arms, at
    intervals that double while the choice holds — starting after ``min_samples`` decisions
    when the commitment was not clear (under ``clear_confidence`` that the chosen arm is faster
    than the runner-up: few noisy timings), after the runtime's ``recheck_interval`` when it was.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
-   slower than when it was chosen), the key is re-explored: that arm in full, the others once
-   (fully when one of them beats it).
+   slower than when it was chosen), or when a challenger's estimate from an epoch older than
+   ``stale_after_decisions`` beats it by the margin, the key is re-explored: that arm in full,
+   the others once (fully when one of them beats it clearly).
 
 A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
 a call re-routed after an arm raised.
@@ -139,6 +140,13 @@ class PolicyConfig:
     # an arm never timed on a key whose floor (KeyHistory.floors) is over this many times the
     # best measured estimate is not tried there (slack for the floor being an estimate)
     floor_ratio: float = 1.5
+    # an epoch older than this many decisions holds stale estimates of the arms not committed
+    # to: a switch they call for is re-measured first
+    stale_after_decisions: int = 16
+    # a challenger timed in full whose lead is this many standard errors takes over even
+    # within switch_margin: noisy timings never get there, precise ones of a near-tie do
+    # (3.1: one-sided 99.9%)
+    sure_z: float = 3.1
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
@@ -271,14 +279,25 @@ class Policy:
         if (incumbent is not None and incumbent is not best and incumbent in usable
                 and arms[incumbent].epoch_samples
                 and arms[best].estimate_us
-                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)):
-            chosen = incumbent  # the challenger is not clearly better: keep the committed arm
-        elif (incumbent is not chosen and incumbent in usable
-              and arms[chosen].epoch_samples < cfg.min_samples):
-            # A challenger timed fewer than min_samples times in this epoch (once, after a
-            # prior's plan or a drift alarm) is re-timed before it takes over: one lucky
-            # timing is not enough to leave the committed arm.
-            return _explained(chosen, Reason.RECHECK, key)
+                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)
+                and not (arms[best].epoch_samples >= cfg.min_samples
+                         and _sure_faster(arms[best], arms[incumbent], cfg.sure_z))):
+            # The challenger is not clearly better — neither by switch_margin nor, timed in
+            # full, beyond doubt (a near-tie measured precisely): keep the committed arm.
+            chosen = incumbent
+        elif incumbent is not chosen and incumbent in usable:
+            if arms[chosen].epoch_samples < cfg.min_samples:
+                # A challenger timed fewer than min_samples times in this epoch (once, after
+                # a prior's plan or a drift alarm) is re-timed before it takes over: one lucky
+                # timing is not enough to leave the committed arm.
+                return _explained(chosen, Reason.RECHECK, key)
+            if key.decisions - key.epoch_start > cfg.stale_after_decisions:
+                # The challenger's estimate dates from this epoch's exploration, the committed
+                # arm's from its latest timings: a burst of load on the machine makes the
+                # committed arm look slower than the stale estimate of an arm timed in calmer
+                # times. Both are measured afresh (a new epoch, as after a drift alarm) before
+                # the committed arm is left.
+                return _explained(chosen, Reason.DRIFT, key)
         if incumbent is chosen and key.decisions >= key.next_recheck:
             target = self._recheck_target(key, usable)
             if target is not None:
@@ -477,6 +496,24 @@ def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Back
     if runner is None:
         return 1.0
     return _p_faster(arms[chosen], arms[runner])
+
+
+# Samples the incumbent's EWMA variance stands for at most (alpha 0.1: ~20 samples' worth).
+_EWMA_EFFECTIVE_SAMPLES = 20
+
+
+def _sure_faster(challenger: ArmStats, incumbent: ArmStats, z: float) -> bool:
+    """Whether ``challenger`` (timed afresh) is faster than ``incumbent`` by ``z`` standard
+    errors. The noise is the incumbent's, relative to its mean, applied to both: a few fresh
+    timings say little about their own spread (three can agree by chance), while the
+    incumbent's many timings give the machine's."""
+    inc_us, ch_us = incumbent.estimate_us, challenger.estimate_us
+    if not inc_us > ch_us:  # (also NaN and inf)
+        return False
+    cv2 = incumbent.var_us2 / (inc_us * inc_us)
+    se2 = cv2 * (ch_us * ch_us / challenger.epoch_samples
+                 + inc_us * inc_us / min(incumbent.epoch_samples, _EWMA_EFFECTIVE_SAMPLES))
+    return (inc_us - ch_us) ** 2 >= z * z * se2
 
 
 def _p_faster(mine: ArmStats, theirs: ArmStats) -> float:

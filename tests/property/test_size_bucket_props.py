@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import adaptive_runtime as ar
-from adaptive_runtime.keys import bucket_bounds
+from adaptive_runtime.keys import bucket_bounds, reference_size
 
 sizes = st.integers(min_value=0, max_value=2**80)
 
@@ -32,6 +32,15 @@ def test_bucket_bounds_round_trip_and_tile_the_integers(bucket: int) -> None:
     assert ar.size_bucket(high) == bucket
     # the next bucket starts right after this one ends: no gaps, no overlaps
     assert bucket_bounds(bucket + 1)[0] == high + 1
+
+
+@given(st.integers(min_value=0, max_value=120))
+def test_reference_size_is_in_its_bucket_at_its_geometric_middle(bucket: int) -> None:
+    ref = reference_size(bucket)
+    low, high = bucket_bounds(bucket)
+    assert ar.size_bucket(ref) == bucket and low <= ref <= high
+    if bucket:  # sqrt(2) x its smallest size, rounded: the middle of [low, 2 low) on a log scale
+        assert abs(ref - low * 2**0.5) <= 0.5
 
 
 @given(sizes)

@@ -202,22 +202,73 @@ def test_rechecks_still_happen_for_a_cheap_converged_key(make_runtime) -> None:
     assert 1 <= rechecks < 0.05 * 60_000
 
 
-def test_hysteresis_keeps_incumbent_within_margin_and_switches_beyond(make_runtime) -> None:
-    # switch_margin 5%: a challenger must be more than 5% faster to take over.
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 206.0}, switch_margin=0.05)
+def test_hysteresis_keeps_incumbent_within_margin_and_switches_beyond(make_runtime,
+                                                                    rng) -> None:
+    # switch_margin 5%: a challenger must be more than 5% faster to take over (unless timed
+    # beyond doubt: with 3% noise on every timing, a few re-check timings never are).
+    latency = {Backend.SIMD: 200.0, Backend.SCALAR: 206.0}
+    h = make_runtime({b: (lambda b=b: latency[b] * rng.gauss(1.0, 0.03)) for b in latency},
+                     switch_margin=0.05)
     _converge(h, 100)
     assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
     # the incumbent slows a little: the challenger is now ~2.9% faster (inside the margin)
-    h.arms.latency_us[Backend.SIMD] = 212.0
+    latency[Backend.SIMD] = 212.0
     runs = h.call_tracked(1500)
     assert {b for b, r in runs if r is Reason.EXPLOIT} == {Backend.SIMD}
     assert any(r is Reason.RECHECK for _, r in runs)  # it did look at the challenger
     # now the challenger is ~14% faster: beyond the margin, it takes over
-    h.arms.latency_us[Backend.SIMD] = 240.0
+    latency[Backend.SIMD] = 240.0
     runs = h.call_tracked(1500)
     exploited = [b for b, r in runs if r is Reason.EXPLOIT]
     assert exploited[-1] is Backend.SCALAR
     assert exploited[-500:].count(Backend.SCALAR) == 500
+
+
+def test_a_near_tie_timed_beyond_doubt_goes_to_the_faster_arm(make_runtime) -> None:
+    """Exploration committed to SIMD in a near-tie (its timings were disturbed then); timed
+    afresh at re-checks, precisely, SCALAR is 2.5% faster — inside the switch margin, but
+    beyond doubt — and takes over, once."""
+    simd = _sequence(190.0, 190.0, 190.0, then=205.0)
+    h = make_runtime({Backend.SIMD: simd, Backend.SCALAR: 200.0}, gpu=False,
+                     max_measure_period=1)
+    runs = h.call_tracked(600)
+    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
+    assert exploited[0] is Backend.SIMD and exploited[-200:] == [Backend.SCALAR] * 200
+    assert sum(1 for x, y in itertools.pairwise(exploited) if x is not y) == 1
+
+
+def test_a_burst_of_load_does_not_hand_a_near_tie_to_a_stale_estimate(make_runtime) -> None:
+    """SIMD (200 us) and SCALAR (205 us) are a near-tie. A burst of load on the machine
+    slows every call by 45% for a while — too little, too briefly for a drift alarm — and
+    SIMD's estimate, fed by its timings, rises past SCALAR's, which dates from exploration.
+    Both are measured afresh before a switch: under the same load SIMD is still the faster,
+    and keeps the key."""
+    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 205.0}, gpu=False)
+    _converge(h, 400)
+    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
+    h.arms.latency_us = {Backend.SIMD: 290.0, Backend.SCALAR: 297.0}
+    burst = h.call_tracked(60)
+    h.arms.latency_us = {Backend.SIMD: 200.0, Backend.SCALAR: 205.0}
+    after = h.call_tracked(600)
+    exploits = [b for b, r in burst + after if r is Reason.EXPLOIT]
+    assert exploits.count(Backend.SCALAR) == 0
+    assert Reason.DRIFT in [r for _b, r in burst]  # (the re-measurement before a switch)
+
+
+def test_an_arm_explored_under_load_is_measured_afresh_at_its_recheck(make_runtime) -> None:
+    """GPU (100 us) was explored while the machine was busy — its three timings came out at
+    400 us — so SIMD (150 us) was committed to. The first re-check of GPU replaces that
+    estimate with fresh timings, and GPU takes over: the odd re-check timing folded into the
+    old estimate would have taken a dozen re-checks, at doubling intervals."""
+    gpu = _sequence(400.0, 400.0, 400.0, then=100.0)
+    h = make_runtime({Backend.GPU: gpu, Backend.SIMD: 150.0, Backend.SCALAR: 900.0},
+                     max_measure_period=1)
+    runs = h.call_tracked(400)
+    exploits = [b for b, r in runs if r is Reason.EXPLOIT]
+    assert exploits[0] is Backend.SIMD  # the exploration was fooled
+    assert exploits[-100:] == [Backend.GPU] * 100
+    first_gpu = exploits.index(Backend.GPU)
+    assert first_gpu < 120  # after the first re-checks (64 decisions), not the tenth
 
 
 def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
