@@ -18,14 +18,15 @@ Phases of one key:
    faster is faster), they are timed again, up to ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
    ``switch_margin`` (hysteresis), or faster beyond doubt (``sure_z``), and timed
-   ``min_samples`` times in the epoch (a challenger timed less is re-timed first). Sparse *recheck* calls re-time plausible other arms, at
-   intervals that double while the choice holds — starting after ``min_samples`` decisions
-   when the commitment was not clear (under ``clear_confidence`` that the chosen arm is faster
-   than the runner-up: few noisy timings), after the runtime's ``recheck_interval`` when it was.
+   ``min_samples`` times in the epoch (a challenger timed less is re-timed first). Sparse
+   *recheck* calls measure plausible other arms afresh, at intervals that double while the
+   choice holds — starting after ``min_samples`` decisions when the commitment was not clear
+   (under ``clear_confidence`` that the chosen arm is faster than the runner-up: few noisy
+   timings), after the runtime's ``recheck_interval`` when it was.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
-   slower than when it was chosen), or when a challenger's estimate from an epoch older than
-   ``stale_after_decisions`` beats it by the margin, the key is re-explored: that arm in full,
-   the others once (fully when one of them beats it clearly).
+   slower than when it was chosen), or when a challenger beats it in an epoch older than
+   ``stale_after_decisions`` (estimates formed at different times), the key is re-explored:
+   that arm in full, the others once (fully when one of them beats it clearly).
 
 A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
 a call re-routed after an arm raised.
