@@ -67,6 +67,7 @@ RETIRED_ENTRIES = 1024
 OTHER_LABEL = "_other"
 
 _EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+_RECHECK = Reason.RECHECK
 # EWMA weight of one timed call's measured cost (see _Entry.timing_cost_us).
 _COST_ALPHA = 0.125
 # A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
@@ -144,9 +145,9 @@ class _Entry:
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
         self.plan: tuple[Decision, ...] = ()  # the exploration plan's next steps
-        # what learning from a timed call of this key costs (EWMA of the time from the
-        # kernel's end to the lock's release): sets the fast path's timing period. Updated
-        # outside the lock: a lost update only delays the estimate.
+        # what learning from a timed exploit call of this key costs (EWMA of the time from
+        # the kernel's end to the lock's release): sets the fast path's timing period.
+        # Updated outside the lock: a lost update only delays the estimate.
         self.timing_cost_us = TIMED_CALL_COST_US
 
     def fast_calls(self) -> int:
@@ -221,6 +222,7 @@ class Dispatcher:
         self._pending_transitions: list[HotPathTransition] = []
         self._forced = config.force_backend
         self._drift_threshold = policy.config.drift_threshold
+        self._min_samples = policy.config.min_samples
         self._enabled = tuple(b for b in Backend if b not in config.disabled_backends)
 
     # ------------------------------------------------------------------ the call
@@ -290,10 +292,12 @@ class Dispatcher:
         with self._lock:
             verdict = self._settle(op, entry, decision, ticket, duration_us if learn else None,
                                    False, n)
-        # What learning from this call cost, for the period of the fast path: far more between
-        # large calls (cold caches) than in a tight loop, so it is measured, not assumed.
-        cost_us = (timer() - end_ns) / 1000.0
-        entry.timing_cost_us += (cost_us - entry.timing_cost_us) * _COST_ALPHA
+        if decision.reason is _EXPLOIT:
+            # What learning from a committed key's call cost, for the period of its fast path:
+            # far more between large calls (cold caches) than in a tight loop, so it is
+            # measured, not assumed. (Exploring calls, which ask the policy, are not typical.)
+            cost_us = (timer() - end_ns) / 1000.0
+            entry.timing_cost_us += (cost_us - entry.timing_cost_us) * _COST_ALPHA
         if self._pending_transitions:
             self._deliver_transitions()
         if verdict is not None:
@@ -370,6 +374,15 @@ class Dispatcher:
         if not key.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
+            if decision.reason is _RECHECK:
+                stats = key.arms.get(decision.backend)
+                if stats is not None and stats.epoch_samples >= self._min_samples:
+                    # A regular re-check measures the arm afresh: its estimate dates from when
+                    # it was explored (a burst of load then can leave it far too high for the
+                    # odd re-check timing to bring down), so the re-check's timings replace
+                    # it; an arm timed fewer than min_samples times is re-timed before it may
+                    # take over (see Policy.decide).
+                    stats.start_epoch()
             self._history.record(key, decision.backend, duration_us, n)
             if self.duration_sink is not None:
                 self.duration_sink((op.name, decision.backend, duration_us))
@@ -497,11 +510,13 @@ class Dispatcher:
             return Decision(self._forced, Reason.FORCED, 1.0,
                             {self._forced: stats.estimate_us} if stats else {},
                             stats.samples if stats else 0)
-        if key.incumbent is None and key.prior is None and not key.prior_rejected:
+        if (key.incumbent is None and key.prior is None and not key.prior_rejected
+                and key.decisions - key.epoch_start <= 2 * len(candidates)):
             # Exploring: the neighbouring buckets' clear winner, if they have one by now, is
-            # timed in full and the other arms once. Looked up at each of the policy's
-            # checkpoints, not only when the key is created: a workload creates its keys
-            # together, long before any of them has converged.
+            # timed in full and the other arms once. Looked up at the policy's checkpoints
+            # after the first and second round of timings (later it would save little), not
+            # only when the key is created: a workload creates its keys together, long
+            # before any of them has converged.
             key.prior = self._history.neighbour_prior(key.operation, key.bucket, candidates)
         decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
         memoised = decision is key.memo and key.decisions < key.memo_until
@@ -516,13 +531,6 @@ class Dispatcher:
                 # by every full evaluation, not only when the object changes)
                 key.remember(decision, _MEMO_DECISIONS)
         elif reason is Reason.RECHECK:
-            stats = key.arms.get(decision.backend)
-            if stats is not None and stats.epoch_samples >= self._policy.config.min_samples:
-                # A regular re-check measures the arm afresh: its estimate dates from when it
-                # was explored (a burst of load then can leave it far too high for the odd
-                # re-check timing to bring down), so the re-check's timings replace it; an arm
-                # timed fewer than min_samples times is re-timed before it may take over.
-                stats.start_epoch()
             key.rechecks += 1
             # the choice held until now: look again later, then later still
             key.recheck_interval = min(key.recheck_interval * 2,
