@@ -243,11 +243,6 @@ class KeyHistory:
             stats = self.arms[backend] = ArmStats()
         return stats
 
-    @property
-    def has_samples(self) -> bool:
-        """Whether any arm was ever timed or failed on this key."""
-        return bool(self.samples or self.failures)
-
     def commit(self, backend: Backend, recheck_interval: int) -> None:
         """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
         self.prior = None
