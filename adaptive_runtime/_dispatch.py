@@ -1,11 +1,11 @@
 """The hot path of one call: select → execute → measure → learn → (trace).
 
 Fast path (a converged key, a call not chosen for timing): two dict lookups, the operation's
-``size_of`` (and, where its GPU arm can run, its ``on_device``: calls with inputs already on
-the GPU go to the operation's device twin), ``int.bit_length`` and one ``next()`` on the key's
-``itertools.count``, then the kernel. No lock, no clock read, no allocation. ``next()`` on an
-``itertools.count`` is a single C call, so concurrent threads each get a distinct ticket and no
-call goes uncounted.
+``size_of`` (and its input-family classifier, where it has one: calls of another family — torch
+tensors, JAX arrays, inputs already on the GPU — go to the operation's twin for that family),
+``int.bit_length`` and one ``next()`` on the key's ``itertools.count``, then the kernel. No
+lock, no clock read, no allocation. ``next()`` on an ``itertools.count`` is a single C call, so
+concurrent threads each get a distinct ticket and no call goes uncounted.
 
 A ticket ``t`` with ``t & mask == 0`` (every call, for a key still being explored) is a timed
 call: it runs the arm decided for it in advance, between two timer reads, then takes the lock
@@ -41,6 +41,7 @@ from .gating import (
 from .history import ArmStats, HistoryStore, KeyHistory
 from .keys import size_bucket
 from .operations import (
+    DEVICE_FAMILY,
     DeviceProbe,
     Implementation,
     Kind,
@@ -162,9 +163,28 @@ def _issued(counter: itertools.count) -> int:
 
 
 # How run() finds a registered operation's entries: (size_of, {bucket: entry}, operation,
-# device route), the device route (on_device, {bucket: entry}, device twin) or None.
-_DeviceRoute = tuple[Callable[..., bool], dict[int, _Entry], Operation]
-_Route = tuple[Callable[..., int], dict[int, _Entry], Operation, _DeviceRoute | None]
+# family route). The family route, where the operation has input families (a ``family`` hook,
+# or an ``on_device`` hook where the GPU arm can run), is (classifier, {family: ({bucket:
+# entry}, twin)}): the classifier names a call's family ("" for the default one), and calls of
+# another family go to the operation's twin for it (see Operation.family_twin).
+# (An untimed family's twin is (None, the function that runs its calls).)
+_Twins = dict[str, tuple[dict[int, _Entry], Operation]]
+_FamilyRoute = tuple[Callable[..., str], _Twins]
+_Route = tuple[Callable[..., int], dict[int, _Entry], Operation, _FamilyRoute | None]
+
+
+def _warmed(op: Operation, backend: Backend) -> bool:
+    """Mark ``backend`` warm on ``op`` after its first call (of an implementation registered
+    with ``warm_up``), whose timing is not learned: it paid for what a library sets up on
+    first use — dispatch caches, thread pools, allocator arenas, the first touch of its code
+    (a first ATen call here took 3.8 ms, the fifth 22 us). Returns ``False``: nothing to learn
+    from this call."""
+    op.warmed.add(backend)
+    return False
+
+
+def _default_family(*_args: Any) -> str:
+    return ""
 
 
 def _floors(operation: str, impls: Mapping[Backend, Implementation],
@@ -204,12 +224,9 @@ class Dispatcher:
         # (operation, backend, duration_us) of every timed call, for the duration histogram
         self.duration_sink: Callable[[tuple[str, Backend, float]], None] | None = None
         self._lock = threading.Lock()
-        # operation name -> (size_of, {bucket: entry}, operation, device route or None); read
-        # lock-free by run(). The device route (on_device, {bucket: entry}, twin) sends calls
-        # whose inputs are already on the GPU to the operation's device twin.
+        # operation name -> (size_of, {bucket: entry}, operation, family route or None); read
+        # lock-free by run(). Family twins have routes of their own (no family route).
         self._routes: dict[str, _Route] = {}
-        # operations whose device route has been decided (on their first call)
-        self._placed: set[str] = set()
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
         self._selections: Counter[tuple[str, Backend, Reason]] = Counter()
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
@@ -230,13 +247,20 @@ class Dispatcher:
     def run(self, operation: str, /, *args: Any) -> Any:
         # Positional arguments only: ``**kwargs`` would cost a dict per call on this path.
         try:
-            size_of, entries, op, device = self._routes[operation]
+            size_of, entries, op, families = self._routes[operation]
         except KeyError:
             self._registry.get(operation)  # raises UnknownOperationError naming the known ones
             raise
         n = size_of(*args)
-        if device is not None and device[0](*args):
-            _on_device, entries, op = device  # inputs already on the GPU: the device twin
+        if families is not None:
+            family = families[0](*args)
+            if family:  # not the default family: the operation's twin for it
+                try:
+                    entries, op = families[1][family]
+                except KeyError:
+                    entries, op = self._add_family(op, family)
+                if entries is None:  # a family run untimed (Operation.add_untimed): ``op``
+                    return op(*args)  # is the function that runs it
         try:
             entry = entries.get(n.bit_length())
         except AttributeError:  # a size that is not a Python int (numpy integer, float, ...)
@@ -269,8 +293,6 @@ class Dispatcher:
             next(entry.timed)  # type: ignore[union-attr]  # see _Entry: keeps counts exact
         decision = entry.next if entry is not None else None
         if decision is None:
-            if entry is None and op.on_device is not None and op.name not in self._placed:
-                op, entries = self._place(op, entries, args)
             # validate what size_of returned (size_bucket raises a clear error)
             entry, decision = self._first_decision(op, entries, n, size_bucket(n), args)
         elif n < 0:
@@ -287,8 +309,11 @@ class Dispatcher:
                                  timer())
         end_ns = timer()
         duration_us = (end_ns - start_ns) / 1000.0
-        # A call that compiled a kernel measured the compiler, not the kernel.
+        # A call that compiled a kernel measured the compiler, not the kernel; the first call
+        # of a library arm of an operation (each family apart) measured its lazy set-up.
         learn = compile_count is None or compile_count() == compiled_before
+        if learn and impl.warm_up and backend not in op.warmed:
+            learn = _warmed(op, backend)
         with self._lock:
             verdict = self._settle(op, entry, decision, ticket, duration_us if learn else None,
                                    False, n)
@@ -305,29 +330,65 @@ class Dispatcher:
                        None, None, verdict)
         return result
 
-    def _place(self, op: Operation, entries: dict[int, _Entry],
-               args: tuple[Any, ...]) -> tuple[Operation, dict[int, _Entry]]:
-        """On an operation's first call: give it a device route when its GPU arm can run
-        here (calls with inputs already on the GPU are then learned by its device twin), and
-        route this call accordingly."""
+    def _add_family(self, op: Operation, family: str) -> tuple[dict[int, _Entry], Operation]:
+        """The route of ``op``'s twin for input family ``family``, made on its first call."""
+        untimed = op.untimed(family)
         with self._lock:
-            size_of, host_entries, _op, device = self._routes[op.name]
-            if op.name not in self._placed:
-                self._placed.add(op.name)
-                if (Backend.GPU in op.backends and Backend.GPU in self._enabled
-                        and self._forced in (None, Backend.GPU)
-                        and self._devices.available(Backend.GPU)):
-                    twin = op.device_twin()
-                    twin_route = self._routes.get(twin.name)
-                    if twin_route is None:
-                        self._rates[twin.name] = self._hot.state(twin.name, self._clock(),
-                                                                 pin=True)
-                        twin_route = self._routes[twin.name] = (size_of, {}, twin, None)
-                    device = (op.on_device, twin_route[1], twin_route[2])
-                    self._routes[op.name] = (size_of, host_entries, op, device)
-        if device is not None and device[0](*args):
-            return device[2], device[1]
-        return op, entries
+            route = self._routes.get(op.name)
+            if route is None or route[3] is None:  # (reset meanwhile: route this call anyway)
+                return (None, untimed) if untimed else ({}, op.family_twin(family))  # type: ignore[return-value]
+            twins = route[3][1]
+            found = twins.get(family)
+            if found is not None:
+                return found
+            if untimed is not None:
+                found = twins[family] = (None, untimed)  # type: ignore[assignment]
+                return found
+            twin = op.family_twin(family)
+            twin_route = self._routes.get(twin.name)
+            if twin_route is None:
+                if twin.name not in self._rates:
+                    self._rates[twin.name] = self._hot.state(twin.name, self._clock(), pin=True)
+                twin_route = self._routes[twin.name] = (op.size_of, {}, twin, None)
+            found = twins[family] = (twin_route[1], twin_route[2])
+            return found
+
+    def _family_route(self, op: Operation) -> _FamilyRoute | None:
+        """The family route of a newly registered (or reset) operation: ``None`` without
+        input families; else one whose classifier, on the first call, decides whether calls
+        with inputs on the GPU get a route of their own (only where the GPU arm can run: the
+        probe is left until a call needs it), then classifies from then on."""
+        if op.on_device is None:
+            return (op.family, {}) if op.family is not None else None
+        twins: _Twins = {}
+
+        def classify_first(*args: Any) -> str:
+            return self._place(op, twins)(*args)
+
+        return (classify_first, twins)
+
+    def _place(self, op: Operation, twins: _Twins) -> Callable[..., str]:
+        """Decide ``op``'s classifier on its first call: its ``on_device`` hook sends calls
+        with inputs already on the GPU to the family ``"device"`` where its GPU arm can run
+        here; its ``family`` hook names the other families."""
+        family, on_device = op.family, op.on_device
+        if not (Backend.GPU in op.backends and Backend.GPU in self._enabled
+                and self._forced in (None, Backend.GPU)
+                and self._devices.available(Backend.GPU)):
+            on_device = None
+        if on_device is None:
+            classify = family if family is not None else _default_family
+        elif family is None:
+            def classify(*args: Any) -> str:
+                return DEVICE_FAMILY if on_device(*args) else ""
+        else:
+            def classify(*args: Any) -> str:
+                return DEVICE_FAMILY if on_device(*args) else family(*args)
+        with self._lock:
+            route = self._routes.get(op.name)
+            if route is not None and route[3] is not None and route[3][1] is twins:
+                self._routes[op.name] = (*route[:3], (classify, twins))
+        return classify
 
     def _first_decision(self, op: Operation, entries: dict[int, _Entry], n: int,
                         bucket: int, args: tuple[Any, ...]) -> tuple[_Entry, Decision]:
@@ -467,6 +528,8 @@ class Dispatcher:
             end_ns = timer()
             duration_us = (end_ns - start_ns) / 1000.0
             learn = compile_count is None or compile_count() == compiled_before
+            if learn and impl.warm_up and nxt not in op.warmed:
+                learn = _warmed(op, nxt)
             with self._lock:
                 verdict = self._settle(op, entry, decision, ticket,
                                        duration_us if learn else None, False, n)
@@ -719,24 +782,31 @@ class Dispatcher:
     def add_route(self, op: Operation) -> None:
         with self._lock:
             self._rates[op.name] = self._hot.state(op.name, self._clock(), pin=True)
-            self._routes[op.name] = (op.size_of, {}, op, None)
+            self._routes[op.name] = (op.size_of, {}, op, self._family_route(op))
 
     def reset_route(self, operation: str) -> None:
-        """Forget fast-path entries of ``operation`` and of its device twin (its arms
-        changed); counts are kept. Its device route is decided again on the next call."""
+        """Forget fast-path entries of ``operation`` and of its family twins (its arms
+        changed); counts are kept. Its twins (and its device route) are made again as calls
+        of their families come."""
         with self._lock:
             route = self._routes.get(operation)
             if route is None:
                 return
-            self._placed.discard(operation)
             names = [operation]
             if route[3] is not None:
-                names.append(route[3][2].name)
-                self._routes[operation] = (*route[:3], None)
+                for entries, twin in route[3][1].values():
+                    if entries is not None:
+                        names.append(twin.name)
+                        self._routes.pop(twin.name, None)
+                self._routes[operation] = (*route[:3], self._family_route(route[2]))
             for name in names:
                 for cache_key in [k for k in self._arms_cache if k[0] == name]:
                     del self._arms_cache[cache_key]
-                entries = self._routes[name][1]
+            routed = [(operation, route[1])]
+            if route[3] is not None:
+                routed += [(twin.name, entries) for entries, twin in route[3][1].values()
+                           if entries is not None]
+            for name, entries in routed:
                 for entry in entries.values():
                     self._retire(name, entry)
                 entries.clear()

@@ -33,8 +33,12 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-# An operation's calls with inputs already on the GPU are learned as "<name>@device".
-DEVICE_SUFFIX = "@device"
+# An operation's calls of one input family are learned as "<name>@<family>"; calls with inputs
+# already on the GPU form the family "device".
+FAMILY_SEPARATOR = "@"
+DEVICE_FAMILY = "device"
+DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
+_FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
 
 
 class Kind(str, enum.Enum):
@@ -94,12 +98,17 @@ class Implementation:
     least, known without running it — the GPU arm's: moving host inputs to the device and the
     result back, at the measured bandwidth. An arm whose floor is well over what another arm
     was measured to take is not tried on that key.
+
+    ``warm_up``: the arm's first call in a process (per operation and input family) pays for
+    its library's lazy set-up and is not learned from (ATen's first call of an operator took
+    3.8 ms here, its fifth 22 µs).
     """
 
     backend: Backend
     fn: Callable[..., Any]
     compile_count: Callable[[], int] | None = None
     floor_us: Callable[..., float] | None = None
+    warm_up: bool = False
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
@@ -134,19 +143,28 @@ class Operation:
     the operation runs it through its runtime (``op(x)`` is ``rt.run(op.name, x)``).
     """
 
-    __slots__ = ("_impls", "_owner", "kind", "name", "on_device", "size_of")
+    __slots__ = ("_families", "_impls", "_owner", "_untimed", "family", "kind", "name",
+                 "on_device", "size_of", "warmed")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
                  owner: AdaptiveRuntime | None = None,
-                 on_device: Callable[..., bool] | None = None) -> None:
+                 on_device: Callable[..., bool] | None = None,
+                 family: Callable[..., str] | None = None) -> None:
         self.name = name
         self.size_of = size_of
         self.kind = kind
         # (optional) whether a call's inputs are already on the GPU: such calls are learned
         # apart from host calls (see device_twin)
         self.on_device = on_device
-        self._impls: dict[Backend, Implementation] = {}
+        # (optional) the input family of a call ("" for the default one): calls of another
+        # family are learned apart, with that family's implementations (see family_twin)
+        self.family = family
+        self._impls: dict[Backend, Implementation] = {}  # the default family's
+        self._families: dict[str, dict[Backend, Implementation]] = {}
+        self._untimed: dict[str, Callable[..., Any]] = {}
         self._owner = owner
+        # arms whose first call in this process has run (the runtime does not learn from it)
+        self.warmed: set[Backend] = set()
 
     def __repr__(self) -> str:
         arms = ", ".join(b.value for b in self._impls) or "no implementations"
@@ -167,31 +185,73 @@ class Operation:
         return register
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
+                           family: str = "",
                            compile_count: Callable[[], int] | None = None,
-                           floor_us: Callable[..., float] | None = None) -> None:
+                           floor_us: Callable[..., float] | None = None,
+                           warm_up: bool = False) -> None:
         """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
-        ``compile_count`` and ``floor_us`` as in :class:`Implementation`."""
+        ``compile_count``, ``floor_us`` and ``warm_up`` as in :class:`Implementation`.
+
+        ``family`` (default ``""``, the default family) registers it for calls the
+        operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
+        are learned as ``"<name>@<family>"`` and run that family's implementations — or the
+        default family's where the family has none registered.
+        """
         arm = _arm(backend, self.name)
+        if not isinstance(family, str) or (family and not _FAMILY_NAME.fullmatch(family)):
+            raise RegistrationError(
+                f"family of an implementation of {self.name!r} must be a string of letters, "
+                f"digits and _ . : + - (\"\" for the default family), got {family!r}")
+        where = f" for family {family!r}" if family else ""
         if not callable(fn):
+            raise RegistrationError(f"implementation of {self.name!r} on {arm.value}{where} "
+                                    f"must be callable, got {fn!r}")
+        impls = self._impls if not family else self._families.setdefault(family, {})
+        if arm in impls:
             raise RegistrationError(
-                f"implementation of {self.name!r} on {arm.value} must be callable, got {fn!r}")
-        if arm in self._impls:
-            raise RegistrationError(
-                f"operation {self.name!r} already has a {arm.value} implementation "
-                f"({_describe(self._impls[arm].fn)}); register each arm once")
+                f"operation {self.name!r} already has a {arm.value} implementation{where} "
+                f"({_describe(impls[arm].fn)}); register each arm once")
         if floor_us is not None and not callable(floor_us):
-            raise RegistrationError(
-                f"floor_us of {self.name!r} on {arm.value} must be callable, got {floor_us!r}")
-        self._impls[arm] = Implementation(
+            raise RegistrationError(f"floor_us of {self.name!r} on {arm.value}{where} must be "
+                                    f"callable, got {floor_us!r}")
+        impls[arm] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
-            floor_us)
+            floor_us, bool(warm_up))
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
+
+    def add_untimed(self, family: str, fn: Callable[..., Any]) -> None:
+        """Run calls of input family ``family`` as ``fn(*args)``: no arm chosen, nothing timed,
+        learned or traced. For inputs whose timing would mislead — JAX tracers under
+        ``jax.jit`` / ``jax.grad``, where a call records a computation instead of running it.
+        """
+        if not isinstance(family, str) or not _FAMILY_NAME.fullmatch(family):
+            raise RegistrationError(f"untimed family of {self.name!r} must be a non-empty "
+                                    f"string of letters, digits and _ . : + -, got {family!r}")
+        if not callable(fn):
+            raise RegistrationError(f"untimed implementation of {self.name!r} for family "
+                                    f"{family!r} must be callable, got {fn!r}")
+        if family in self._untimed or family in self._families:
+            raise RegistrationError(f"operation {self.name!r} already has implementations for "
+                                    f"family {family!r}")
+        self._untimed[family] = fn
+        if self._owner is not None:
+            self._owner._implementations_changed(self.name)
+
+    def untimed(self, family: str) -> Callable[..., Any] | None:
+        """What runs calls of ``family`` untimed (:meth:`add_untimed`), or ``None``."""
+        return self._untimed.get(family)
 
     @property
     def backends(self) -> tuple[Backend, ...]:
         """Arms this operation has an implementation for (available here or not)."""
         return tuple(self._impls)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Input families with implementations of their own (the default one, ``""``, not
+        included)."""
+        return tuple(self._families)
 
     def implementation_for(self, backend: Backend) -> Implementation | None:
         """The implementation registered for ``backend``, or ``None``."""
@@ -203,13 +263,17 @@ class Operation:
         return f"{self.name}{DEVICE_SUFFIX}"
 
     def device_twin(self) -> Operation:
-        """This operation for calls whose inputs are already on the GPU: same kernels (its
-        implementations are this operation's, shared), its own name (:attr:`device_name`) —
-        so its history, counters and spans stand apart. A GPU arm costs a host call a copy
-        each way and a device call none, and a CPU arm the reverse: one estimate for both
-        would be wrong for each."""
-        twin = Operation(self.device_name, self.size_of, self.kind)
-        twin._impls = self._impls
+        """This operation for calls whose inputs are already on the GPU (the family
+        ``"device"``): a GPU arm costs a host call a copy each way and a device call none,
+        and a CPU arm the reverse — one estimate for both would be wrong for each."""
+        return self.family_twin(DEVICE_FAMILY)
+
+    def family_twin(self, family: str) -> Operation:
+        """This operation for calls of input family ``family``: its own name
+        (``"<name>@<family>"``), so its history, counters and spans stand apart, and that
+        family's implementations (shared, not copied), else the default family's."""
+        twin = Operation(f"{self.name}{FAMILY_SEPARATOR}{family}", self.size_of, self.kind)
+        twin._impls = self._families.get(family, self._impls)
         return twin
 
     def __call__(self, *args: Any) -> Any:
@@ -238,7 +302,8 @@ class OperationRegistry:
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
                  kind: Kind | str = Kind.OTHER, owner: AdaptiveRuntime | None = None,
-                 on_device: Callable[..., bool] | None = None) -> Operation:
+                 on_device: Callable[..., bool] | None = None,
+                 family: Callable[..., str] | None = None) -> Operation:
         if not isinstance(name, str) or not name.strip() or name != name.strip():
             raise RegistrationError(
                 f"operation name must be a non-empty string without surrounding spaces, "
@@ -251,11 +316,17 @@ class OperationRegistry:
             raise RegistrationError(
                 f"on_device= of operation {name!r} must be a callable telling whether a call's "
                 f"inputs are on the GPU, got {on_device!r}")
-        if DEVICE_SUFFIX in name:
+        if family is not None and not callable(family):
             raise RegistrationError(
-                f"operation name {name!r} must not contain {DEVICE_SUFFIX!r} (it names the "
-                f"device-resident twin of an operation)")
-        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner, on_device)
+                f"family= of operation {name!r} must be a callable naming a call's input "
+                f"family, got {family!r}")
+        if FAMILY_SEPARATOR in name:
+            raise RegistrationError(
+                f"operation name {name!r} must not contain {FAMILY_SEPARATOR!r} (it names an "
+                f"operation's calls of one input family, such as {DEVICE_SUFFIX!r}: inputs "
+                f"on the GPU)")
+        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner, on_device,
+                       family)
         with self._lock:
             if name in self._ops:
                 raise RegistrationError(f"operation {name!r} is already registered")

@@ -102,7 +102,8 @@ class AdaptiveRuntime:
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
                  kind: Kind | str = Kind.OTHER,
-                 on_device: Callable[..., bool] | None = None) -> Operation:
+                 on_device: Callable[..., bool] | None = None,
+                 family: Callable[..., str] | None = None) -> Operation:
         """Register an operation; add its arms with ``@op.implementation(Backend.X)``.
 
         ``size(*args)`` returns the input's element count (default: the first argument's
@@ -110,10 +111,15 @@ class AdaptiveRuntime:
         other) guides cold-start choices. ``on_device(*args)`` (optional) tells whether a
         call's inputs are already on the GPU: where the GPU arm can run, such calls are learned
         apart, as ``"<name>@device"`` (a GPU arm pays no copies for them, a CPU arm does).
+        ``family(*args)`` (optional) names a call's input family (``""`` for the default
+        one): calls of family ``f`` are learned apart, as ``"<name>@f"``, and run the
+        implementations registered with ``op.add_implementation(arm, fn, family=f)`` (the
+        default family's where ``f`` has none) — numpy arrays and torch tensors, say, each
+        with the library call its users would write.
         Raises :class:`RegistrationError` for a duplicate name.
         """
         op = self._registry.register(name, size=size, kind=kind, owner=self,
-                                     on_device=on_device)
+                                     on_device=on_device, family=family)
         self._dispatcher.add_route(op)
         return op
 

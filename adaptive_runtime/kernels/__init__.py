@@ -4,15 +4,29 @@ SCALAR arms are plain compiled loops (numba ``@njit`` without fastmath or parall
 when numba is missing). SIMD arms are numpy or numba ``fastmath``/``parallel`` kernels,
 whichever measured faster for that operation (each module's docstring has the figures). GPU
 arms run torch on a CUDA device, or numba CUDA kernels where torch has no CUDA (``_gpu.py``).
-Inputs: float32/float64 numpy arrays or torch tensors; results come back in the caller's array
-type, dtype and device. ``register_builtins(rt)`` adds them all to a runtime.
+Inputs: float32/float64 numpy arrays, torch tensors and JAX arrays (float16/bfloat16 too);
+results come back in the caller's array type, dtype and device. Each input family (torch
+tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own library's call
+(``torch_arms``). ``register_builtins(rt)`` adds them all to a runtime.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import activations, add, conv1d, dot, layer_norm, matmul, scale, softmax
+from . import (
+    activations,
+    add,
+    backward,
+    conv1d,
+    dot,
+    layer_norm,
+    linear,
+    matmul,
+    scale,
+    softmax,
+    torch_arms,
+)
 from . import sum as sum_op
 
 if TYPE_CHECKING:
@@ -21,10 +35,14 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN_OPERATIONS", "register_builtins"]
 
 BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, softmax, layer_norm, matmul,
-                      conv1d)
+                      linear, conv1d, backward)
+# each adds one library's arms (its families) to the operations registered above
+LIBRARY_ARMS = (torch_arms,)
 
 
 def register_builtins(rt: AdaptiveRuntime) -> None:
-    """Register every built-in operation on ``rt``."""
+    """Register every built-in operation on ``rt``, with the arms of every input family."""
     for module in BUILTIN_OPERATIONS:
+        module.register(rt)
+    for module in LIBRARY_ARMS:
         module.register(rt)

@@ -1,12 +1,13 @@
-"""The arrays built-in kernels take: numpy arrays and torch tensors, float32 or float64.
+"""The arrays built-in kernels take: float32/float64 numpy arrays; torch tensors and JAX arrays
+of those dtypes or of float16/bfloat16 (mixed-precision training).
 
-CPU arms (SCALAR, SIMD) compute on numpy arrays: :func:`host` views a torch CPU tensor without
+numpy and numba arms compute on numpy arrays: :func:`host` views a torch CPU tensor without
 a copy (``.numpy()`` shares its memory) and copies a CUDA tensor to the host. :func:`like`
 turns a result back into the caller's array type, dtype and device, so an operation returns
 what it was given whichever arm ran.
 
-torch is never imported here: a tensor can only exist if the caller imported torch already,
-so ``sys.modules`` answers "is this a tensor?" for free.
+Neither torch nor JAX is ever imported here: a tensor can only exist if the caller imported
+its library already, so ``sys.modules`` answers "is this a tensor?" for free.
 """
 
 from __future__ import annotations
@@ -18,14 +19,36 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FLOAT_DTYPES", "describe", "host", "host_arm", "is_tensor", "like", "numpy_dtype"]
+__all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "describe", "dtype_name", "host", "host_arm",
+           "is_jax", "is_tensor", "like", "numpy_dtype"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Float dtypes of tensors and JAX arrays, by name; the low-precision ones run only on the arms
+# whose library computes in them (numba has no bfloat16, and its float16 is not vectorised).
+TENSOR_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
 
 
 def is_tensor(x: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_jax(x: Any) -> bool:
+    """Whether ``x`` is a JAX array (a tracer under ``jax.jit`` / ``jax.grad`` included)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def dtype_name(x: Any) -> str | None:
+    """``"float32"`` and the like for a numpy array, torch tensor or JAX array (else ``None``)."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.name
+    if is_tensor(x):
+        return str(x.dtype)[6:]  # "torch.float32"
+    if is_jax(x):
+        return str(x.dtype)
+    return None
 
 
 def numpy_dtype(x: Any) -> np.dtype | None:
@@ -42,12 +65,15 @@ def numpy_dtype(x: Any) -> np.dtype | None:
 
 
 def describe(x: Any) -> str:
-    """``float32 array (3, 4)`` / ``torch.float64 tensor (5,) on cuda:0`` / ``list``."""
+    """``float32 array (3, 4)`` / ``torch.float64 tensor (5,) on cuda:0`` / ``jax bfloat16
+    array (2,)`` / ``list``."""
     if isinstance(x, np.ndarray):
         return f"{x.dtype} array {tuple(x.shape)}"
     if is_tensor(x):
         where = "" if x.device.type == "cpu" else f" on {x.device}"
         return f"{x.dtype} tensor {tuple(x.shape)}{where}"
+    if is_jax(x):
+        return f"jax {x.dtype} array {tuple(x.shape)}"
     return type(x).__name__
 
 
@@ -92,7 +118,13 @@ def host_arm(fn: Callable[..., Any], *, template: int = 0) -> Callable[..., Any]
         model = args[template]
         if type(model) is np.ndarray:
             result = fn(*args)
+            if type(result) is tuple:  # (several results: gradients, say)
+                return tuple(r if type(r) is np.ndarray else model.dtype.type(r)
+                             for r in result)
             return result if type(result) is np.ndarray else model.dtype.type(result)
-        return like(fn(*[host(a) if is_tensor(a) else a for a in args]), model)
+        result = fn(*[host(a) if is_tensor(a) else a for a in args])
+        if type(result) is tuple:
+            return tuple(like(r, model) for r in result)
+        return like(result, model)
 
     return arm

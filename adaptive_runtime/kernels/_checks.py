@@ -1,29 +1,32 @@
 """Input checks of the built-in operations, which are also their ``size_of`` functions.
 
-Every operation takes float32 or float64 numpy arrays, or torch tensors of those dtypes — all
-inputs of one call of one kind and one dtype. Anything else is a clear error naming the
-operation and what it got (:class:`TypeError` for types and dtypes, :class:`ValueError` for
-shapes, empty inputs included).
+Every operation takes float32 or float64 numpy arrays, or torch tensors or JAX arrays of those
+dtypes or of float16/bfloat16 — all inputs of one call of one kind, one dtype (and one
+device). Anything else is a clear error naming the operation and what it got
+(:class:`TypeError` for types and dtypes, :class:`ValueError` for shapes, empty inputs
+included).
 
 A ``size_of`` runs on every call, the fast path included, so each factory below returns one
 function that checks the common case — numpy arrays of one native float dtype — inline, with
 no further call (measured between large calls, whose memory traffic leaves the interpreter's
 caches cold: the earlier generic checks, ``np.prod`` of the shape among them, cost 15-35 us a
-call, more than the dispatch itself). Anything else goes to the full check, which explains
-what is wrong.
+call, more than the dispatch itself) — and then torch tensors, in a training loop's common case
+(CPU, one float dtype), through :func:`_tensors_ok`. Anything else goes to the full check,
+which explains what is wrong.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ._arrays import FLOAT_DTYPES, describe, is_tensor, numpy_dtype
+from ._arrays import FLOAT_DTYPES, TENSOR_FLOATS, describe, dtype_name, is_jax, is_tensor
 
-__all__ = ["array_size", "conv1d_size", "matmul_size", "same_shape_size", "scale_size",
-           "vector_pair_size"]
+__all__ = ["array_size", "conv1d_size", "layer_norm_size", "linear_size", "matmul_size",
+           "same_shape_size", "scale_size", "vector_pair_size"]
 
 _ndarray = np.ndarray
 # numpy's native float32/float64 dtypes are singletons, so ``is`` tells them apart cheaply;
@@ -35,22 +38,57 @@ def _inputs(arrays: tuple[Any, ...]) -> str:
     return ", ".join(describe(x) for x in arrays)
 
 
+def _library(x: Any) -> str | None:
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if is_tensor(x):
+        return "torch"
+    if is_jax(x):
+        return "jax"
+    return None
+
+
 def check_types(operation: str, *arrays: Any) -> None:
-    """Raise :class:`TypeError` unless ``arrays`` are float32/float64 numpy arrays or torch
-    tensors, all of one kind and one dtype."""
-    dtypes = [numpy_dtype(x) for x in arrays]
-    if not all(d is not None and d in FLOAT_DTYPES for d in dtypes):  # (dtype == None!)
-        raise TypeError(f"{operation}: expected float32 or float64 numpy arrays or torch "
-                        f"tensors, got {_inputs(arrays)}")
-    if len({is_tensor(x) for x in arrays}) > 1:
-        raise TypeError(f"{operation}: inputs must be all numpy arrays or all torch tensors, "
-                        f"got {_inputs(arrays)}")
+    """Raise :class:`TypeError` unless ``arrays`` are float32/float64 numpy arrays, or torch
+    tensors or JAX arrays of float16, bfloat16, float32 or float64 — all of one kind, one
+    dtype and (tensors) one device."""
+    libraries = [_library(x) for x in arrays]
+    dtypes = [dtype_name(x) for x in arrays]
+    if not all(lib is not None and dtype in (TENSOR_FLOATS if lib != "numpy" else _NUMPY_FLOATS)
+               for lib, dtype in zip(libraries, dtypes, strict=True)):
+        raise TypeError(f"{operation}: expected float32 or float64 numpy arrays, or torch "
+                        f"tensors or JAX arrays of float16, bfloat16, float32 or float64, got "
+                        f"{_inputs(arrays)}")
+    if len(set(libraries)) > 1:
+        raise TypeError(f"{operation}: inputs must be all numpy arrays, all torch tensors or "
+                        f"all JAX arrays, got {_inputs(arrays)}")
     if len(set(dtypes)) > 1:
         raise TypeError(f"{operation}: inputs must share one dtype, got "
                         f"{_inputs(arrays)}")
     if len({str(x.device) for x in arrays if is_tensor(x)}) > 1:
         raise TypeError(f"{operation}: tensors must be on one device, got "
                         f"{_inputs(arrays)}")
+
+
+_NUMPY_FLOATS = frozenset(d.name for d in FLOAT_DTYPES)
+
+
+def _tensors_ok(*tensors: Any) -> bool:
+    """Whether ``tensors`` are torch tensors of one float dtype on one device: the common case
+    of a training loop, checked without building any list (the full check explains the rest).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor) or not first.is_floating_point():
+        return False
+    dtype = first.dtype
+    device = first.device
+    for t in tensors[1:]:
+        if not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.device != device:
+            return False
+    return True
 
 
 def _shape_error(operation: str, wanted: str, arrays: tuple[Any, ...]) -> ValueError:
@@ -60,6 +98,17 @@ def _shape_error(operation: str, wanted: str, arrays: tuple[Any, ...]) -> ValueE
 
 def _elements(x: Any) -> int:
     return int(x.numel()) if is_tensor(x) else int(x.size)
+
+
+# torch's floating-point dtypes include float8 variants no arm computes in
+_TENSOR_FLOAT_TYPES: dict[Any, bool] = {}
+
+
+def _tensor_float(t: Any) -> bool:
+    known = _TENSOR_FLOAT_TYPES.get(t.dtype)
+    if known is None:
+        known = _TENSOR_FLOAT_TYPES[t.dtype] = str(t.dtype)[6:] in TENSOR_FLOATS
+    return known
 
 
 # --------------------------------------------------------------------------- full checks
@@ -93,6 +142,31 @@ def _check_alpha(operation: str, alpha: Any) -> None:
                         f"{type(alpha).__name__}")
 
 
+def _layer_norm_size(operation: str, x: Any, weight: Any, bias: Any, eps: Any) -> int:
+    params = tuple(p for p in (weight, bias) if p is not None)
+    check_types(operation, x, *params)
+    size = _elements(x)
+    if x.ndim == 0 or size == 0:
+        raise _shape_error(operation, "a non-empty array of at least one dimension", (x,))
+    if any(tuple(p.shape) != (x.shape[-1],) for p in params):
+        raise _shape_error(operation, "weight and bias of the last axis' length",
+                           (x, *params))
+    if isinstance(eps, bool) or not isinstance(eps, int | float | np.floating) or not eps > 0:
+        raise ValueError(f"{operation}: eps must be a number > 0, got {eps!r}")
+    return size
+
+
+def _linear_size(operation: str, x: Any, weight: Any, bias: Any) -> int:
+    params = (weight,) if bias is None else (weight, bias)
+    check_types(operation, x, *params)
+    if (x.ndim == 0 or weight.ndim != 2 or x.shape[-1] != weight.shape[1]
+            or 0 in (*x.shape, *weight.shape)
+            or (bias is not None and tuple(bias.shape) != (weight.shape[0],))):
+        raise _shape_error(operation, "non-empty x (..., in), weight (out, in) and bias (out,)",
+                           (x, *params))
+    return _elements(x) * int(weight.shape[0])
+
+
 def _matmul_size(operation: str, a: Any, b: Any) -> int:
     check_types(operation, a, b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or 0 in (*a.shape, *b.shape):
@@ -100,11 +174,27 @@ def _matmul_size(operation: str, a: Any, b: Any) -> int:
     return int(a.shape[0]) * int(a.shape[1]) * int(b.shape[1])
 
 
-def _conv1d_size(operation: str, x: Any, w: Any) -> int:
-    check_types(operation, x, w)
+def _conv1d_size(operation: str, x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
+    check_types(operation, x, w, *(() if bias is None else (bias,)))
+    if x.ndim == 3 and w.ndim == 3:
+        if isinstance(padding, bool) or not isinstance(padding, int | np.integer) or padding < 0:
+            raise ValueError(f"{operation}: padding must be an int >= 0, got {padding!r}")
+        batch, channels, length = (int(d) for d in x.shape)
+        out_channels, w_channels, k = (int(d) for d in w.shape)
+        length += 2 * int(padding)
+        if (w_channels != channels or not 1 <= k <= length or 0 in (batch, channels,
+                                                                      out_channels)
+                or (bias is not None and tuple(bias.shape) != (out_channels,))):
+            raise _shape_error(operation, "x (batch, channels, n), w (out, channels, k) with "
+                               "1 <= k <= n + 2 * padding, bias (out,)",
+                               (x, w) if bias is None else (x, w, bias))
+        return batch * out_channels * (length - k + 1) * channels * k
+    if bias is not None or padding != 0:
+        raise ValueError(f"{operation}: bias and padding are for the batched form (3-D x and "
+                         f"w); got {describe(x)} and {describe(w)}")
     if x.ndim != 1 or w.ndim != 1 or not 1 <= w.shape[0] <= x.shape[0]:
-        raise _shape_error(operation, "1-D x of length n and 1-D w of length k, 1 <= k <= n",
-                           (x, w))
+        raise _shape_error(operation, "1-D x of length n and 1-D w of length k, 1 <= k <= n "
+                           "(or the batched form: 3-D x and w)", (x, w))
     n, k = int(x.shape[0]), int(w.shape[0])
     return (n - k + 1) * k
 
@@ -123,6 +213,10 @@ def array_size(operation: str) -> Callable[[Any], int]:
                 size = x.size
                 if size:
                     return size
+        elif _tensors_ok(x) and _tensor_float(x) and x.ndim:
+            size = x.numel()
+            if size:
+                return size
         return _array_size(operation, x)
 
     return size_of
@@ -138,6 +232,10 @@ def vector_pair_size(operation: str) -> Callable[[Any, Any], int]:
                 shape = a.shape
                 if shape == b.shape and shape[0]:
                     return shape[0]
+        elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim == 1:
+            shape = a.shape
+            if shape == b.shape and shape[0]:
+                return shape[0]
         return _vector_pair_size(operation, a, b)
 
     return size_of
@@ -154,6 +252,10 @@ def same_shape_size(operation: str) -> Callable[[Any, Any], int]:
                 size = a.size
                 if size:
                     return size
+        elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim and a.shape == b.shape:
+            size = a.numel()
+            if size:
+                return size
         return _same_shape_size(operation, a, b)
 
     return size_of
@@ -172,6 +274,43 @@ def scale_size(operation: str) -> Callable[[Any, Any, Any], int]:
     return size_of
 
 
+def layer_norm_size(operation: str) -> Callable[..., int]:
+    """``size_of`` for ``layer_norm(x[, weight, bias[, eps]])``: x's element count; weight
+    and bias (``None`` or 1-D of the last axis' length) and eps (> 0) are checked."""
+    plain = array_size(operation)
+
+    def size_of(x: Any, weight: Any = None, bias: Any = None, eps: Any = 1e-5) -> int:
+        if weight is None and bias is None and type(eps) is float and eps > 0:
+            return plain(x)
+        return _layer_norm_size(operation, x, weight, bias, eps)
+
+    return size_of
+
+
+def linear_size(operation: str) -> Callable[..., int]:
+    """``size_of`` for ``linear(x, weight[, bias])``, ``x @ weight.T + bias`` with x
+    ``(..., in)``, weight ``(out, in)``, bias ``(out,)`` or ``None``: the multiply-adds."""
+
+    def size_of(x: Any, weight: Any, bias: Any = None) -> int:
+        if bias is None:
+            if _tensors_ok(x, weight) and _tensor_float(x) and weight.ndim == 2 and x.ndim:
+                out_features, in_features = weight.shape
+                if x.shape[-1] == in_features and out_features:
+                    size = x.numel()
+                    if size:
+                        return size * out_features
+        elif (_tensors_ok(x, weight, bias) and _tensor_float(x) and weight.ndim == 2 and x.ndim
+              and bias.ndim == 1):
+            out_features, in_features = weight.shape
+            if x.shape[-1] == in_features and bias.shape[0] == out_features and out_features:
+                size = x.numel()
+                if size:
+                    return size * out_features
+        return _linear_size(operation, x, weight, bias)
+
+    return size_of
+
+
 def matmul_size(operation: str) -> Callable[[Any, Any], int]:
     """``size_of`` for ``(m, k) @ (k, n)``, all non-zero: the multiply-adds, ``m * k * n``."""
 
@@ -183,16 +322,25 @@ def matmul_size(operation: str) -> Callable[[Any, Any], int]:
                 k2, n = b.shape
                 if k == k2 and m and k and n:
                     return m * k * n
+        elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim == 2 == b.ndim:
+            m, k = a.shape
+            k2, n = b.shape
+            if k == k2 and m and k and n:
+                return m * k * n
         return _matmul_size(operation, a, b)
 
     return size_of
 
 
-def conv1d_size(operation: str) -> Callable[[Any, Any], int]:
+def conv1d_size(operation: str) -> Callable[..., int]:
     """``size_of`` for a 1-D signal of length n and a 1-D kernel of length k, 1 <= k <= n
-    ("valid" cross-correlation, n - k + 1 outputs): the multiply-adds."""
+    ("valid" cross-correlation, n - k + 1 outputs), or the batched form of
+    ``torch.nn.Conv1d`` — x ``(batch, channels, n)``, w ``(out, channels, k)``, optional bias
+    ``(out,)`` and zero padding: the multiply-adds."""
 
-    def size_of(x: Any, w: Any) -> int:
+    def size_of(x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
+        if bias is not None or padding != 0 or type(x) is not _ndarray:
+            return _conv1d_size(operation, x, w, bias, padding)
         if type(x) is _ndarray and type(w) is _ndarray:
             dtype = x.dtype
             if (dtype is _F64 or dtype is _F32) and w.dtype is dtype and x.ndim == 1 == w.ndim:

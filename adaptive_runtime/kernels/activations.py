@@ -45,6 +45,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
@@ -134,12 +135,14 @@ gelu_gpu = gpu_arm(GELU, _gelu_gpu, result_bytes=nbytes)
 def register(rt: AdaptiveRuntime) -> None:
     """Register ``relu`` and ``gelu``."""
     relu = rt.register(RELU, size=array_size(RELU), kind="elementwise",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     relu.add_implementation(Backend.SCALAR, relu_scalar, compile_count=compile_count(_relu_loop))
     relu.add_implementation(Backend.SIMD, relu_simd,
                             compile_count=compile_count(_relu_parallel))
     gelu = rt.register(GELU, size=array_size(GELU), kind="elementwise",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     gelu.add_implementation(Backend.SCALAR, gelu_scalar, compile_count=compile_count(_gelu_loop))
     gelu.add_implementation(Backend.SIMD, gelu_simd,
                             compile_count=compile_count(_gelu_parallel))

@@ -13,6 +13,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import same_shape_size
 from ._compile import compile_count, scalar_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a), numba_ker
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=same_shape_size(NAME), kind="elementwise",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
     op.add_implementation(Backend.GPU, add_gpu, floor_us=add_gpu.floor_us)

@@ -4,6 +4,13 @@ Like ``torch.nn.functional.conv1d`` with one channel and no padding (and
 ``numpy.correlate(x, w, "valid")``): a signal of length n and a kernel of length k,
 1 <= k <= n, give n - k + 1 outputs.
 
+The batched form, what ``torch.nn.Conv1d`` computes (stride 1, no dilation, one group):
+``conv1d(x, w[, bias[, padding]])`` with x ``(batch, channels, n)``, w ``(out, channels, k)``,
+bias ``(out,)`` or ``None`` and ``padding`` zeros on each side, giving ``(batch, out,
+n + 2 * padding - k + 1)``. SCALAR: a numba loop per output over channels and taps. SIMD (numpy
+arrays): the windows of x (a strided view) contracted with w by ``numpy.tensordot`` (BLAS);
+torch tensors run ``torch.nn.functional.conv1d`` (see ``torch_arms``).
+
 SCALAR: a numba loop per output over the taps, accumulating in the input dtype. SIMD: numba,
 ``prange`` over chunks of outputs; within a chunk the taps are the outer loop and the outputs
 the inner one (``out[t] += x[t + j] * w[j]``), which vectorises across outputs whatever k is.
@@ -49,6 +56,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import conv1d_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
@@ -89,10 +97,46 @@ def _conv1d_chunks(x: Any, w: Any, out: Any) -> None:
                 o[t] += xj[t] * wj
 
 
-def _with(kernel: Any) -> Any:
-    """A numpy function running ``kernel`` on contiguous ``x`` and ``w``."""
+@scalar_jit
+def _conv1d_batched_loop(x: Any, w: Any, out: Any) -> None:
+    # x padded already; out holds the bias (or zeros) and receives the sums
+    batch, channels, _length = x.shape
+    out_channels, _channels, k = w.shape
+    for b in range(batch):
+        for o in range(out_channels):
+            for t in range(out.shape[2]):
+                acc = out[b, o, t]
+                for c in range(channels):
+                    for j in range(k):
+                        acc += x[b, c, t + j] * w[o, c, j]
+                out[b, o, t] = acc
 
-    def conv1d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+
+def _padded(x: np.ndarray, padding: int) -> np.ndarray:
+    if not padding:
+        return np.ascontiguousarray(x)
+    return np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+
+
+def _batched_out(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    shape = (x.shape[0], w.shape[0], x.shape[2] - w.shape[2] + 1)
+    if bias is None:
+        return np.zeros(shape, dtype=x.dtype)
+    return np.repeat(bias.astype(x.dtype)[None, :, None], shape[2], axis=2).repeat(
+        shape[0], axis=0)
+
+
+def _with(kernel: Any) -> Any:
+    """A numpy function running ``kernel`` on contiguous ``x`` and ``w`` (the SCALAR loop
+    for the batched form)."""
+
+    def conv1d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+               padding: int = 0) -> np.ndarray:
+        if x.ndim == 3:
+            xp = _padded(x, int(padding))
+            out = _batched_out(xp, w, bias)
+            _conv1d_batched_loop(xp, np.ascontiguousarray(w), out)
+            return out
         out = np.empty(x.shape[0] - w.shape[0] + 1, dtype=x.dtype)
         kernel(np.ascontiguousarray(x), np.ascontiguousarray(w), out)
         return out
@@ -100,24 +144,55 @@ def _with(kernel: Any) -> Any:
     return conv1d
 
 
+def _conv1d_windows(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+                    padding: int = 0) -> np.ndarray:
+    """The batched form on numpy: windows of x contracted with w (one BLAS call)."""
+    if x.ndim != 3:
+        return _conv1d_simd_1d(x, w)
+    xp = _padded(x, int(padding))
+    windows = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2], axis=2)  # (b, c, t, k)
+    out = np.tensordot(windows, w, axes=([1, 3], [1, 2])).transpose(0, 2, 1)  # (b, o, t)
+    if bias is not None:
+        out = out + bias[None, :, None]
+    return np.ascontiguousarray(out, dtype=x.dtype)
+
+
+_conv1d_simd_1d = _with(_conv1d_chunks)
 conv1d_scalar = host_arm(_with(_conv1d_loop))
-conv1d_simd = host_arm(_with(_conv1d_chunks))
+conv1d_simd = host_arm(_conv1d_windows)
 
 
-def _conv1d_gpu(x: Any, w: Any) -> Any:
+def _conv1d_gpu(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
     functional = sys.modules["torch"].nn.functional
+    if x.ndim == 3:
+        return functional.conv1d(x, w, bias, padding=int(padding))
     return functional.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
 
 
-conv1d_gpu = gpu_arm(NAME, _conv1d_gpu,
-                     result_bytes=lambda x, w: (x.shape[0] - w.shape[0] + 1) * itemsize(x))
+def _conv1d_result_bytes(x: Any, w: Any, bias: Any = None, padding: int = 0) -> int:
+    if x.ndim == 3:
+        length = x.shape[2] + 2 * int(padding) - w.shape[2] + 1
+        return x.shape[0] * w.shape[0] * length * itemsize(x)
+    return (x.shape[0] - w.shape[0] + 1) * itemsize(x)
+
+
+conv1d_gpu = gpu_arm(NAME, _conv1d_gpu, result_bytes=_conv1d_result_bytes)
 
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, conv1d_scalar,
-                          compile_count=compile_count(_conv1d_loop))
+                          compile_count=_both(compile_count(_conv1d_loop),
+                                              compile_count(_conv1d_batched_loop)))
     op.add_implementation(Backend.SIMD, conv1d_simd,
                           compile_count=compile_count(_conv1d_chunks))
     op.add_implementation(Backend.GPU, conv1d_gpu, floor_us=conv1d_gpu.floor_us)
+
+
+def _both(first: Any, second: Any) -> Any:
+    """The compile count of two kernels (``None`` without numba)."""
+    if first is None or second is None:
+        return None
+    return lambda: first() + second()

@@ -14,6 +14,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import vector_pair_size
 from ._compile import compile_count, scalar_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
     op.add_implementation(Backend.SIMD, dot_simd)
     op.add_implementation(Backend.GPU, dot_gpu, floor_us=dot_gpu.floor_us)

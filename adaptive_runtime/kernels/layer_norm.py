@@ -1,9 +1,11 @@
-"""``layer_norm(x)``: normalise over the last axis, ``(x - mean) / sqrt(var + 1e-5)``.
+"""``layer_norm(x[, weight, bias[, eps]])``: normalise over the last axis,
+``(x - mean) / sqrt(var + eps) * weight + bias``.
 
 The variance is the biased one (divided by the row length), as
-``torch.nn.functional.layer_norm(x, x.shape[-1:])`` without weight or bias, eps ``1e-5``. Any
-array of at least one dimension: it is seen as rows of its last axis, and the result has its
-shape and dtype.
+``torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)``; ``weight`` and
+``bias`` (each optional: ``None``) are 1-D of the last axis' length, eps defaults to ``1e-5``.
+Any array of at least one dimension: it is seen as rows of its last axis, and the result has
+its shape and dtype.
 
 SCALAR: a numba loop per row, two passes (mean, then variance of the centred row), sums in
 float64. SIMD: the same in numba with ``prange`` over rows and fastmath (vectorised row sums).
@@ -37,8 +39,9 @@ import numpy as np
 
 from ..backend import Backend
 from ._arrays import host_arm
-from ._checks import array_size
+from ._checks import layer_norm_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
@@ -48,8 +51,10 @@ NAME = "layer_norm"
 EPS = 1e-5
 
 
-def _rows(x: Any, out: Any) -> None:
+def _rows(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> None:
     rows, n = x.shape
+    scaled = weight.shape[0] > 0  # (empty: no weight / no bias)
+    shifted = bias.shape[0] > 0
     for r in prange(rows):  # (a plain range in the SCALAR build)
         total = 0.0
         for j in range(n):
@@ -59,9 +64,14 @@ def _rows(x: Any, out: Any) -> None:
         for j in range(n):
             d = x[r, j] - mean
             squares += d * d
-        inv = 1.0 / np.sqrt(squares / n + EPS)
+        inv = 1.0 / np.sqrt(squares / n + eps)
         for j in range(n):
-            out[r, j] = (x[r, j] - mean) * inv
+            v = (x[r, j] - mean) * inv
+            if scaled:
+                v = v * weight[j]
+            if shifted:
+                v = v + bias[j]
+            out[r, j] = v
 
 
 # One loop, two builds: SCALAR (sequential, exact order) and SIMD (fastmath, rows in parallel).
@@ -72,30 +82,40 @@ _layer_norm_rows_parallel = simd_jit(_rows)
 def _on_rows(kernel: Any) -> Any:
     """A numpy function running ``kernel`` on ``x`` as contiguous rows of its last axis."""
 
-    def layer_norm(x: np.ndarray) -> np.ndarray:
+    def layer_norm(x: np.ndarray, weight: np.ndarray | None = None,
+                   bias: np.ndarray | None = None, eps: float = EPS) -> np.ndarray:
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         out = np.empty(rows.shape, dtype=x.dtype)
-        kernel(rows, out)
+        none = _NONE[x.dtype.char]
+        kernel(rows, none if weight is None else np.ascontiguousarray(weight),
+               none if bias is None else np.ascontiguousarray(bias), float(eps), out)
         return out.reshape(x.shape)
 
     return layer_norm
+
+
+# "no weight" / "no bias", as the kernels read it: an empty array of the input's dtype (one
+# type signature for the affine and plain cases)
+_NONE = {np.dtype(t).char: np.empty(0, dtype=t) for t in (np.float32, np.float64)}
 
 
 layer_norm_scalar = host_arm(_on_rows(_layer_norm_rows))
 layer_norm_simd = host_arm(_on_rows(_layer_norm_rows_parallel))
 
 
-def _layer_norm_gpu(x: Any) -> Any:
+def _layer_norm_gpu(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     functional = sys.modules["torch"].nn.functional
-    return functional.layer_norm(x, x.shape[-1:], eps=EPS)
+    return functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
-layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=nbytes, workspace=1.0)
+layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=lambda x, *_: nbytes(x),
+                         workspace=1.0)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=array_size(NAME), kind="vector",
-                     on_device=inputs_on_device)
+    op = rt.register(NAME, size=layer_norm_size(NAME), kind="vector",
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, layer_norm_scalar,
                           compile_count=compile_count(_layer_norm_rows))
     op.add_implementation(Backend.SIMD, layer_norm_simd,

@@ -32,6 +32,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import matmul_size
 from ._compile import compile_count, scalar_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ matmul_gpu = gpu_arm(NAME, _matmul_gpu,
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=matmul_size(NAME), kind="matrix",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, matmul_scalar,
                           compile_count=compile_count(_matmul_loop))
     op.add_implementation(Backend.SIMD, matmul_simd)

@@ -32,6 +32,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import scale_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ scale_gpu = gpu_arm(NAME, _scale_gpu, result_bytes=lambda alpha, x, y: nbytes(x)
 
 
 def register(rt: AdaptiveRuntime) -> None:
-    op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device)
+    op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
     op.add_implementation(Backend.SIMD, scale_simd,
                           compile_count=compile_count(_scale_parallel))

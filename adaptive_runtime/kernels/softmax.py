@@ -37,6 +37,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, scalar_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ softmax_gpu = gpu_arm(NAME, _softmax_gpu, result_bytes=nbytes, workspace=1.0)
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=array_size(NAME), kind="vector",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, softmax_scalar,
                           compile_count=compile_count(_softmax_rows))
     op.add_implementation(Backend.SIMD, softmax_simd)

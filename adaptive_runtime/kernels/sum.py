@@ -31,6 +31,7 @@ from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
+from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ sum_gpu = gpu_arm(NAME, _sum_gpu, result_bytes=lambda x: 8)
 
 def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=array_size(NAME), kind="reduction",
-                     on_device=inputs_on_device)
+                     on_device=inputs_on_device,
+                     family=input_family)
     op.add_implementation(Backend.SCALAR, sum_scalar, compile_count=compile_count(_sum_loop))
     op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel))
     op.add_implementation(Backend.GPU, sum_gpu, floor_us=sum_gpu.floor_us)

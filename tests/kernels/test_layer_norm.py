@@ -100,7 +100,7 @@ def test_bad_shapes_are_value_errors_naming_the_op_and_shape(arm_runtimes, x, me
     (np.ones((2, 3), np.int32), r"^layer_norm: expected float32 or float64 .* int32 array "
                                 r"\(2, 3\)"),
     (np.ones(3, np.float16), r"^layer_norm: expected float32 or float64 .* float16 array"),
-    (torch.ones(3, dtype=torch.bfloat16), r"^layer_norm: expected .* torch.bfloat16 tensor"),
+    (torch.ones(3, dtype=torch.int16), r"^layer_norm: expected .* torch.int16 tensor"),
     ([1.0, 2.0], r"^layer_norm: expected .* got list"),
 ])
 def test_bad_types_are_type_errors_naming_the_op_and_input(arm_runtimes, x, message) -> None:

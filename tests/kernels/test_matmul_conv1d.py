@@ -124,8 +124,8 @@ def test_results_keep_float32(arm_runtimes) -> None:
     ("matmul", (np.ones(3), np.ones((3, 2))), r"^matmul: .* \(3,\) and \(3, 2\)"),
     ("matmul", (np.ones((2, 2, 2)), np.ones((2, 2))), r"^matmul: .* \(2, 2, 2\) and \(2, 2\)"),
     ("conv1d", (np.ones(3), np.ones(4)),
-     r"^conv1d: expected 1-D x of length n and 1-D w of length k, 1 <= k <= n, got shapes "
-     r"\(3,\) and \(4,\)"),
+     r"^conv1d: expected 1-D x of length n and 1-D w of length k, 1 <= k <= n \(or the "
+     r"batched form: 3-D x and w\), got shapes \(3,\) and \(4,\)"),
     ("conv1d", (np.ones(0), np.ones(0)), r"^conv1d: .* \(0,\) and \(0,\)"),
     ("conv1d", (np.ones(5), np.ones(0)), r"^conv1d: .* \(5,\) and \(0,\)"),
     ("conv1d", (np.ones((4, 4)), np.ones(2)), r"^conv1d: .* \(4, 4\) and \(2,\)"),
@@ -144,8 +144,8 @@ def test_bad_shapes_are_value_errors_naming_the_op_and_shapes(arm_runtimes, op, 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda s: (np.ones(s, np.int64), np.ones(s, np.int64)),
      r"expected float32 or float64 .* int64 array"),
-    (lambda s: (torch.ones(s, dtype=torch.float16), torch.ones(s, dtype=torch.float16)),
-     r"expected float32 or float64 .* torch.float16 tensor"),
+    (lambda s: (torch.ones(s, dtype=torch.uint8), torch.ones(s, dtype=torch.uint8)),
+     r"expected float32 or float64 .* torch.uint8 tensor"),
     (lambda s: (np.ones(s, np.float32), np.ones(s)), r"inputs must share one dtype"),
     (lambda s: (np.ones(s), torch.ones(s, dtype=torch.float64)), r"inputs must be all numpy"),
     (lambda s: (torch.ones(s, dtype=torch.float64), np.ones(s)), r"inputs must be all numpy"),

@@ -103,7 +103,8 @@ def test_bad_shapes_are_value_errors_naming_the_op_and_shapes(arm_runtimes, op, 
     ("scale", (2.0, np.arange(3), np.arange(3)),
      r"^scale: expected float32 or float64 .* got int64 array \(3,\), int64 array \(3,\)"),
     ("scale", (2.0, np.ones(2), torch.ones(2, dtype=torch.float64)),
-     r"^scale: inputs must be all numpy arrays or all torch tensors, got float64 array \(2,\), "
+     r"^scale: inputs must be all numpy arrays, all torch tensors or all JAX arrays, got "
+     r"float64 array \(2,\), "
      r"torch.float64 tensor \(2,\)"),
     ("scale", (2.0, np.ones(2, np.float32), np.ones(2)),
      r"^scale: inputs must share one dtype, got float32 array \(2,\), float64 array \(2,\)"),

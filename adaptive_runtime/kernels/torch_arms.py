@@ -1,0 +1,242 @@
+"""The built-in operations on torch tensors: ATen is always a candidate, numba competes.
+
+Calls with torch CPU tensors form the families ``torch`` (float32/float64), ``torch:float16``
+and ``torch:bfloat16``, each also with ``+grad`` when autograd is recording (see
+``_families``). Their arms:
+
+- SIMD: the ATen call a torch user writes anyway (``torch.nn.functional.gelu``,
+  ``torch.mm``, ...). With ``+grad`` it records ATen's own backward, as the plain call would:
+  wrapping it in a Python autograd function costs ~10 µs a call each way (measured on the
+  development machine's MLP step: 1.18-1.27x the plain step), more than a small layer's kernel;
+- SCALAR (float32/float64 only: numba has no bfloat16): the operation's numba loop on the
+  tensor's memory (``.numpy()`` shares it). With ``+grad`` it runs inside an autograd function
+  (``_autograd``) whose backward is itself adaptive: ``gelu.backward`` and friends, or the
+  forward operations that make up the gradient (a matmul's gradients are matmuls);
+- GPU: the operation's GPU arm (torch on the CUDA device; copies are differentiable).
+
+The backward operations get the same families: ATen's backward kernels and numba's loops
+(ATen only where autograd records through them: a double backward).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..backend import Backend
+from . import backward
+from ._autograd import Backward, autograd_arm
+from ._families import GRAD, TORCH, torch_families
+from .layer_norm import EPS
+
+if TYPE_CHECKING:
+    from ..runtime import AdaptiveRuntime
+
+__all__ = ["ATEN", "register"]
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
+
+
+def _functional() -> Any:
+    return sys.modules["torch"].nn.functional
+
+
+def aten_dot(a: Any, b: Any) -> Any:
+    return _torch().dot(a, b)
+
+
+def aten_add(a: Any, b: Any) -> Any:
+    return _torch().add(a, b)
+
+
+def aten_scale(alpha: Any, x: Any, y: Any) -> Any:
+    return _torch().add(y, x, alpha=float(alpha))
+
+
+def aten_sum(x: Any) -> Any:
+    return x.sum()
+
+
+def aten_relu(x: Any) -> Any:
+    return _torch().relu(x)
+
+
+def aten_gelu(x: Any) -> Any:
+    return _functional().gelu(x)
+
+
+def aten_softmax(x: Any) -> Any:
+    return _torch().softmax(x, -1)
+
+
+def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
+    return _functional().layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def aten_matmul(a: Any, b: Any) -> Any:
+    return _torch().mm(a, b)
+
+
+def aten_linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    return _functional().linear(x, weight, bias)
+
+
+def aten_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+    if x.ndim == 3:
+        return _functional().conv1d(x, w, bias, padding=int(padding))
+    return _functional().conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
+
+
+def aten_relu_backward(g: Any, x: Any) -> Any:
+    return _torch().ops.aten.threshold_backward(g, x, 0)
+
+
+def aten_gelu_backward(g: Any, x: Any) -> Any:
+    return _torch().ops.aten.gelu_backward(g, x)
+
+
+def aten_softmax_backward(g: Any, y: Any) -> Any:
+    return _torch().ops.aten._softmax_backward_data(g, y, -1, y.dtype)
+
+
+def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
+    aten = _torch().ops.aten
+    shape = [x.shape[-1]]
+    _out, mean, rstd = aten.native_layer_norm(x, shape, weight, None, eps)
+    if weight is None:
+        return aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
+                                               [True, False, False])[0]
+    # (ATen's bias gradient wants a bias tensor: it is the rows' sum of g, done here)
+    dx, dweight, _ = aten.native_layer_norm_backward(g, x, shape, mean, rstd, weight, None,
+                                                     [True, True, False])
+    return dx, dweight, g.reshape(-1, shape[0]).sum(0)
+
+
+# ATen's call for each operation (forward and backward), by name
+ATEN: dict[str, Callable[..., Any]] = {
+    "dot": aten_dot, "add": aten_add, "scale": aten_scale, "sum": aten_sum,
+    "relu": aten_relu, "gelu": aten_gelu, "softmax": aten_softmax,
+    "layer_norm": aten_layer_norm, "matmul": aten_matmul, "linear": aten_linear,
+    "conv1d": aten_conv1d,
+    backward.RELU: aten_relu_backward, backward.GELU: aten_gelu_backward,
+    backward.SOFTMAX: aten_softmax_backward, backward.LAYER_NORM: aten_layer_norm_backward,
+}
+
+# operations whose numba arm's autograd function saves its output (softmax's gradient is
+# written in terms of it)
+_SAVES_OUTPUT = frozenset({"softmax"})
+
+
+def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
+    """How each forward operation's gradients are computed from ``(inputs, output, g)``:
+    through adaptive operations (``run``) wherever there is a kernel to choose."""
+
+    def dot(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        a, b = inputs
+        return g * b, g * a
+
+    def add(_inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return g, g
+
+    def scale(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return None, g * float(inputs[0]), g
+
+    def sum_(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return (g.expand_as(inputs[0]),)
+
+    def relu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return (run(backward.RELU, g, inputs[0]),)
+
+    def gelu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return (run(backward.GELU, g, inputs[0]),)
+
+    def softmax(_inputs: tuple[Any, ...], out: Any, g: Any) -> tuple[Any, ...]:
+        return (run(backward.SOFTMAX, g, out),)
+
+    def layer_norm(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x = inputs[0]
+        weight = inputs[1] if len(inputs) > 1 else None
+        bias = inputs[2] if len(inputs) > 2 else None
+        eps = inputs[3] if len(inputs) > 3 else EPS
+        if weight is None:
+            dx, dweight = run(backward.LAYER_NORM, g, x, None, eps), None
+            dbias = g.reshape(-1, x.shape[-1]).sum(0) if bias is not None else None
+        else:
+            dx, dweight, dbias = run(backward.LAYER_NORM, g, x, weight, eps)
+            if bias is None:
+                dbias = None
+        return (dx, dweight, dbias, None)[:len(inputs)]
+
+    def matmul(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        a, b = inputs
+        return run("matmul", g, b.t()), run("matmul", a.t(), g)
+
+    def linear(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x, weight = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        rows = x.reshape(-1, x.shape[-1])
+        g_rows = g.reshape(-1, weight.shape[0])
+        dx = run("matmul", g_rows, weight).reshape(x.shape)
+        dweight = run("matmul", g_rows.t(), rows)
+        dbias = g_rows.sum(0) if bias is not None else None
+        return (dx, dweight, dbias)[:len(inputs)]
+
+    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        padding = int(inputs[3]) if len(inputs) > 3 else 0
+        torch = _torch()
+        k = w.shape[-1]
+        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
+            dx = run("conv1d", torch.nn.functional.pad(g, (k - 1, k - 1)), w.flip(0))
+            return dx, run("conv1d", x, g)
+        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
+        xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
+        dw = run("conv1d", xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
+        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
+        dxp = run("conv1d", g, w.flip(-1).transpose(0, 1), None, k - 1)
+        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
+        dbias = g.sum((0, 2)) if bias is not None else None
+        return (dx, dw, dbias, None)[:len(inputs)]
+
+    return {"dot": dot, "add": add, "scale": scale, "sum": sum_, "relu": relu, "gelu": gelu,
+            "softmax": softmax, "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
+            "conv1d": conv1d}
+
+
+def register(rt: AdaptiveRuntime) -> None:
+    """Add the torch families' arms to every built-in operation of ``rt`` (registered
+    already, numpy families included)."""
+    ref = weakref.ref(rt)
+
+    def run(name: str, *args: Any) -> Any:
+        live = ref()
+        if live is None:  # (a backward pass outliving its runtime: the default one serves)
+            from ..runtime import get_runtime
+
+            live = get_runtime()
+        return live.run(name, *args)
+
+    gradients = _gradients(run)
+    for name, aten in ATEN.items():
+        op = rt.operation(name)
+        scalar = op.implementation_for(Backend.SCALAR)
+        gpu = op.implementation_for(Backend.GPU)
+        is_backward = name in backward.NAMES
+        for family in torch_families():
+            grad = family.endswith(GRAD)
+            op.add_implementation(Backend.SIMD, aten, family=family, warm_up=True)
+            if gpu is not None:
+                op.add_implementation(Backend.GPU, gpu.fn, family=family, floor_us=gpu.floor_us)
+            if scalar is None or family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
+                continue  # numba has no half precision; a double backward stays with ATen
+            fn = scalar.fn
+            if grad:
+                fn = autograd_arm(name, fn, gradients[name], save_output=name in _SAVES_OUTPUT)
+            op.add_implementation(Backend.SCALAR, fn, family=family,
+                                  compile_count=scalar.compile_count)
+
