@@ -1,6 +1,8 @@
 """Built-in operations on the process default runtime: ``ar.ops.dot(a, b)`` and friends.
 
-Each takes float32/float64 numpy arrays or torch tensors and returns the same type and dtype.
+Each takes float32/float64 numpy arrays, torch tensors or JAX arrays (of those dtypes or
+float16/bfloat16) and returns the same type, dtype and device. On torch tensors that require
+grad the result keeps the autograd graph.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from typing import Any
 
 from .runtime import get_runtime
 
-__all__ = ["add", "conv1d", "dot", "gelu", "layer_norm", "matmul", "relu", "scale",
+__all__ = ["add", "conv1d", "dot", "gelu", "layer_norm", "linear", "matmul", "relu", "scale",
            "softmax", "sum"]
 
 
@@ -48,9 +50,12 @@ def softmax(x: Any) -> Any:
     return get_runtime().run("softmax", x)
 
 
-def layer_norm(x: Any) -> Any:
-    """Normalise over the last axis (biased variance, eps 1e-5), on the default runtime."""
-    return get_runtime().run("layer_norm", x)
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+    """Normalise over the last axis (biased variance), then ``* weight + bias`` where given
+    (1-D, of the last axis' length), on the default runtime."""
+    if weight is None and bias is None and eps == 1e-5:
+        return get_runtime().run("layer_norm", x)
+    return get_runtime().run("layer_norm", x, weight, bias, eps)
 
 
 def matmul(a: Any, b: Any) -> Any:
@@ -58,6 +63,15 @@ def matmul(a: Any, b: Any) -> Any:
     return get_runtime().run("matmul", a, b)
 
 
-def conv1d(x: Any, w: Any) -> Any:
-    """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs)."""
-    return get_runtime().run("conv1d", x, w)
+def linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    """``x @ weight.T + bias`` (x ``(..., in)``, weight ``(out, in)``), as ``nn.Linear``."""
+    return get_runtime().run("linear", x, weight, bias)
+
+
+def conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+    """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or the
+    batched form of ``nn.Conv1d`` (stride 1): x ``(batch, channels, n)``, w ``(out, channels,
+    k)``, optional bias ``(out,)`` and zero padding."""
+    if bias is None and padding == 0:
+        return get_runtime().run("conv1d", x, w)
+    return get_runtime().run("conv1d", x, w, bias, padding)

@@ -1,0 +1,418 @@
+"""PyTorch training loops: adaptive functional ops and ``adapt(model)``.
+
+``import adaptive_runtime.torch as art`` (imported only when used: it imports torch).
+
+- Functional ops for ``nn.Module.forward``: :func:`linear`, :func:`matmul`, :func:`add`,
+  :func:`relu`, :func:`gelu`, :func:`softmax`, :func:`layer_norm`, :func:`conv1d`. Each runs on
+  the arm the runtime picks among ATen (the call you would write anyway), numba and the GPU,
+  with autograd intact (see ``kernels/torch_arms``): a tensor that requires grad gets a
+  correct backward, itself run by adaptive operations.
+- :func:`adapt` swaps supported modules of a model in place for adaptive ones: ``nn.Linear``,
+  ``nn.GELU``, ``nn.ReLU``, ``nn.Softmax``, ``nn.LayerNorm``, ``nn.Conv1d``. A swapped module
+  keeps its parameters, buffers, hooks and ``state_dict`` (only its class changes, to a
+  subclass whose ``forward`` is adaptive), so an optimiser made before or after still works.
+- Under ``torch.compile`` the ops are opaque custom operators (``torch.ops.adaptive_runtime.*``,
+  with fake implementations and registered backwards): the compiled graph calls the runtime at
+  run time, where it chooses as in eager mode. ``torch.no_grad()`` and
+  ``torch.inference_mode()`` record nothing, and are learned apart from calls under autograd.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .kernels.layer_norm import EPS
+from .runtime import AdaptiveRuntime, get_runtime
+
+__all__ = ["AdaptiveConv1d", "AdaptiveGELU", "AdaptiveLayerNorm", "AdaptiveLinear",
+           "AdaptiveReLU", "AdaptiveSoftmax", "adapt", "add", "conv1d", "gelu", "layer_norm",
+           "linear", "matmul", "relu", "softmax"]
+
+_log = logging.getLogger(__name__)
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+
+
+def _runtime(runtime: AdaptiveRuntime | None) -> AdaptiveRuntime:
+    return runtime if runtime is not None else get_runtime()
+
+
+# ---------------------------------------------------------------------------- functional ops
+
+
+def linear(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, *,
+           runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.linear(x, weight, bias)
+    return _runtime(runtime).run("linear", x, weight, bias)
+
+
+def matmul(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """``a @ b`` of 2-D tensors."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.matmul(a, b)
+    return _runtime(runtime).run("matmul", a, b)
+
+
+def add(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """``a + b`` of two tensors of one shape."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.add(a, b)
+    return _runtime(runtime).run("add", a, b)
+
+
+def relu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """``max(x, 0)`` elementwise (never in place)."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.relu(x)
+    return _runtime(runtime).run("relu", x)
+
+
+def gelu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.gelu(x)
+    return _runtime(runtime).run("gelu", x)
+
+
+def softmax(x: _Tensor, dim: int = -1, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """Softmax over ``dim`` (computed over the last axis, ``dim`` moved there and back)."""
+    last = dim in (-1, x.ndim - 1)
+    if not last:
+        x = x.movedim(dim, -1)
+    if _is_compiling():
+        out = torch.ops.adaptive_runtime.softmax(x)
+    else:
+        out = _runtime(runtime).run("softmax", x)
+    return out if last else out.movedim(-1, dim)
+
+
+def layer_norm(x: _Tensor, weight: _Tensor | None = None, bias: _Tensor | None = None,
+               eps: float = EPS, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """Layer normalisation over the last axis, as ``torch.nn.functional.layer_norm(x,
+    x.shape[-1:], weight, bias, eps)``."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.layer_norm(x, weight, bias, float(eps))
+    return _runtime(runtime).run("layer_norm", x, weight, bias, float(eps))
+
+
+def conv1d(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, padding: int = 0, *,
+           runtime: AdaptiveRuntime | None = None) -> _Tensor:
+    """``torch.nn.functional.conv1d(x, weight, bias, padding=padding)`` with stride 1,
+    dilation 1 and one group: x ``(batch, channels, n)``, weight ``(out, channels, k)``."""
+    if _is_compiling():
+        return torch.ops.adaptive_runtime.conv1d(x, weight, bias, int(padding))
+    return _runtime(runtime).run("conv1d", x, weight, bias, int(padding))
+
+
+# ---------------------------------------------------------------------------- modules
+
+
+class AdaptiveLinear(nn.Linear):
+    """``nn.Linear`` whose forward runs the adaptive :func:`linear`."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        return linear(input, self.weight, self.bias)
+
+
+class AdaptiveGELU(nn.GELU):
+    """``nn.GELU()`` (exact) whose forward runs the adaptive :func:`gelu`."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        return gelu(input)
+
+
+class AdaptiveReLU(nn.ReLU):
+    """``nn.ReLU`` whose forward runs the adaptive :func:`relu` (out of place, even when the
+    module says ``inplace``: the result is the same tensor values)."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        return relu(input)
+
+
+class AdaptiveSoftmax(nn.Softmax):
+    """``nn.Softmax(dim)`` whose forward runs the adaptive :func:`softmax`."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        return softmax(input, self.dim)  # type: ignore[arg-type]
+
+
+class AdaptiveLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` over the last axis whose forward runs the adaptive
+    :func:`layer_norm`."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        return layer_norm(input, self.weight, self.bias, self.eps)
+
+
+class AdaptiveConv1d(nn.Conv1d):
+    """``nn.Conv1d`` (stride 1, dilation 1, one group, zero padding) whose forward runs the
+    adaptive :func:`conv1d`."""
+
+    def forward(self, input: _Tensor) -> _Tensor:
+        padding = 0 if isinstance(self.padding, str) else self.padding[0]  # ("valid")
+        return conv1d(input, self.weight, self.bias, padding)
+
+
+def _why_not_gelu(m: nn.GELU) -> str | None:
+    return None if m.approximate == "none" else f"approximate={m.approximate!r}"
+
+
+def _why_not_softmax(m: nn.Softmax) -> str | None:
+    return "dim=None (implicit)" if m.dim is None else None
+
+
+def _why_not_layer_norm(m: nn.LayerNorm) -> str | None:
+    if len(m.normalized_shape) != 1:
+        return f"normalized_shape={tuple(m.normalized_shape)} (only the last axis)"
+    return None
+
+
+def _why_not_conv1d(m: nn.Conv1d) -> str | None:
+    if m.stride != (1,) or m.dilation != (1,) or m.groups != 1:
+        return f"stride={m.stride}, dilation={m.dilation}, groups={m.groups}"
+    if m.padding_mode != "zeros" or isinstance(m.padding, str):
+        if m.padding == "valid":
+            return None
+        return f"padding={m.padding!r}, padding_mode={m.padding_mode!r}"
+    return None
+
+
+# module class -> (adaptive class, why a module of it cannot be swapped, or None)
+_SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None]]] = {
+    nn.Linear: (AdaptiveLinear, lambda _m: None),
+    nn.GELU: (AdaptiveGELU, _why_not_gelu),
+    nn.ReLU: (AdaptiveReLU, lambda _m: None),
+    nn.Softmax: (AdaptiveSoftmax, _why_not_softmax),
+    nn.LayerNorm: (AdaptiveLayerNorm, _why_not_layer_norm),
+    nn.Conv1d: (AdaptiveConv1d, _why_not_conv1d),
+}
+
+
+def adapt(model: nn.Module) -> nn.Module:
+    """Swap ``model``'s supported modules (itself included) in place for adaptive ones, and
+    return it.
+
+    Supported: ``nn.Linear``, ``nn.GELU`` (exact), ``nn.ReLU``, ``nn.Softmax`` (an explicit
+    ``dim``), ``nn.LayerNorm`` (over the last axis), ``nn.Conv1d`` (stride 1, dilation 1, one
+    group, zero padding). Only exactly these classes are swapped (a subclass may override
+    ``forward``); a module that cannot be is left as it is and logged (INFO) with the reason.
+    Parameters, buffers, hooks and ``state_dict`` stay as they were: the module's class
+    becomes a subclass whose ``forward`` is adaptive.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"adapt() takes a torch.nn.Module, got {type(model).__name__}")
+    for name, module in model.named_modules():
+        swap = _SWAPS.get(type(module))
+        if swap is None:
+            continue
+        adaptive, why_not = swap
+        reason = why_not(module)
+        if reason is not None:
+            _log.info("adaptive_runtime.torch.adapt: %s (%s) left as it is: %s",
+                      name or "<model>", type(module).__name__, reason)
+            continue
+        module.__class__ = adaptive
+    return model
+
+
+# ---------------------------------------------------------------------------- torch.compile
+
+# Opaque custom operators for torch.compile: the graph keeps a call into the runtime (which
+# chooses at run time), with a fake implementation for shapes and a registered backward made of
+# the same custom operators. Eager mode never goes through them (a custom operator costs ~40 µs
+# a call in eager mode here, the runtime's own dispatch ~3 µs).
+
+_Opt = torch.Tensor | None
+
+
+@torch.library.custom_op("adaptive_runtime::linear", mutates_args=())
+def _op_linear(x: torch.Tensor, weight: torch.Tensor, bias: _Opt) -> torch.Tensor:
+    return get_runtime().run("linear", x, weight, bias)
+
+
+@torch.library.custom_op("adaptive_runtime::matmul", mutates_args=())
+def _op_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("matmul", a, b)
+
+
+@torch.library.custom_op("adaptive_runtime::add", mutates_args=())
+def _op_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("add", a, b)
+
+
+@torch.library.custom_op("adaptive_runtime::relu", mutates_args=())
+def _op_relu(x: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("relu", x)
+
+
+@torch.library.custom_op("adaptive_runtime::gelu", mutates_args=())
+def _op_gelu(x: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("gelu", x)
+
+
+@torch.library.custom_op("adaptive_runtime::softmax", mutates_args=())
+def _op_softmax(x: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("softmax", x)
+
+
+@torch.library.custom_op("adaptive_runtime::layer_norm", mutates_args=())
+def _op_layer_norm(x: torch.Tensor, weight: _Opt, bias: _Opt, eps: float) -> torch.Tensor:
+    return get_runtime().run("layer_norm", x, weight, bias, eps)
+
+
+@torch.library.custom_op("adaptive_runtime::conv1d", mutates_args=())
+def _op_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: _Opt,
+               padding: int) -> torch.Tensor:
+    return get_runtime().run("conv1d", x, weight, bias, padding)
+
+
+@torch.library.custom_op("adaptive_runtime::relu_backward", mutates_args=())
+def _op_relu_backward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("relu.backward", g, x)
+
+
+@torch.library.custom_op("adaptive_runtime::gelu_backward", mutates_args=())
+def _op_gelu_backward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("gelu.backward", g, x)
+
+
+@torch.library.custom_op("adaptive_runtime::softmax_backward", mutates_args=())
+def _op_softmax_backward(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return get_runtime().run("softmax.backward", g, y)
+
+
+@torch.library.custom_op("adaptive_runtime::layer_norm_backward", mutates_args=())
+def _op_layer_norm_backward(g: torch.Tensor, x: torch.Tensor, weight: _Opt,
+                            eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = get_runtime()
+    if weight is None:
+        empty = x.new_empty(0)
+        return rt.run("layer_norm.backward", g, x, None, eps), empty, empty
+    dx, dweight, dbias = rt.run("layer_norm.backward", g, x, weight, eps)
+    return dx, dweight, dbias
+
+
+def _same_as_first(x: torch.Tensor, *_rest: Any) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+for _op in (_op_add, _op_relu, _op_gelu, _op_softmax, _op_layer_norm, _op_relu_backward,
+            _op_gelu_backward, _op_softmax_backward):
+    _op.register_fake(_same_as_first)
+
+
+@_op_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: _Opt) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@_op_matmul.register_fake
+def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@_op_conv1d.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: _Opt, padding: int) -> torch.Tensor:
+    if x.ndim == 1:
+        return x.new_empty((x.shape[0] - weight.shape[0] + 1,))
+    return x.new_empty((x.shape[0], weight.shape[0],
+                        x.shape[2] + 2 * padding - weight.shape[2] + 1))
+
+
+@_op_layer_norm_backward.register_fake
+def _(g: torch.Tensor, x: torch.Tensor, weight: _Opt,
+      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n = x.shape[-1] if weight is not None else 0
+    return torch.empty_like(x), x.new_empty((n,)), x.new_empty((n,))
+
+
+def _save_inputs(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(*(t for t in inputs if isinstance(t, torch.Tensor)))
+    ctx.layout = tuple(isinstance(t, torch.Tensor) for t in inputs)
+    ctx.constants = tuple(t for t in inputs if not isinstance(t, torch.Tensor))
+
+
+def _inputs(ctx: Any) -> tuple[Any, ...]:
+    saved, constants = iter(ctx.saved_tensors), iter(ctx.constants)
+    return tuple(next(saved) if is_tensor else next(constants) for is_tensor in ctx.layout)
+
+
+def _linear_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = _inputs(ctx)
+    ops = torch.ops.adaptive_runtime
+    rows = x.reshape(-1, x.shape[-1])
+    g_rows = g.reshape(-1, weight.shape[0])
+    dx = ops.matmul(g_rows, weight).reshape(x.shape)
+    dweight = ops.matmul(g_rows.t().contiguous(), rows)
+    return dx, dweight, (g_rows.sum(0) if bias is not None else None)
+
+
+def _matmul_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    a, b = _inputs(ctx)
+    ops = torch.ops.adaptive_runtime
+    return ops.matmul(g, b.t().contiguous()), ops.matmul(a.t().contiguous(), g)
+
+
+def _add_backward(_ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    return g, g
+
+
+def _relu_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    return (torch.ops.adaptive_runtime.relu_backward(g, _inputs(ctx)[0]),)
+
+
+def _gelu_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    return (torch.ops.adaptive_runtime.gelu_backward(g, _inputs(ctx)[0]),)
+
+
+def _save_output(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    del inputs  # (torch passes it by name)
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    (y,) = ctx.saved_tensors
+    return (torch.ops.adaptive_runtime.softmax_backward(g, y),)
+
+
+def _layer_norm_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias, eps = _inputs(ctx)
+    dx, dweight, dbias = torch.ops.adaptive_runtime.layer_norm_backward(g, x, weight, eps)
+    if weight is None:
+        dweight = None
+        dbias = g.reshape(-1, x.shape[-1]).sum(0) if bias is not None else None
+    elif bias is None:
+        dbias = None
+    return dx, dweight, dbias, None
+
+
+def _conv1d_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias, padding = _inputs(ctx)
+    ops = torch.ops.adaptive_runtime
+    k = weight.shape[-1]
+    if x.ndim == 1:
+        padded = torch.nn.functional.pad(g, (k - 1, k - 1))
+        return ops.conv1d(padded, weight.flip(0), None, 0), ops.conv1d(x, g, None, 0), None, None
+    xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
+    dweight = ops.conv1d(xp.transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(), None,
+                         0).transpose(0, 1)
+    dxp = ops.conv1d(g, weight.flip(-1).transpose(0, 1).contiguous(), None, k - 1)
+    dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
+    return dx, dweight, (g.sum((0, 2)) if bias is not None else None), None
+
+
+_op_linear.register_autograd(_linear_backward, setup_context=_save_inputs)
+_op_matmul.register_autograd(_matmul_backward, setup_context=_save_inputs)
+_op_add.register_autograd(_add_backward, setup_context=_save_inputs)
+_op_relu.register_autograd(_relu_backward, setup_context=_save_inputs)
+_op_gelu.register_autograd(_gelu_backward, setup_context=_save_inputs)
+_op_softmax.register_autograd(_softmax_backward, setup_context=_save_output)
+_op_layer_norm.register_autograd(_layer_norm_backward, setup_context=_save_inputs)
+_op_conv1d.register_autograd(_conv1d_backward, setup_context=_save_inputs)
