@@ -75,6 +75,8 @@ _COST_ALPHA = 0.125
 # few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
 # the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
 _SUSPECT_DRIFT = 1.0
+# Smaller size buckets looked at for an arm's floor on a key (see _add_smaller_bucket_floors).
+_FLOOR_LOOKBACK = 8
 # Full policy evaluations of a committed key happen at least every this many decisions; in
 # between the memoised exploit decision is reused (drift, re-checks and failures still act
 # immediately, and a timing of any other arm clears the memo).
@@ -227,6 +229,8 @@ class Dispatcher:
         # operation name -> (size_of, {bucket: entry}, operation, family route or None); read
         # lock-free by run(). Family twins have routes of their own (no family route).
         self._routes: dict[str, _Route] = {}
+        # bumped whenever routes are reset: routes kept by call sites (see route()) are stale
+        self.generation = 0
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
         self._selections: Counter[tuple[str, Backend, Reason]] = Counter()
         self._fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
@@ -246,6 +250,19 @@ class Dispatcher:
 
     def run(self, operation: str, /, *args: Any) -> Any:
         # Positional arguments only: ``**kwargs`` would cost a dict per call on this path.
+        op, entries, n = self.route(operation, args)
+        return self.run_routed(op, entries, n, args)
+
+    def route(self, operation: str, args: tuple[Any, ...]) -> tuple[Any, Any, int]:
+        """Where a call of ``operation`` with ``args`` goes: ``(operation or its family twin,
+        that one's entries, the call's size)`` — checked (``size_of`` raises for bad inputs).
+        For an untimed family the entries are ``None`` and the first item is the function
+        that runs its calls.
+
+        A call site that sees the same input signature again and again (an adapted torch
+        module) may keep a route per signature and call :meth:`run_routed` with it, skipping
+        the checks: a kept route holds while :attr:`generation` is unchanged.
+        """
         try:
             size_of, entries, op, families = self._routes[operation]
         except KeyError:
@@ -259,8 +276,13 @@ class Dispatcher:
                     entries, op = families[1][family]
                 except KeyError:
                     entries, op = self._add_family(op, family)
-                if entries is None:  # a family run untimed (Operation.add_untimed): ``op``
-                    return op(*args)  # is the function that runs it
+        return op, entries, n
+
+    def run_routed(self, op: Any, entries: dict[int, _Entry] | None, n: int,
+                   args: tuple[Any, ...]) -> Any:
+        """Run a call routed by :meth:`route`: its arm picked, timed or not, and learned."""
+        if entries is None:  # a family run untimed (Operation.add_untimed): ``op`` is the
+            return op(*args)  # function that runs it
         try:
             entry = entries.get(n.bit_length())
         except AttributeError:  # a size that is not a Python int (numpy integer, float, ...)
@@ -309,6 +331,8 @@ class Dispatcher:
                                  timer())
         end_ns = timer()
         duration_us = (end_ns - start_ns) / 1000.0
+        if impl.surcharge_us is not None:  # what the arm costs later (its backward pass)
+            duration_us += impl.surcharge_us(*args)
         # A call that compiled a kernel measured the compiler, not the kernel; the first call
         # of a library arm of an operation (each family apart) measured its lazy set-up.
         learn = compile_count is None or compile_count() == compiled_before
@@ -402,6 +426,7 @@ class Dispatcher:
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
                 key.floors = _floors(op.name, entry.impls, args)
+                self._add_smaller_bucket_floors(key, entry.candidates)
             decision = entry.next
             if decision is None:
                 decision = self._decide(entry.key, entry.candidates, self._clock())
@@ -527,6 +552,8 @@ class Dispatcher:
                 continue
             end_ns = timer()
             duration_us = (end_ns - start_ns) / 1000.0
+            if impl.surcharge_us is not None:
+                duration_us += impl.surcharge_us(*args)
             learn = compile_count is None or compile_count() == compiled_before
             if learn and impl.warm_up and nxt not in op.warmed:
                 learn = _warmed(op, nxt)
@@ -581,6 +608,7 @@ class Dispatcher:
             # only when the key is created: a workload creates its keys together, long
             # before any of them has converged.
             key.prior = self._history.neighbour_prior(key.operation, key.bucket, candidates)
+            self._add_smaller_bucket_floors(key, candidates)
         decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
         memoised = decision is key.memo and key.decisions < key.memo_until
         key.decisions += 1
@@ -607,6 +635,27 @@ class Dispatcher:
             # cost min_samples calls of every slow arm)
             key.prior = slowed
         return decision
+
+    def _add_smaller_bucket_floors(self, key: KeyHistory, candidates: Sequence[Backend]) -> None:
+        """Raise ``key``'s floors to what each arm was measured to take on the nearest smaller
+        size bucket of the same operation. A kernel does not get faster on more elements, so
+        that is what it takes here at least: an arm 50 times slower than ATen on batches of 64
+        is not tried on batches of 512. (One timing there is enough: noise only ever adds
+        time, the floor ratio leaves slack, and every few re-checks look at every arm.)
+        Caller holds the lock."""
+        floors = key.floors
+        find = self._history.find
+        for backend in candidates:
+            for bucket in range(key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0), -1):
+                smaller = find(key.operation, bucket)
+                stats = smaller.arms.get(backend) if smaller is not None else None
+                if stats is None or not stats.epoch_samples or stats.consecutive_failures:
+                    continue
+                if floors is None:
+                    floors = key.floors = {}
+                if stats.mean_us > floors.get(backend, 0.0):
+                    floors[backend] = stats.mean_us
+                break
 
     def _fallback_after(self, key: KeyHistory, candidates: Sequence[Backend],
                         tried: Mapping[Backend, BaseException]) -> Backend | None:
@@ -792,6 +841,7 @@ class Dispatcher:
             route = self._routes.get(operation)
             if route is None:
                 return
+            self.generation += 1
             names = [operation]
             if route[3] is not None:
                 for entries, twin in route[3][1].values():

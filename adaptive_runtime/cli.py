@@ -26,7 +26,7 @@ from .operations import DeviceProbe
 from .runtime import AdaptiveRuntime
 from .telemetry import configure, shutdown
 
-__all__ = ["main"]
+__all__ = ["main", "print_decisions"]
 
 DEMO_OPERATIONS = ("dot", "add")
 MIN_SIZE = 8
@@ -258,6 +258,32 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
     print("latencies: learned at each bucket's reference size (its geometric middle); "
           "speed-up: mean latency of the slowest arm measured / the chosen arm's; "
           "'-' when only one arm was measured", file=out, flush=True)
+
+
+def print_decisions(rt: AdaptiveRuntime, out: TextIO = sys.stdout,
+                    operations: Iterable[str] | None = None) -> None:
+    """Print what ``rt`` decided for every key it has history for (or only ``operations``'
+    keys, their input families included): per (operation key, size bucket), the arm it runs
+    now, why, how sure, and the mean latency measured on each arm."""
+    wanted = None if operations is None else set(operations)
+    means: dict[tuple[str, int], dict[Backend, float]] = {}
+    for rec in rt.history_snapshot():
+        base = rec.operation.split("@", 1)[0]
+        if wanted is not None and base not in wanted and rec.operation not in wanted:
+            continue
+        if rec.samples and math.isfinite(rec.mean_us):
+            means.setdefault((rec.operation, rec.size_bucket), {})[rec.backend] = rec.mean_us
+    arms = [b for b in Backend if any(b in m for m in means.values())]
+    header = ["operation", "bucket", "sizes", "chosen", "reason", "conf",
+              *(f"{b.value} us" for b in arms)]
+    rows = []
+    for (op, bucket), measured in sorted(means.items()):
+        lo, hi = bucket_bounds(bucket)
+        decision = rt.decide(op, lo)
+        rows.append([op, str(bucket), f"{lo:,}-{hi:,}", decision.backend.value,
+                     decision.reason.value, f"{decision.confidence:.2f}",
+                     *(_us(measured.get(b)) for b in arms)])
+    _table(header, rows, out)
 
 
 def _us(value: float | None) -> str:

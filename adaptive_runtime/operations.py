@@ -102,6 +102,12 @@ class Implementation:
     ``warm_up``: the arm's first call in a process (per operation and input family) pays for
     its library's lazy set-up and is not learned from (ATen's first call of an operator took
     3.8 ms here, its fifth 22 µs).
+
+    ``surcharge_us`` (optional) returns, for a call's arguments, microseconds the arm will
+    cost later, outside the call, that another arm would not: added to each timing learned.
+    An arm that runs numba inside a torch autograd function charges the backward pass it
+    adds (a Python autograd node and the adaptive backward operation), which ATen's own
+    backward does not cost its forward.
     """
 
     backend: Backend
@@ -109,6 +115,7 @@ class Implementation:
     compile_count: Callable[[], int] | None = None
     floor_us: Callable[..., float] | None = None
     warm_up: bool = False
+    surcharge_us: Callable[..., float] | None = None
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
@@ -188,9 +195,11 @@ class Operation:
                            family: str = "",
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
-                           warm_up: bool = False) -> None:
+                           warm_up: bool = False,
+                           surcharge_us: Callable[..., float] | None = None) -> None:
         """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
-        ``compile_count``, ``floor_us`` and ``warm_up`` as in :class:`Implementation`.
+        ``compile_count``, ``floor_us``, ``warm_up`` and ``surcharge_us`` as in
+        :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
         operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
@@ -211,12 +220,13 @@ class Operation:
             raise RegistrationError(
                 f"operation {self.name!r} already has a {arm.value} implementation{where} "
                 f"({_describe(impls[arm].fn)}); register each arm once")
-        if floor_us is not None and not callable(floor_us):
-            raise RegistrationError(f"floor_us of {self.name!r} on {arm.value}{where} must be "
-                                    f"callable, got {floor_us!r}")
+        for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us)):
+            if value is not None and not callable(value):
+                raise RegistrationError(f"{hook} of {self.name!r} on {arm.value}{where} must "
+                                        f"be callable, got {value!r}")
         impls[arm] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
-            floor_us, bool(warm_up))
+            floor_us, bool(warm_up), surcharge_us)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

@@ -261,6 +261,11 @@ class Policy:
             if round_:
                 schedule = _schedule(tuple(round_), min_samples)
                 pick, plan = schedule[0], schedule[1:]
+                if floors is not None and best_seen == math.inf:
+                    # Nothing measured here yet, and some arm has a floor: time the first
+                    # arm alone, then look again — the floors rule arms out only against a
+                    # measured time, and a planned round would not look.
+                    plan = ()
                 if not key.samples and not key.failures:
                     return heuristic_decision(pick, plan)
                 return explore_decision(pick, plan, key, explain)

@@ -280,8 +280,16 @@ def layer_norm_size(operation: str) -> Callable[..., int]:
     plain = array_size(operation)
 
     def size_of(x: Any, weight: Any = None, bias: Any = None, eps: Any = 1e-5) -> int:
-        if weight is None and bias is None and type(eps) is float and eps > 0:
-            return plain(x)
+        if type(eps) is float and eps > 0:
+            if weight is None and bias is None:
+                return plain(x)
+            if (weight is not None and bias is not None and _tensors_ok(x, weight, bias)
+                    and _tensor_float(x) and x.ndim and weight.ndim == 1 == bias.ndim):
+                n = x.shape[-1]
+                if weight.shape[0] == n == bias.shape[0]:
+                    size = x.numel()
+                    if size:
+                        return size
         return _layer_norm_size(operation, x, weight, bias, eps)
 
     return size_of
@@ -339,9 +347,21 @@ def conv1d_size(operation: str) -> Callable[..., int]:
     ``(out,)`` and zero padding: the multiply-adds."""
 
     def size_of(x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
-        if bias is not None or padding != 0 or type(x) is not _ndarray:
+        if type(x) is not _ndarray:
+            if (type(padding) is int and padding >= 0
+                    and (_tensors_ok(x, w) if bias is None else _tensors_ok(x, w, bias))
+                    and _tensor_float(x) and x.ndim == 3 == w.ndim):
+                batch, channels, length = x.shape
+                out_channels, w_channels, k = w.shape
+                length += 2 * padding
+                if (w_channels == channels and 1 <= k <= length and batch and channels
+                        and out_channels
+                        and (bias is None or (bias.ndim == 1 and bias.shape[0] == out_channels))):
+                    return batch * out_channels * (length - k + 1) * channels * k
             return _conv1d_size(operation, x, w, bias, padding)
-        if type(x) is _ndarray and type(w) is _ndarray:
+        if bias is not None or padding != 0:
+            return _conv1d_size(operation, x, w, bias, padding)
+        if type(w) is _ndarray:
             dtype = x.dtype
             if (dtype is _F64 or dtype is _F32) and w.dtype is dtype and x.ndim == 1 == w.ndim:
                 n = x.shape[0]

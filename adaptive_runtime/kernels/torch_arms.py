@@ -37,12 +37,22 @@ if TYPE_CHECKING:
 __all__ = ["ATEN", "register"]
 
 
+_modules: list[Any] = []  # [torch, torch.nn.functional], once a tensor has been seen
+
+
+def _load() -> list[Any]:
+    torch = sys.modules["torch"]
+    _modules[:] = [torch, torch.nn.functional]
+    return _modules
+
+
+# (an arm runs per call: a list read is cheaper than a dict lookup and two attributes)
 def _torch() -> Any:
-    return sys.modules["torch"]
+    return (_modules or _load())[0]
 
 
 def _functional() -> Any:
-    return sys.modules["torch"].nn.functional
+    return (_modules or _load())[1]
 
 
 def aten_dot(a: Any, b: Any) -> Any:
@@ -125,6 +135,18 @@ ATEN: dict[str, Callable[..., Any]] = {
     backward.RELU: aten_relu_backward, backward.GELU: aten_gelu_backward,
     backward.SOFTMAX: aten_softmax_backward, backward.LAYER_NORM: aten_layer_norm_backward,
 }
+
+def _builtin(name: str) -> Callable[..., Any] | None:
+    """ATen's own function for ``name`` where its signature is the operation's — called with
+    no Python frame between the runtime and ATen — if torch is loaded already (the runtime
+    never imports it: a numpy program stays without it); else ``None``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    functional = torch.nn.functional
+    return {"dot": torch.dot, "add": torch.add, "relu": torch.relu, "gelu": functional.gelu,
+            "matmul": torch.mm, "linear": functional.linear}.get(name)
+
 
 # operations whose numba arm's autograd function saves its output (softmax's gradient is
 # written in terms of it)
@@ -223,6 +245,7 @@ def register(rt: AdaptiveRuntime) -> None:
 
     gradients = _gradients(run)
     for name, aten in ATEN.items():
+        aten = _builtin(name) or aten
         op = rt.operation(name)
         scalar = op.implementation_for(Backend.SCALAR)
         gpu = op.implementation_for(Backend.GPU)
@@ -234,9 +257,10 @@ def register(rt: AdaptiveRuntime) -> None:
                 op.add_implementation(Backend.GPU, gpu.fn, family=family, floor_us=gpu.floor_us)
             if scalar is None or family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
                 continue  # numba has no half precision; a double backward stays with ATen
-            fn = scalar.fn
+            fn, surcharge = scalar.fn, None
             if grad:
                 fn = autograd_arm(name, fn, gradients[name], save_output=name in _SAVES_OUTPUT)
+                surcharge = fn.surcharge_us  # type: ignore[attr-defined]
             op.add_implementation(Backend.SCALAR, fn, family=family,
-                                  compile_count=scalar.compile_count)
+                                  compile_count=scalar.compile_count, surcharge_us=surcharge)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,18 +18,28 @@ def _spans(path: Path) -> list[dict]:
             for scope in resource["scopeSpans"] for span in scope["spans"]]
 
 
-def test_training_loop_example_trains_and_nests_runtime_spans_under_train_steps(
-        tmp_path: Path) -> None:
+def _run(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["ADAPTIVE_RUNTIME_TELEMETRY_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, str(EXAMPLES / "training_loop.py"), "--steps", "5"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "final loss" in done.stdout
+    return done
+
+
+def test_train_torch_example_learns_the_digits_and_nests_runtime_spans_under_train_steps(
+        tmp_path: Path) -> None:
+    done = _run("train_torch.py", tmp_path, "--phases", "8,64", "--steps-per-phase", "40")
+    phases = re.findall(r"phase (\d): batch +(\d+) +40 steps .* final loss ([\d.]+) +test "
+                        r"accuracy ([\d.]+)", done.stdout)
+    assert [(p[0], p[1]) for p in phases] == [("0", "8"), ("1", "64")], done.stdout
+    assert float(phases[1][2]) < 1.0 and float(phases[1][3]) > 0.8  # (10 classes: 0.1 is luck)
+    assert "linear@torch+grad" in done.stdout  # the decision table
     spans = _spans(tmp_path / "traces.jsonl")
     steps = {s["spanId"] for s in spans if s["name"] == "train_step"}
-    runtime_spans = [s for s in spans if s["name"].startswith("adaptive.")]
-    assert len(steps) == 5
-    assert runtime_spans, "the runtime exported no span"
-    assert all(s.get("parentSpanId") in steps for s in runtime_spans
-               if s["name"].startswith("adaptive.select"))
+    # (the test-accuracy passes run under no_grad, outside any step: the "torch" family)
+    training = [s for s in spans if s["name"].startswith("adaptive.select")
+                and ("+grad" in s["name"] or ".backward" in s["name"])]
+    assert len(steps) == 80
+    assert training, "the runtime exported no span of a training step"
+    assert all(s.get("parentSpanId") in steps for s in training)

@@ -115,3 +115,18 @@ def test_softmax_over_another_dim_and_the_functional_ops() -> None:
 def test_adapt_wants_a_module() -> None:
     with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         art.adapt("model")  # type: ignore[arg-type]
+
+
+def test_a_parametrized_weight_is_read_through_its_parametrization() -> None:
+    class Doubled(nn.Module):
+        def forward(self, weight: torch.Tensor) -> torch.Tensor:
+            return 2 * weight
+
+    plain = nn.Linear(4, 3).double()
+    adapted = art.adapt(copy.deepcopy(plain))
+    torch.nn.utils.parametrize.register_parametrization(adapted, "weight", Doubled())
+    x = torch.randn(5, 4, dtype=torch.float64)
+    expected = x @ (2 * plain.weight).T + plain.bias
+    torch.testing.assert_close(adapted(x), expected)
+    adapted(x).sum().backward()
+    assert adapted.parametrizations.weight.original.grad is not None

@@ -282,17 +282,66 @@ def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
 # --------------------------------------------------------------------------- neighbour prior
 
 
-def test_a_new_size_between_clear_wins_explores_the_loser_once(make_runtime) -> None:
+def test_a_new_size_below_a_clear_win_explores_the_loser_once(make_runtime) -> None:
     h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    for size in (1 << 10, 1 << 12):  # buckets 11 and 13: SIMD wins by 10x
+    for size in (1 << 12, 1 << 13):  # buckets 13 and 14: SIMD wins by 10x
         h.call_tracked(40, size=size)
         assert h.rt.decide(h.op, size).backend is Backend.SIMD
     before = h.arms.calls[Backend.SCALAR]
-    runs = h.call_tracked(40, size=1 << 11)  # bucket 12: new, between them
+    runs = h.call_tracked(40, size=1 << 11)  # bucket 12: new, below them
     assert h.arms.calls[Backend.SCALAR] - before == 1  # instead of min_samples_per_arm (3)
     assert runs[0] == (Backend.SIMD, Reason.HEURISTIC)
     assert h.rt.decide(h.op, 1 << 11).reason is Reason.EXPLOIT
     assert h.rt._history.find(h.op, 12).prior is None  # used up at the commit
+
+
+def test_an_arm_far_slower_on_smaller_sizes_is_not_tried_on_larger_ones(make_runtime) -> None:
+    """A kernel does not get faster on more elements: what an arm took on the nearest smaller
+    bucket is a floor here, and an arm whose floor is over 1.5x the best measured here cannot
+    win (its floor shows in the decision)."""
+    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
+    h.call_tracked(40, size=1 << 10)  # bucket 11: SIMD wins by 10x
+    before = h.arms.calls[Backend.SCALAR]
+    runs = h.call_tracked(40, size=1 << 11)  # bucket 12
+    assert h.arms.calls[Backend.SCALAR] == before  # never tried here
+    assert runs[-1] == (Backend.SIMD, Reason.EXPLOIT)
+    smaller = h.rt.decide(h.op, 1 << 10).estimates_us[Backend.SCALAR]
+    assert h.rt.decide(h.op, 1 << 11).floors_us[Backend.SCALAR] == pytest.approx(smaller)
+
+
+def test_a_floor_is_applied_before_a_round_is_planned(make_runtime) -> None:
+    """No neighbour prior here (the smaller bucket's arms are close), but SCALAR's time there
+    is a floor over 1.5x what SIMD takes here. SIMD's first call here is not learned from (it
+    compiled): with nothing measured, the next round is not planned ahead past the floors —
+    SIMD is timed alone, and then SCALAR is ruled out."""
+    h = make_runtime({Backend.SIMD: 190.0, Backend.SCALAR: 200.0}, op="unused", arms=(),
+                     gpu=False)
+    compiled = [0]
+
+    def simd(n: int) -> Backend:
+        if n == 1 << 11 and not compiled[0]:
+            compiled[0] = 1  # (a kernel compiled for this size: the timing is the compiler)
+        return h.arms.kernel(Backend.SIMD)(n)[0]
+
+    op = h.rt.register("floored", size=lambda n: n, kind="vector")
+    op.add_implementation(Backend.SIMD, simd, compile_count=lambda: compiled[0])
+    op.add_implementation(Backend.SCALAR, h.arms.kernel(Backend.SCALAR))
+    for _ in range(40):
+        h.rt.run("floored", 1 << 10)  # bucket 11: close, no clear winner
+    h.arms.latency_us = {Backend.SIMD: 60.0, Backend.SCALAR: 200.0}
+    before = h.arms.calls[Backend.SCALAR]
+    for _ in range(40):
+        h.rt.run("floored", 1 << 11)  # bucket 12
+    assert h.rt._history.find("floored", 12).prior is None
+    assert h.arms.calls[Backend.SCALAR] == before
+
+
+def test_an_arm_close_on_smaller_sizes_is_still_tried_on_larger_ones(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 110.0}, gpu=False)
+    h.call_tracked(40, size=1 << 10)  # bucket 11: SIMD ahead by 10%
+    h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 60.0}  # bucket 12: SCALAR wins
+    h.call_tracked(40, size=1 << 11)
+    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
 
 
 def test_a_prior_that_is_wrong_here_gives_way_to_full_exploration(make_runtime) -> None:
@@ -326,8 +375,8 @@ def test_neighbours_still_exploring_lend_their_clear_winner(make_runtime) -> Non
     """Keys explore alongside each other: a neighbour that timed each arm twice and found
     one 1.5x faster is evidence enough for a prior, before it commits."""
     h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)
-    h.call_tracked(4, size=1 << 10)  # bucket 11: SIMD, SCALAR, SIMD, SCALAR
-    assert h.rt._history.find(h.op, 11).incumbent is None  # (3 timings each to commit)
+    h.call_tracked(4, size=1 << 12)  # bucket 13: SIMD, SCALAR, SIMD, SCALAR
+    assert h.rt._history.find(h.op, 13).incumbent is None  # (3 timings each to commit)
     before = h.arms.calls[Backend.SCALAR]
     h.call_tracked(40, size=1 << 11)
     assert h.arms.calls[Backend.SCALAR] - before == 1  # the prior's plan: SCALAR once
@@ -337,9 +386,11 @@ def test_neighbours_still_exploring_lend_their_clear_winner(make_runtime) -> Non
 def test_one_close_timing_does_not_overturn_a_prior_but_gets_it_rechecked_soon(
         make_runtime) -> None:
     # (every call timed, so decisions and calls are counted alike)
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 200.0}, gpu=False,
+    # (SCALAR 1.3x slower: its floor from the smaller side, ~1.3x SIMD's time here, is under
+    # the 1.5x that rules an arm out)
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 130.0}, gpu=False,
                      max_measure_period=1)
-    for size in (1 << 10, 1 << 12):  # SIMD wins by 2x on both sides
+    for size in (1 << 10, 1 << 12):  # SIMD wins by 1.3x on both sides
         h.call_tracked(40, size=size)
     # in bucket 12 SCALAR is in fact 10% faster: within one timing's noise of the prior
     h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 90.0}
