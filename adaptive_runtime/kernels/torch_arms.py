@@ -20,10 +20,13 @@ The backward operations get the same families: ATen's backward kernels and numba
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..backend import Backend
 from . import backward
@@ -34,7 +37,7 @@ from .layer_norm import EPS
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
 
-__all__ = ["ATEN", "register"]
+__all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed"]
 
 
 _modules: list[Any] = []  # [torch, torch.nn.functional], once a tensor has been seen
@@ -124,6 +127,29 @@ def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EP
     dx, dweight, _ = aten.native_layer_norm_backward(g, x, shape, mean, rstd, weight, None,
                                                      [True, True, False])
     return dx, dweight, g.reshape(-1, shape[0]).sum(0)
+
+
+def torch_installed() -> bool:
+    """Whether torch can be imported here (found, not imported)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """A SIMD arm for numpy arrays that runs ATen's kernel on them without a copy
+    (``torch.from_numpy`` shares the memory, ``.numpy()`` shares it back): vectorised and
+    threaded where numpy has no such call (``erf``, for gelu) or makes several passes over the
+    data (softmax). torch is imported by the first call (an operation that needs it)."""
+
+    def arm(x: np.ndarray) -> np.ndarray:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            import torch
+        if not x.flags.writeable:  # (torch.from_numpy warns on read-only memory)
+            x = x.copy()
+        return aten(torch.from_numpy(x)).numpy()
+
+    arm.__name__ = arm.__qualname__ = f"{aten.__name__}_on_numpy"
+    return arm
 
 
 # ATen's call for each operation (forward and backward), by name

@@ -157,8 +157,8 @@ def test_a_call_that_compiles_is_not_learned() -> None:
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     for key, [(compiled, samples), (compiled_again, samples_again)] in seen.items():
-        if key == "softmax/simd":  # numpy: nothing to compile, the first call is learned
-            assert (compiled, samples) == (0, 1), f"{key}: {seen}"
+        if key in ("gelu/simd", "softmax/simd"):  # ATen on the array (torch is installed):
+            assert (compiled, samples) == (0, 0), f"{key}: {seen}"  # a warm-up, not learned
         else:
             assert compiled >= 1, f"{key}: the first call did not compile: {seen}"
             assert samples == 0, f"{key}: the compiling call was learned: {seen}"
