@@ -148,6 +148,15 @@ class PolicyConfig:
     # within switch_margin: noisy timings never get there, precise ones of a near-tie do
     # (3.1: one-sided 99.9%)
     sure_z: float = 3.1
+    # Exploring within a budget: an arm never timed on a key is tried when what its trial is
+    # expected to cost over the best arm measured there fits in explore_free_us, or in
+    # explore_share of the time the key's calls have taken so far (so a trial on a key of
+    # large calls waits until the key has run long enough to pay for it). Its expected time:
+    # twice its floor from the next smaller size bucket (sizes double per bucket), else
+    # unknown_arm_ratio x the best measured (a plain loop against vectorised code).
+    explore_free_us: float = 1000.0
+    explore_share: float = 0.1
+    unknown_arm_ratio: float = 3.0
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
@@ -227,6 +236,11 @@ class Policy:
             limit = best_seen * cfg.floor_ratio
             usable = [b for b in usable if floors.get(b, 0.0) <= limit
                       or (b in arms and arms[b].epoch_samples)]
+        waiting = False  # an arm waits for the exploration budget (see _affordable)
+        if best_seen < math.inf:
+            affordable = self._affordable(key, usable, best_seen)
+            waiting = len(affordable) < len(usable)
+            usable = affordable
         owed = False
         # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
         # plan commits with the others timed once); only an arm never timed is still owed.
@@ -240,9 +254,10 @@ class Policy:
         if prior is not None and prior in usable and not key.failures:
             plan = self._prior_plan(key, usable, prior, cfg.min_samples)
             if plan:
+                # (one step at a time: each timing may show the prior wrong here)
                 if not key.samples:
-                    return heuristic_decision(plan[0], plan[1:])
-                return explore_decision(plan[0], plan[1:], key, explain)
+                    return heuristic_decision(plan[0], ())
+                return explore_decision(plan[0], (), key, explain)
             if plan is not None:
                 owed = False  # the prior's plan is done: commit below
                 confirmed = True  # (nothing here contradicted the neighbours' winner)
@@ -257,14 +272,19 @@ class Policy:
                     n = stats.epoch_samples
                     if n >= min_samples or (n >= 2 and stats.mean_us > prune_above):
                         continue
+                    if (n and stats.mean_us - best_seen >= cfg.explore_free_us
+                            and stats.mean_us > best_seen * PRIOR_MARGIN):
+                        # One costly timing that lost clearly is enough: timing it again to
+                        # make sure would cost more than the exploration allowance.
+                        continue
                 round_.append((n, b))
             if round_:
                 schedule = _schedule(tuple(round_), min_samples)
                 pick, plan = schedule[0], schedule[1:]
-                if floors is not None and best_seen == math.inf:
-                    # Nothing measured here yet, and some arm has a floor: time the first
-                    # arm alone, then look again — the floors rule arms out only against a
-                    # measured time, and a planned round would not look.
+                if waiting or best_seen == math.inf:
+                    # An arm waits for the exploration budget, or nothing is measured here yet
+                    # (the budget and the floors rule arms out only against a measured time):
+                    # one timing at a time, then look again — a planned round would not look.
                     plan = ()
                 if not key.samples and not key.failures:
                     return heuristic_decision(pick, plan)
@@ -273,7 +293,8 @@ class Policy:
         if incumbent is None and not confirmed:
             unsure = self._unsure_plan(key, usable)
             if unsure:
-                return explore_decision(unsure[0], unsure[1:], key, explain)
+                return explore_decision(unsure[0], () if waiting else unsure[1:], key,
+                                        explain)
         # A confirmed prior is committed to even when one timing of another arm came out a
         # little faster: the neighbours' evidence outweighs one noisy timing, and the
         # commitment, unsure, is re-checked after min_samples decisions.
@@ -311,6 +332,34 @@ class Policy:
         if not explain:
             return _UNEXPLAINED_EXPLOIT[chosen]
         return _explained_exploit(chosen, usable, key)
+
+    def _affordable(self, key: KeyHistory, usable: Sequence[Backend],
+                    best_seen: float) -> Sequence[Backend]:
+        """``usable`` without the arms never timed on this key whose trial does not fit the
+        exploration budget yet (see :class:`PolicyConfig`): a plain loop tried once on a
+        million-element call costs as much as dozens of the vectorised calls it would not
+        beat. They are tried when the key has run long enough (the policy looks again at
+        its checkpoints), or at once where a smaller size found them competitive."""
+        cfg = self.config
+        arms = key.arms
+        budget = -1.0
+        kept = []
+        for b in usable:
+            stats = arms.get(b)
+            if stats is not None and (stats.samples or stats.failures):
+                kept.append(b)  # (timed here before: a new epoch re-measures it as it is)
+                continue
+            if budget < 0.0:
+                # (an arm's timings before this epoch counted at the best time measured now)
+                spent = sum(s.samples * (s.mean_us if s.epoch_samples else best_seen)
+                            for s in arms.values() if s.samples)
+                budget = max(cfg.explore_free_us, cfg.explore_share * spent)
+            floor = key.floors.get(b) if key.floors else None
+            # (a floor of 0: the GPU arm of inputs already on the device, with nothing to copy)
+            guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+            if guess - best_seen <= budget:
+                kept.append(b)
+        return kept
 
     def explained(self, decision: Decision, key: KeyHistory,
                   candidates: Sequence[Backend]) -> Decision:

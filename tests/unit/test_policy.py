@@ -467,3 +467,21 @@ def test_after_drift_the_slower_arms_are_timed_once_not_min_samples_times(make_r
     assert Reason.DRIFT in [r for _, r in runs]
     assert h.arms.calls[Backend.SCALAR] - before == 1  # the drift call itself
     assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
+
+
+def test_an_untried_arm_waits_until_the_key_can_pay_for_its_trial(make_runtime) -> None:
+    """Large calls: SIMD takes 2 ms, and SCALAR, never timed, might take 3x that (the guess
+    for an unknown arm). Its trial waits until the calls so far paid for it (10% of their
+    time), then it is tried — and kept, being faster."""
+    h = make_runtime({Backend.SIMD: 2000.0, Backend.SCALAR: 1500.0}, gpu=False,
+                     max_measure_period=1)
+    runs = h.call_tracked(60)
+    first_scalar = next(i for i, (arm, _r) in enumerate(runs) if arm is Backend.SCALAR)
+    assert 15 <= first_scalar <= 25  # (3 x 2 ms - 2 ms) / 10% = 40 ms of calls first
+    assert runs[-1] == (Backend.SCALAR, Reason.EXPLOIT)
+
+
+def test_a_cheap_untried_arm_is_tried_at_once(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 300.0}, gpu=False)
+    runs = h.call_tracked(4)
+    assert Backend.SCALAR in [arm for arm, _r in runs[:2]]
