@@ -609,6 +609,11 @@ class Dispatcher:
             # before any of them has converged.
             key.prior = self._history.neighbour_prior(key.operation, key.bucket, candidates)
             self._add_smaller_bucket_floors(key, candidates)
+        elif key.memo is None and any(b not in key.arms or not key.arms[b].samples
+                                      for b in candidates):
+            # An arm never timed here may wait for the exploration budget: what smaller sizes
+            # found since (at the policy's full evaluations) may make it worth a try now.
+            self._add_smaller_bucket_floors(key, candidates)
         decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
         memoised = decision is key.memo and key.decisions < key.memo_until
         key.decisions += 1

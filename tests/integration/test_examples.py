@@ -43,3 +43,12 @@ def test_train_torch_example_learns_the_digits_and_nests_runtime_spans_under_tra
     assert len(steps) == 80
     assert training, "the runtime exported no span of a training step"
     assert all(s.get("parentSpanId") in steps for s in training)
+
+
+def test_custom_op_example_registers_two_arms_and_reports_what_won(tmp_path: Path) -> None:
+    done = _run("custom_op.py", tmp_path, "--calls", "600")
+    assert "600 calls of huber" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("huber ")]
+    assert len(rows) >= 10  # one per size bucket seen
+    assert {row[3] for row in rows} <= {"simd", "scalar"}
+    assert any(row[4] == "exploit" for row in rows)
