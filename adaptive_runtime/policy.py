@@ -272,6 +272,8 @@ class Policy:
                     n = stats.epoch_samples
                     if n >= min_samples or (n >= 2 and stats.mean_us > prune_above):
                         continue
+                    if n and stats.mean_us > 2.0 * prune_above:
+                        continue  # (one timing this far behind is enough: 6x the best)
                     if (n and stats.mean_us - best_seen >= cfg.explore_free_us
                             and stats.mean_us > best_seen * PRIOR_MARGIN):
                         # One costly timing that lost clearly is enough: timing it again to

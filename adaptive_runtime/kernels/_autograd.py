@@ -48,9 +48,12 @@ def autograd_arm(name: str, forward: Callable[..., Any], backward: Backward, *,
     def surcharge_us(*args: Any) -> float:
         bucket = _bucket(args)
         known = backward_us.get(bucket)
-        if known is None and backward_us:  # (a new size: the nearest one measured)
-            known = backward_us[min(backward_us, key=lambda b: abs(b - bucket))]
-        return known or 0.0
+        if known is None:
+            if backward_us:  # (a new size: the nearest one measured)
+                known = backward_us[min(backward_us, key=lambda b: abs(b - bucket))]
+            else:  # (none measured yet: what other operations' backward passes took)
+                known = _TYPICAL_BACKWARD_US[0]
+        return known
 
     arm.__name__ = arm.__qualname__ = f"{name}_autograd_{getattr(forward, '__name__', 'arm')}"
     arm.surcharge_us = surcharge_us  # type: ignore[attr-defined]
@@ -67,6 +70,9 @@ def _bucket(args: tuple[Any, ...]) -> int:
 
 # weight of a new backward timing in its bucket's average
 _ALPHA = 0.25
+# the latest backward pass of any autograd arm (µs): the surcharge of an arm whose own backward
+# was never measured, so its first timings do not look cheaper than they are
+_TYPICAL_BACKWARD_US = [0.0]
 
 
 def _function(name: str, forward: Callable[..., Any], backward: Backward,
@@ -99,6 +105,7 @@ def _function(name: str, forward: Callable[..., Any], backward: Backward,
             previous = backward_us.get(bucket)
             backward_us[bucket] = (took_us if previous is None
                                    else previous + _ALPHA * (took_us - previous))
+            _TYPICAL_BACKWARD_US[0] = took_us
             return grads
 
     label = "".join(part.capitalize() for part in name.replace(".", "_").split("_"))
