@@ -20,6 +20,7 @@ from .keys import size_bucket
 from .operations import DeviceProbe, Kind, Operation
 from .policy import Decision, Reason
 from .runtime import AdaptiveRuntime, get_runtime
+from .telemetry.steps import train_step
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,5 @@ __all__ = [
     "ops",
     "size_bucket",
     "telemetry",
+    "train_step",
 ]

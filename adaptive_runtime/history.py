@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from .backend import Backend
 from .keys import reference_size
 
-__all__ = ["ArmStats", "HistoryRecord", "HistoryStore", "KeyHistory"]
+__all__ = ["ArmStats", "HistoryRecord", "HistoryStore", "KeyHistory", "record_from_json",
+           "record_to_json"]
 
 HISTORY_FORMAT = "adaptive_runtime.history/1"
 
@@ -450,7 +451,7 @@ class HistoryStore:
         """Write the history as JSON, atomically (a crash never leaves a half-written file)."""
         path = os.fspath(path)
         doc = {"format": HISTORY_FORMAT,
-               "records": [_record_to_json(r) for r in self.snapshot()]}
+               "records": [record_to_json(r) for r in self.snapshot()]}
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".history-", suffix=".tmp", dir=directory)
@@ -475,18 +476,20 @@ class HistoryStore:
         if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
             raise ValueError(f"history file {path!r} is not in format {HISTORY_FORMAT!r}")
         try:
-            return [_record_from_json(row) for row in doc["records"]]
+            return [record_from_json(row) for row in doc["records"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"history file {path!r} has a malformed record: {exc}") from None
 
 
-def _record_to_json(r: HistoryRecord) -> dict[str, object]:
+def record_to_json(r: HistoryRecord) -> dict[str, object]:
+    """A record as a JSON object (what a history file holds per row)."""
     row = asdict(r)
     row["backend"] = r.backend.value
     return row
 
 
-def _record_from_json(row: dict[str, object]) -> HistoryRecord:
+def record_from_json(row: dict[str, object]) -> HistoryRecord:
+    """A record from a JSON object; ``ValueError`` / ``TypeError`` / ``KeyError`` if bad."""
     bucket = row["size_bucket"]
     samples = row["samples"]
     failures = row["failures"]

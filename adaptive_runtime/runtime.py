@@ -267,6 +267,24 @@ class AdaptiveRuntime:
         for name in self.operations:
             self._dispatcher.reset_route(name)
 
+    def sync_history(self, group: Any = None) -> None:
+        """Merge every rank's history over ``torch.distributed`` (``group``, default the
+        default process group; gloo on CPU, nccl on GPUs): afterwards all ranks hold the same
+        statistics and make the same choice for every key. Every rank must call it (a
+        collective). ``RuntimeError`` without an initialised process group."""
+        from .distributed import sync_history
+
+        sync_history(self, group)
+
+    def _replace_history(self, records: list[HistoryRecord]) -> None:
+        """Forget this runtime's history and learn ``records`` instead, every key's policy
+        state started afresh (what a sync needs: the same state on every rank)."""
+        with self._dispatcher.lock:
+            self._history.clear()
+            self._history.merge(records)
+        for name in self.operations:
+            self._dispatcher.reset_route(name)
+
     # ------------------------------------------------------------------ counters
 
     def selection_counts(self) -> dict[SelectionKey, int]:

@@ -8,9 +8,12 @@ a local ``TracerProvider`` exporting to it; runtimes are attached with
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -23,7 +26,7 @@ import adaptive_runtime as ar
 from adaptive_runtime.telemetry.spans import SpanRecorder
 from adaptive_runtime.telemetry.switching import SwitchableSpanExporter
 
-__all__ = ["Pipeline", "Receiver"]
+__all__ = ["Pipeline", "Receiver", "background_cpu_s"]
 
 RECEIVER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
                             "integration")
@@ -127,3 +130,14 @@ class Pipeline:
             recorder.shutdown()
         self.provider.shutdown()
         self.meter_provider.shutdown()
+
+
+def background_cpu_s() -> float:
+    """CPU seconds used so far by every Python thread but this one (span worker, BSP)."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.ident is None:
+            continue
+        with contextlib.suppress(OSError, ProcessLookupError):  # (it ended meanwhile)
+            total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    return total

@@ -50,13 +50,12 @@ import math
 import os
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
-from _otlp import Pipeline, Receiver
+from _otlp import Pipeline, Receiver, background_cpu_s
 from _table import print_table, verdict
 from opentelemetry import trace
 
@@ -91,17 +90,6 @@ HOT_TARGET_S = 2.0
 HOT_COST_TARGET_PCT = 10.0
 HOT_BATCH = 20_000
 HOT_REPEATS = 41
-
-
-def background_cpu_s() -> float:
-    """CPU seconds used so far by every Python thread but this one (span worker, BSP)."""
-    total = 0.0
-    for thread in threading.enumerate():
-        if thread is threading.current_thread() or thread.ident is None:
-            continue
-        with contextlib.suppress(OSError, ProcessLookupError):  # (it ended meanwhile)
-            total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-    return total
 
 
 # ---------------------------------------------------------------------------- 1. in-loop cost

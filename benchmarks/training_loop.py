@@ -6,12 +6,13 @@ The model, data and phases of ``examples/train_torch.py`` (scikit-learn's digits
 - plain: the model as written (the baseline a torch user has);
 - adapted, tracing off: ``adapt(model)`` on a fresh runtime (``tracing=False``), so every key
   explores from nothing — exploration included;
-- adapted, tracing on: the same, with the runtime's spans exported through a local SDK
-  pipeline (BatchSpanProcessor, OTLP/gRPC) to the project's loopback OTLP receiver, in a child
-  process as a collector would be.
+- adapted, tracing on: the same, with the runtime's spans and every step's ``train_step`` span
+  (as the example makes them) exported through a local SDK pipeline (BatchSpanProcessor,
+  OTLP/gRPC) to the project's loopback OTLP receiver, in a child process as a collector would
+  be.
 
-The three train side by side, step by step — step i of each, in a rotating order, then step
-i + 1 — so the machine's load drifts across all of them alike; the whole is done ``REPEATS``
+Two kinds at a time train side by side, step by step — step i of each, in a rotating order,
+then step i + 1 — so the machine's load drifts across them alike; the whole is done ``REPEATS``
 times (fresh models and runtimes each time), and each step's time is its minimum over the
 repeats (a shared machine only adds time, and exploration happens at the same steps each
 time). A phase's time is the sum of its steps'. One short untimed run first: numba compiles
@@ -20,18 +21,28 @@ initialises lazily — one-off costs of a process, not of a policy, reported as 
 
 Targets (issue 10): adapted <= 1.05x plain in every phase; tracing on <= 1.02x tracing off;
 in float64, the loss after every step equal to plain torch's within 1e-4 relative.
+
+What tracing costs is judged without the machine's noise, which swings whole-loop times by
+several % between runs here: its in-loop cost is the difference of the median step times, on
+against off (the loop's own thread: capturing contexts and timestamps, the step span's ids);
+its background cost, the CPU the span workers and the exporter used during the phase (what
+they take from the loop, through the GIL and the cores), over the phase's time with tracing
+off. Their sum is the verdict; the wall-time ratio is printed beside it, and so is the same
+measure for the baseline a user would otherwise write: plain torch with a span per step made
+by the OpenTelemetry SDK, exported through the same pipeline.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 from typing import Any
 
 import torch
-from _otlp import Pipeline, Receiver
+from _otlp import Pipeline, Receiver, background_cpu_s
 from _table import print_table, verdict
 
 import adaptive_runtime as ar
@@ -53,14 +64,34 @@ TRACING_TARGET = 1.02
 LOSS_RTOL = 1e-4
 
 
-KINDS = ("plain", "off", "on")
+class SdkSpanTrainer:
+    """Plain torch, each step in a span made directly with the OpenTelemetry SDK: what a user
+    would otherwise write for step spans (the baseline of the tracing table)."""
+
+    def __init__(self, pipeline: Pipeline, dtype: torch.dtype) -> None:
+        self.trainer = train_torch.Trainer(seed=SEED, dtype=dtype, adapted=False,
+                                           step_spans=False)
+        self.tracer = pipeline.provider.get_tracer("training-loop-benchmark")
+
+    def phase_batches(self, epoch: int, batch_size: int, steps: int) -> list[torch.Tensor]:
+        return self.trainer.phase_batches(epoch, batch_size, steps)
+
+    def step(self, index: torch.Tensor, epoch: int) -> float:
+        attributes = {"train.step": self.trainer.steps, "train.epoch": epoch,
+                      "train.batch_size": len(index)}
+        with self.tracer.start_as_current_span("train_step", attributes=attributes):
+            return self.trainer.step(index, epoch)
 
 
 def trainer(kind: str, pipeline: Pipeline | None,
-            dtype: torch.dtype = torch.float32) -> tuple[train_torch.Trainer, Any]:
-    """A fresh trainer: ``kind`` is "plain", "off" or "on" (tracing), and its runtime."""
+            dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """A fresh trainer and its runtime: ``kind`` is "plain", "sdk" (plain, SDK step spans),
+    "off" or "on" (adapted, tracing off / on: the runtime's spans and its step spans)."""
     if kind == "plain":
         return train_torch.Trainer(seed=SEED, dtype=dtype, adapted=False), None
+    if kind == "sdk":
+        assert pipeline is not None
+        return SdkSpanTrainer(pipeline, dtype), None
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=kind == "on"))
     if kind == "on":
         assert pipeline is not None
@@ -69,16 +100,18 @@ def trainer(kind: str, pipeline: Pipeline | None,
 
 
 def side_by_side(pipeline: Pipeline | None, kinds: tuple[str, ...], steps: int,
-                 dtype: torch.dtype = torch.float32) -> tuple[dict[str, list[list[float]]],
-                                                             dict[str, list[float]],
-                                                             dict[str, Any]]:
+                 dtype: torch.dtype = torch.float32,
+                 background_s: list[float] | None = None,
+                 ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]], dict[str, Any]]:
     """Train one trainer per kind step by step; per kind, each phase's step times (s) and
-    every step's loss, and the runtimes."""
+    every step's loss, and the runtimes. ``background_s`` receives, per phase, the CPU the
+    process's other Python threads (the span workers, the exporter) used meanwhile."""
     made = {kind: trainer(kind, pipeline, dtype) for kind in kinds}
     times: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
     losses: dict[str, list[float]] = {kind: [] for kind in kinds}
     turn = 0
     for epoch, batch in enumerate(PHASES):
+        cpu_start = background_cpu_s()
         indices = made[kinds[0]][0].phase_batches(epoch, batch, steps)
         for kind in kinds:
             times[kind].append([])
@@ -90,7 +123,35 @@ def side_by_side(pipeline: Pipeline | None, kinds: tuple[str, ...], steps: int,
                 loss = made[kind][0].step(index, epoch)
                 times[kind][-1].append(time.perf_counter() - start)
                 losses[kind].append(loss)
+        if background_s is not None:
+            background_s.append(background_cpu_s() - cpu_start)
     return times, losses, {kind: rt for kind, (_t, rt) in made.items()}
+
+
+def passes(pipeline: Pipeline, kinds: tuple[str, ...]
+           ) -> tuple[dict[str, list[list[float]]], list[list[float]], dict[str, Any]]:
+    """``REPEATS`` side-by-side runs of ``kinds``: each step's minimum time over them, each
+    run's background CPU per phase, and the last run's runtimes."""
+    best: dict[str, list[list[float]]] = {}
+    background: list[list[float]] = []
+    runtimes: dict[str, Any] = {}
+    for _ in range(REPEATS):
+        spent: list[float] = []
+        times, _losses, runtimes = side_by_side(pipeline, kinds, STEPS, background_s=spent)
+        pipeline.flush()  # (between runs, untimed: the exporter's queue is bounded)
+        background.append(spent)
+        for kind, phases in times.items():
+            best[kind] = [[min(a, b) for a, b in zip(old, new, strict=True)]
+                          for old, new in zip(best.get(kind, phases), phases, strict=True)]
+    return best, background, runtimes
+
+
+def tracing_cost(off: list[float], on: list[float], background: list[list[float]],
+                 phase: int) -> tuple[float, float]:
+    """(in-loop, background) seconds tracing cost a phase: the median step's difference
+    times the steps, and the median run's span-thread CPU."""
+    in_loop = (statistics.median(on) - statistics.median(off)) * len(off)
+    return in_loop, statistics.median(run[phase] for run in background)
 
 
 def winners(rt: ar.AdaptiveRuntime) -> list[list[object]]:
@@ -119,38 +180,48 @@ def main() -> None:
     pipeline = Pipeline(receiver.grpc_endpoint, service_name="training-loop-benchmark")
     try:
         start = time.perf_counter()
-        side_by_side(pipeline, KINDS, 5)
-        warm_s = time.perf_counter() - start
-
-        best: dict[str, list[list[float]]] = {}
-        runtimes: dict[str, Any] = {}
-        for _ in range(REPEATS):
-            times, _losses, runtimes = side_by_side(pipeline, KINDS, STEPS)
-            for kind, phases in times.items():
-                best[kind] = [[min(a, b) for a, b in zip(old, new, strict=True)]
-                              for old, new in zip(best.get(kind, phases), phases, strict=True)]
+        side_by_side(pipeline, ("plain", "sdk", "off", "on"), 5)
         pipeline.flush()
+        warm_s = time.perf_counter() - start
+        # Three passes of two kinds each: background threads (span workers, the exporter)
+        # belong to one traced kind per pass, so the CPU they use is that kind's.
+        adapted, _background, runtimes = passes(pipeline, ("plain", "off"))
+        traced, ours, _runtimes = passes(pipeline, ("off", "on"))
+        sdk, theirs, _runtimes = passes(pipeline, ("plain", "sdk"))
         spans = receiver.count()
 
         rows = []
-        totals = {kind: [sum(phase) for phase in best[kind]] for kind in KINDS}
+        totals = {kind: [sum(phase) for phase in times] for kind, times in adapted.items()}
         for i, batch in enumerate(PHASES):
-            plain, off, on = (totals[kind][i] for kind in KINDS)
-            adapted_ratio, tracing_ratio = off / plain, on / off
-            ok = adapted_ratio <= ADAPTED_TARGET and tracing_ratio <= TRACING_TARGET
+            plain, off = totals["plain"][i], totals["off"][i]
+            ok = off / plain <= ADAPTED_TARGET
             rows.append([f"batch {batch}", f"{plain * 1e3:.0f} ms", f"{off * 1e3:.0f} ms",
-                         f"{adapted_ratio:.3f}x", f"<= {ADAPTED_TARGET}x",
-                         f"{on * 1e3:.0f} ms", f"{tracing_ratio:.3f}x",
-                         f"<= {TRACING_TARGET}x", verdict(ok)])
-        total = [sum(totals[kind]) for kind in KINDS]
+                         f"{off / plain:.3f}x", f"<= {ADAPTED_TARGET}x", verdict(ok)])
+        total = [sum(totals[kind]) for kind in ("plain", "off")]
         rows.append(["all phases", f"{total[0] * 1e3:.0f} ms", f"{total[1] * 1e3:.0f} ms",
-                     f"{total[1] / total[0]:.3f}x", "(goal < 1x)", f"{total[2] * 1e3:.0f} ms",
-                     f"{total[2] / total[1]:.3f}x", "", ""])
+                     f"{total[1] / total[0]:.3f}x", "(goal < 1x)", ""])
         print_table(
             f"training loop: digits, {STEPS} steps per phase, each step's min over {REPEATS} "
             f"side-by-side runs (float32; warm-up {warm_s:.1f} s, untimed)",
-            ["phase", "plain torch", "adapted, off", "ratio", "target", "adapted, on",
-             "on/off", "target", "verdict"], rows)
+            ["phase", "plain torch", "adapted (tracing off)", "ratio", "target", "verdict"],
+            rows)
+
+        rows = []
+        for i, batch in enumerate(PHASES):
+            cost = tracing_cost(traced["off"][i], traced["on"][i], ours, i)
+            baseline = tracing_cost(sdk["plain"][i], sdk["sdk"][i], theirs, i)
+            off = sum(traced["off"][i])
+            rows.append([f"batch {batch}", f"{cost[0] * 1e3:+.1f} ms", f"{cost[1] * 1e3:.1f} ms",
+                         f"{1 + sum(cost) / off:.3f}x", f"<= {TRACING_TARGET}x",
+                         verdict(sum(cost) / off <= TRACING_TARGET - 1),
+                         f"{sum(traced['on'][i]) / off:.3f}x",
+                         f"{1 + sum(baseline) / sum(sdk['plain'][i]):.3f}x"])
+        print_table(
+            "tracing on vs off: the runtime's spans and a train_step span per step, to the "
+            "loopback OTLP receiver (in-loop: the median step's difference; background: the "
+            "span threads' CPU)",
+            ["phase", "in loop", "background", "on/off", "target", "verdict", "on/off wall",
+             "plain torch + SDK step spans"], rows)
         print(f"spans received by the loopback OTLP receiver: {spans}")
 
         won = winners(runtimes["off"])

@@ -18,6 +18,7 @@ files under ./adaptive-runtime-telemetry (replayable into Jaeger).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from opentelemetry import trace
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -62,15 +62,6 @@ def make_model(seed: int, dtype: torch.dtype) -> nn.Module:
         nn.Linear(128, 10)).to(dtype)
 
 
-def _step_span(step: int, epoch: int, batch_size: int) -> Any:
-    """The step's span: ``ar.train_step`` (no cost with tracing off)."""
-    train_step = getattr(ar, "train_step", None)
-    if train_step is None:  # (an adaptive_runtime without it: a plain OpenTelemetry span)
-        return trace.get_tracer("examples.train_torch").start_as_current_span(
-            "train_step", attributes={"step": step, "epoch": epoch, "batch_size": batch_size})
-    return train_step(step=step, epoch=epoch, batch_size=batch_size)
-
-
 def batches(n_train: int, batch_size: int, steps: int, seed: int) -> Iterator[torch.Tensor]:
     """``steps`` index batches, reshuffled each pass over the training set (seeded)."""
     generator = torch.Generator().manual_seed(seed)
@@ -88,16 +79,22 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> fl
         return float((model(images).argmax(dim=1) == labels).float().mean())
 
 
+_NO_SPAN = contextlib.nullcontext()
+
+
 class Trainer:
     """One model, its optimiser and the data, trained one step at a time (so runs can be
     interleaved step by step, as the benchmark does). ``adapted=False``: the plain model (the
     same seed, data and order: its losses are the baseline the adapted ones must equal);
-    ``runtime``: the adapted model's runtime (default: the process default)."""
+    ``runtime``: the adapted model's runtime (default: the process default); ``step_spans``:
+    each step in an ``ar.train_step`` span."""
 
     def __init__(self, *, seed: int = 0, dtype: torch.dtype = torch.float32,
                  adapted: bool = True, lr: float = 1e-3,
-                 runtime: ar.AdaptiveRuntime | None = None) -> None:
+                 runtime: ar.AdaptiveRuntime | None = None, step_spans: bool = True) -> None:
         self.seed = seed
+        self.runtime = runtime
+        self.step_spans = step_spans
         self.train_x, self.train_y, self.test_x, self.test_y = digits(seed, dtype)
         self.model = make_model(seed, dtype)
         if adapted:
@@ -112,7 +109,9 @@ class Trainer:
 
     def step(self, index: torch.Tensor, epoch: int) -> float:
         """One training step on the images at ``index``; its loss."""
-        with _step_span(self.steps, epoch, len(index)):
+        span = (ar.train_step(step=self.steps, epoch=epoch, batch_size=len(index),
+                              runtime=self.runtime) if self.step_spans else _NO_SPAN)
+        with span:
             self.optimiser.zero_grad()
             loss = self.loss_fn(self.model(self.train_x[index]), self.train_y[index])
             loss.backward()

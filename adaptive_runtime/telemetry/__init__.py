@@ -9,6 +9,7 @@ export into those as soon as they exist, or on ``instrument(rt)``.
 from .instrumentation import instrument
 from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
 from .spans import SpanRecorder
+from .steps import TrainStep, train_step
 
-__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "configure", "instrument",
-           "shutdown"]
+__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "TrainStep", "configure",
+           "instrument", "shutdown", "train_step"]

@@ -45,6 +45,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
@@ -160,8 +161,10 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
             _current = Telemetry(enabled=False)
             return _current
 
+        # (a distributed job's rank and world size label every metric and span of the process)
         resource = Resource.create(
-            {SERVICE_NAME: service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME})
+            {SERVICE_NAME: service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
+             **rank_attributes()})
         folder = directory or env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
         telemetry = Telemetry(enabled=True)
 

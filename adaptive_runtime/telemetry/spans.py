@@ -26,12 +26,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Status, StatusCode
 
+from ..distributed import rank_attributes
 from .switching import export_cost_us_per_span
 
 if TYPE_CHECKING:
@@ -89,6 +91,7 @@ class SpanRecorder:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._start_lock = threading.Lock()
+        self._rank_attrs: dict[str, int] = {}
         _track(self)
 
     # ------------------------------------------------------------------ loop side
@@ -96,6 +99,11 @@ class SpanRecorder:
     def submit(self, record: CallRecord) -> None:
         """Queue one timed call's spans (called right after the call, in its thread)."""
         self._enqueue(("call", record, otel_context.get_current()))
+
+    def submit_step(self, step: StepRecord) -> None:
+        """Queue a training step's span (see ``steps``): made later with the span id its
+        children were recorded under."""
+        self._enqueue(("step", step))
 
     def submit_transition(self, transition: HotPathTransition) -> None:
         """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it."""
@@ -117,6 +125,15 @@ class SpanRecorder:
             self._wake.set()
         elif len(buffer) >= self.capacity // 2:
             self._wake.set()  # drain early rather than drop
+
+    def now_ns(self) -> int:
+        """The timer the records' times come from (the runtime's, in ns)."""
+        return self._timer()
+
+    @property
+    def tracer_provider(self) -> trace.TracerProvider:
+        """Where the spans go: the provider given, else the global one (read now)."""
+        return self._provider or trace.get_tracer_provider()
 
     # ------------------------------------------------------------------ counters
 
@@ -198,6 +215,8 @@ class SpanRecorder:
             return calls
         self._idle.clear()
         tracer = self._tracer()
+        # (a distributed job's rank, read per batch: the process group may come up later)
+        self._rank_attrs = rank_attributes()
         try:
             while buffer:
                 item = buffer.popleft()
@@ -205,6 +224,8 @@ class SpanRecorder:
                     if item[0] == "call":
                         calls += 1
                         self._make_call_spans(tracer, item[1], item[2])
+                    elif item[0] == "step":
+                        self._make_step_span(*item[1:])
                     else:
                         self._make_hot_path_span(tracer, item[1], item[2], item[3])
                 except Exception as exc:  # observability never breaks the caller
@@ -250,6 +271,7 @@ class SpanRecorder:
             "adaptive.samples": decision.samples,
             "adaptive.sampling.reason": record.verdict.reason.value,
             "adaptive.sampling.weight": float(record.verdict.weight),
+            **self._rank_attrs,
         }
         for arm, estimate in decision.estimates_us.items():
             select_attrs[f"adaptive.estimate_us.{arm.value}"] = float(estimate)
@@ -267,6 +289,7 @@ class SpanRecorder:
             "adaptive.operation": operation,
             "adaptive.backend": record.backend.value,
             "adaptive.duration_us": (record.end_ns - record.start_ns) / 1000.0,
+            **self._rank_attrs,
         }
         if record.error is not None:
             exec_attrs["error.type"] = type(record.error).__qualname__
@@ -283,6 +306,28 @@ class SpanRecorder:
         if self._on_materialized is not None:
             self._on_materialized(record)
 
+    def _make_step_span(self, step: StepRecord) -> None:
+        # A tracer of its own whose id generator hands out the ids allocated in the loop:
+        # the step's select/execute spans were recorded as children of exactly that span.
+        tracer = self.tracer_provider.get_tracer(STEPS_INSTRUMENTATION_NAME)
+        generator = getattr(tracer, "id_generator", None)
+        if generator is not None and not isinstance(generator, _PresetIds):
+            tracer.id_generator = _PRESET_IDS  # type: ignore[attr-defined]
+        offset = self._wall_offset_ns
+        _PRESET_IDS.preset(step.span_context)
+        try:
+            span = tracer.start_span(step.name, context=step.parent, start_time=step.start_ns
+                                     + offset, attributes={**step.attributes,
+                                                           **self._rank_attrs})
+        finally:
+            _PRESET_IDS.preset(None)
+        if step.error is not None:
+            span.record_exception(step.error, timestamp=step.end_ns + offset)
+            span.set_status(Status(StatusCode.ERROR, f"{type(step.error).__name__}: "
+                                                     f"{step.error}"))
+        span.end(end_time=max(step.end_ns, step.start_ns) + offset)
+        next(self._spans)
+
     def _make_hot_path_span(self, tracer: trace.Tracer, transition: HotPathTransition,
                             ctx: otel_context.Context, at_ns: int) -> None:
         when = at_ns + self._wall_offset_ns
@@ -293,6 +338,7 @@ class SpanRecorder:
                 "adaptive.hot_path.entered": transition.entered,
                 "adaptive.hot_path.calls_per_sec": float(transition.calls_per_sec),
                 "adaptive.hot_path.suppressed_selections": transition.suppressed,
+                **self._rank_attrs,
             })
         span.end(end_time=when)
         next(self._spans)
@@ -328,6 +374,45 @@ class SpanRecorder:
 
 def _issued(counter: itertools.count) -> int:
     return int(repr(counter)[6:-1])
+
+
+STEPS_INSTRUMENTATION_NAME = "adaptive_runtime.steps"
+
+
+class StepRecord(NamedTuple):
+    """A training step, as the loop hands it over: the ids its span must have (allocated in
+    the loop, where the step's runtime spans were recorded under them), its parent context,
+    attributes, times (the runtime timer's ns) and the exception that ended it, if any."""
+
+    name: str
+    span_context: trace.SpanContext
+    parent: otel_context.Context
+    attributes: dict[str, Any]
+    start_ns: int
+    end_ns: int
+    error: BaseException | None
+
+
+class _PresetIds(IdGenerator):
+    """Ids set per thread before a span is started (the step spans' worker), else random."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._random = RandomIdGenerator()
+
+    def preset(self, span_context: trace.SpanContext | None) -> None:
+        self._local.span_context = span_context
+
+    def generate_span_id(self) -> int:
+        preset = getattr(self._local, "span_context", None)
+        return preset.span_id if preset is not None else self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        preset = getattr(self._local, "span_context", None)
+        return preset.trace_id if preset is not None else self._random.generate_trace_id()
+
+
+_PRESET_IDS = _PresetIds()
 
 
 _recorders: weakref.WeakSet[SpanRecorder] = weakref.WeakSet()
