@@ -27,7 +27,7 @@ from ._arrays import host_arm
 from ._checks import same_shape_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from .layer_norm import EPS
+from .layer_norm import EPS, NO_ARRAY, row_moments
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -75,15 +75,7 @@ def _layer_norm_rows(g: Any, x: Any, weight: Any, eps: float, dx: Any, dweight: 
     rows, n = x.shape
     scaled = weight.shape[0] > 0
     for r in range(rows):
-        total = 0.0
-        for j in range(n):
-            total += x[r, j]
-        mean = total / n
-        squares = 0.0
-        for j in range(n):
-            d = x[r, j] - mean
-            squares += d * d
-        inv = 1.0 / math.sqrt(squares / n + eps)
+        mean, inv = row_moments(x, r, eps)
         # dx = inv * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * weight
         sum_gw = 0.0
         sum_gw_xhat = 0.0
@@ -128,9 +120,6 @@ def _relu_simd(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, g, np.zeros((), dtype=g.dtype))
 
 
-_NONE = {np.dtype(t).char: np.empty(0, dtype=t) for t in (np.float32, np.float64)}
-
-
 def _layer_norm_scalar(g: np.ndarray, x: np.ndarray, weight: np.ndarray | None = None,
                        eps: float = EPS) -> Any:
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -140,7 +129,7 @@ def _layer_norm_scalar(g: np.ndarray, x: np.ndarray, weight: np.ndarray | None =
     dweight = np.zeros(n if weight is not None else 0)
     dbias = np.zeros(n if weight is not None else 0)
     _layer_norm_rows(np.ascontiguousarray(g).reshape(rows.shape), rows,
-                     _NONE[x.dtype.char] if weight is None else np.ascontiguousarray(weight),
+                     NO_ARRAY[x.dtype.char] if weight is None else np.ascontiguousarray(weight),
                      float(eps), dx, dweight, dbias)
     if weight is None:
         return dx.reshape(x.shape)

@@ -51,20 +51,28 @@ NAME = "layer_norm"
 EPS = 1e-5
 
 
+@scalar_jit
+def row_moments(x: Any, r: int, eps: float) -> tuple[float, float]:
+    """Row ``r``'s mean and ``1 / sqrt(biased variance + eps)``: two passes, sums in float64
+    (the forward and the backward kernels share it)."""
+    n = x.shape[1]
+    total = 0.0
+    for j in range(n):
+        total += x[r, j]
+    mean = total / n
+    squares = 0.0
+    for j in range(n):
+        d = x[r, j] - mean
+        squares += d * d
+    return mean, 1.0 / np.sqrt(squares / n + eps)
+
+
 def _rows(x: Any, weight: Any, bias: Any, eps: float, out: Any) -> None:
     rows, n = x.shape
     scaled = weight.shape[0] > 0  # (empty: no weight / no bias)
     shifted = bias.shape[0] > 0
     for r in prange(rows):  # (a plain range in the SCALAR build)
-        total = 0.0
-        for j in range(n):
-            total += x[r, j]
-        mean = total / n
-        squares = 0.0
-        for j in range(n):
-            d = x[r, j] - mean
-            squares += d * d
-        inv = 1.0 / np.sqrt(squares / n + eps)
+        mean, inv = row_moments(x, r, eps)
         for j in range(n):
             v = (x[r, j] - mean) * inv
             if scaled:
@@ -86,7 +94,7 @@ def _on_rows(kernel: Any) -> Any:
                    bias: np.ndarray | None = None, eps: float = EPS) -> np.ndarray:
         rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         out = np.empty(rows.shape, dtype=x.dtype)
-        none = _NONE[x.dtype.char]
+        none = NO_ARRAY[x.dtype.char]
         kernel(rows, none if weight is None else np.ascontiguousarray(weight),
                none if bias is None else np.ascontiguousarray(bias), float(eps), out)
         return out.reshape(x.shape)
@@ -96,7 +104,7 @@ def _on_rows(kernel: Any) -> Any:
 
 # "no weight" / "no bias", as the kernels read it: an empty array of the input's dtype (one
 # type signature for the affine and plain cases)
-_NONE = {np.dtype(t).char: np.empty(0, dtype=t) for t in (np.float32, np.float64)}
+NO_ARRAY = {np.dtype(t).char: np.empty(0, dtype=t) for t in (np.float32, np.float64)}
 
 
 layer_norm_scalar = host_arm(_on_rows(_layer_norm_rows))

@@ -22,6 +22,7 @@ from ._checks import linear_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
 from ._gpu import gpu_arm, inputs_on_device, itemsize
+from .layer_norm import NO_ARRAY
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -42,15 +43,12 @@ def _linear_rows(x: Any, weight: Any, bias: Any, out: Any) -> None:
             out[r, o] = acc + bias[o] if shifted else acc
 
 
-_NO_BIAS = {np.dtype(t).char: np.empty(0, dtype=t) for t in (np.float32, np.float64)}
-
-
 def _linear_scalar(x: np.ndarray, weight: np.ndarray,
                    bias: np.ndarray | None = None) -> np.ndarray:
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
     out = np.empty((rows.shape[0], weight.shape[0]), dtype=x.dtype)
     _linear_rows(rows, np.ascontiguousarray(weight),
-                 _NO_BIAS[x.dtype.char] if bias is None else np.ascontiguousarray(bias), out)
+                 NO_ARRAY[x.dtype.char] if bias is None else np.ascontiguousarray(bias), out)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
