@@ -15,7 +15,7 @@ from .errors import (
     RegistrationError,
     UnknownOperationError,
 )
-from .history import HistoryRecord
+from .history import HistoryRecord, HistoryWarning
 from .keys import size_bucket
 from .operations import DeviceProbe, Kind, Operation
 from .policy import Decision, Reason
@@ -34,6 +34,7 @@ __all__ = [
     "Decision",
     "DeviceProbe",
     "HistoryRecord",
+    "HistoryWarning",
     "Kind",
     "Operation",
     "Reason",

@@ -52,7 +52,12 @@ class RuntimeConfig:
         ``inf`` lifts the limit.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
-      history_path: history file loaded at start-up and saved at exit.
+      history_path: history file loaded at start-up, saved every history_save_interval_s
+        while it changed, and at exit (see ``AdaptiveRuntime.load_history``).
+      history_save_interval_s: seconds between periodic saves of history_path (a background
+        thread; 0: only at exit).
+      history_force: apply history files written on other hardware or library versions (or
+        before files carried a fingerprint) instead of ignoring them with a warning.
     """
 
     force_backend: Backend | None = None
@@ -71,6 +76,8 @@ class RuntimeConfig:
     spans_per_sec: float = 200.0
     spans_per_sec_per_key: float = 20.0
     trace_cpu_share: float = 0.005
+    history_save_interval_s: float = 60.0
+    history_force: bool = False
 
     def __post_init__(self) -> None:
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
@@ -95,6 +102,7 @@ class RuntimeConfig:
         _number(self, "spans_per_sec", low=0.0)
         _number(self, "spans_per_sec_per_key", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
+        _number(self, "history_save_interval_s", low=0.0)
         _integer(self, "max_history_keys", low=1)
         _integer(self, "min_samples_per_arm", low=1, high=1000)
         _integer(self, "recheck_interval", low=1)
@@ -107,6 +115,9 @@ class RuntimeConfig:
                               field="tracing")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", os.fspath(self.history_path))
+        if not isinstance(self.history_force, bool):
+            raise ConfigError(f"history_force must be True or False, got {self.history_force!r}",
+                              field="history_force")
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """Return a copy with ``changes`` applied (and validated)."""
@@ -164,6 +175,7 @@ _PARSERS = {
     "force_backend": lambda raw: Backend.parse(raw, what="the forced backend"),
     "disabled_backends": _parse_backend_list,
     "tracing": _parse_bool,
+    "history_force": _parse_bool,
     "history_path": str,
 }
 

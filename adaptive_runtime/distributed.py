@@ -1,11 +1,26 @@
 """Many ranks, one set of choices: history merged over ``torch.distributed``.
 
-:func:`sync_history` gathers every rank's history records (as JSON, in a byte tensor: no pickle
-crosses the process group) and has every rank rebuild its history from the same merge, in rank
-order — so all ranks hold identical statistics and, with the per-key policy state started
-afresh on each, make the same choice for every key (``decide()`` agrees across ranks). Choices
-drift apart again as each rank learns from its own timings; syncing every N steps
-(``ar.train_step(sync_every=N)``) brings them back.
+:func:`sync_history` gathers every rank's history (as JSON in a byte tensor: no pickle crosses
+the process group) and has every rank *replace* its history with the same merge of all of
+them, in rank order (not the others' merged into its own, which would differ per rank) — so
+all ranks hold identical statistics and, with the per-key policy state started afresh on each,
+make the same choice for every key (``decide()`` agrees across ranks).
+
+What a decision reads is then the same on every rank: the same keys (the union of the ranks'),
+the same counts, estimates and variances (one merge, in one order, of the same numbers), the
+same ``last_update`` per arm (the latest of the ranks'; later timings are stamped after it,
+see ``HistoryStore._stamp``, so re-check order never depends on a rank's clock), no arm
+quarantined (quarantine deadlines are local clock readings: they are not carried over), and
+fresh per-key policy state (no committed arm, no memo, prior, floors, re-check schedule or
+drift statistic; decision counts from zero). Choices drift apart again only as each rank learns
+from its own timings; syncing every N steps (``ar.train_step(sync_every=N)``) brings them back.
+
+Counts are kept per rank of origin (a grow-only counter, see
+:func:`adaptive_runtime.history.combine_rank_rows`): the first sync sums the ranks' counts,
+and syncing again — every N steps, in the same group or another — never counts a sample twice.
+
+A sync in a group of one changes nothing (there is nothing to agree with). Without torch, or
+without an initialised process group, it raises ``RuntimeError`` saying what is missing.
 
 torch is imported only when a sync is asked for. :func:`rank_and_world_size` (for span and
 metric attributes) reads torch.distributed only if torch is loaded, else ``RANK`` /
@@ -14,17 +29,21 @@ metric attributes) reads torch.distributed only if torch is loaded, else ``RANK`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .history import HistoryRecord, record_from_json, record_to_json
+from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json, record_to_json
 
 if TYPE_CHECKING:
     from .runtime import AdaptiveRuntime
 
-__all__ = ["gather_records", "rank_and_world_size", "rank_attributes"]
+__all__ = ["gather_rank_rows", "rank_and_world_size", "rank_attributes", "sync_history"]
+
+RankRows = list[tuple[HistoryRecord, Origins]]
 
 
 def rank_and_world_size() -> tuple[int, int] | None:
@@ -53,23 +72,87 @@ def rank_attributes() -> dict[str, int]:
     return {"adaptive.rank": rank, "adaptive.world_size": world_size}
 
 
-def gather_records(records: list[HistoryRecord], group: Any = None) -> list[list[HistoryRecord]]:
-    """Every rank's ``records`` (this one's included), in rank order, over ``group`` (default:
-    the default process group). Raises ``RuntimeError`` when torch.distributed is not
-    initialised."""
+def _distributed() -> Any:
+    """``torch.distributed``, initialised; ``RuntimeError`` saying what is missing if not."""
     try:
-        import torch
         import torch.distributed as dist
     except ImportError as exc:
         raise RuntimeError("sync_history needs torch.distributed (install torch)") from exc
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("sync_history needs an initialised torch.distributed process group "
                            "(torch.distributed.init_process_group, or run under torchrun)")
+    return dist
+
+
+def sync_history(runtime: AdaptiveRuntime, group: Any = None) -> None:
+    """Replace ``runtime``'s history with the merge of every rank's in ``group`` (default: the
+    default process group); see the module. A collective: every rank of the group calls it.
+    Timings that other threads of this process learn while it runs are not kept."""
+    dist = _distributed()
+    if dist.get_world_size(group) == 1:
+        return
+    rank = dist.get_rank()  # (the global rank: origins mean the same in every group)
+    per_rank = gather_rank_rows(runtime._rank_rows(rank), rank, group)
+    runtime._replace_history(combine_rank_rows(per_rank))
+
+
+def gather_rank_rows(rows: RankRows, rank: int,
+                     group: Any = None) -> list[tuple[int, RankRows]]:
+    """Every rank's ``(rank, rows)`` (this one's included), in group rank order, over
+    ``group`` (default: the default process group)."""
+    import torch
+
+    dist = _distributed()
     world = dist.get_world_size(group)
-    # nccl moves CUDA tensors only; gloo (and others) CPU ones
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
-    payload = json.dumps([record_to_json(r) for r in records]).encode("utf-8")
+    payload = json.dumps({"rank": rank, "rows": [
+        {**record_to_json(r), "origins": [[o, n, f] for o, (n, f) in origins.items()]}
+        for r, origins in rows]}).encode("utf-8")
+    device = _collective_device(torch, dist, group)
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        gathered = _all_gather_bytes(torch, dist, group, device, world, payload)
+    return [_parse(raw) for raw in gathered]
+
+
+def _parse(raw: bytes) -> tuple[int, RankRows]:
+    doc = json.loads(raw.decode("utf-8"))
+    rank = doc["rank"]
+    if type(rank) is not int or rank < 0:
+        raise ValueError(f"a rank's history names rank {rank!r}")
+    rows = []
+    for row in doc["rows"]:
+        origins: Origins = {}
+        for o, n, f in row.pop("origins"):
+            if not all(type(v) is int and v >= 0 for v in (o, n, f)):
+                raise ValueError(f"rank {rank} sent malformed origins {[o, n, f]!r}")
+            origins[o] = (n, f)
+        rows.append((record_from_json(row), origins))
+    return rank, rows
+
+
+def _collective_device(torch: Any, dist: Any, group: Any) -> Any:
+    """Where the gathered tensors live: CPU for gloo (or a group with gloo for CPU tensors),
+    this rank's GPU for nccl — the device the process group is bound to, else the current
+    CUDA device, else ``LOCAL_RANK``'s when the current one is still the default 0 and
+    ``LOCAL_RANK`` names another GPU (a script that never called ``torch.cuda.set_device``
+    would otherwise put every rank of a node on GPU 0, which nccl refuses)."""
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" not in backend or "gloo" in backend:
+        return torch.device("cpu")
+    pg = group if group is not None else dist.group.WORLD
+    bound = getattr(pg, "bound_device_id", None)
+    if bound is not None:
+        return bound
+    index = torch.cuda.current_device()
+    local = os.environ.get("LOCAL_RANK", "")
+    if index == 0 and local.isdigit() and 0 < int(local) < torch.cuda.device_count():
+        index = int(local)
+    return torch.device("cuda", index)
+
+
+def _all_gather_bytes(torch: Any, dist: Any, group: Any, device: Any, world: int,
+                      payload: bytes) -> Sequence[bytes]:
+    # (not all_gather_object: that pickles, and unpickling what another process sent can run
+    # code; JSON in a byte tensor carries the records and nothing else)
     mine = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
     size = torch.tensor([mine.numel()], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world)]
@@ -79,14 +162,5 @@ def gather_records(records: list[HistoryRecord], group: Any = None) -> list[list
     padded[:mine.numel()] = mine
     gathered = [torch.zeros_like(padded) for _ in range(world)]
     dist.all_gather(gathered, padded, group=group)
-    out = []
-    for data, n in zip(gathered, sizes, strict=True):
-        raw = bytes(data[:int(n.item())].cpu().numpy())
-        out.append([record_from_json(row) for row in json.loads(raw.decode("utf-8"))])
-    return out
-
-
-def sync_history(runtime: AdaptiveRuntime, group: Any = None) -> None:
-    """Replace ``runtime``'s history with the merge of every rank's (see the module)."""
-    per_rank = gather_records(runtime.history_snapshot(), group)
-    runtime._replace_history([r for records in per_rank for r in records])
+    return [bytes(data[:int(n.item())].cpu().numpy()) for data, n in zip(gathered, sizes,
+                                                                          strict=True)]

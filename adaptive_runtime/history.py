@@ -7,26 +7,45 @@ committed to and when it next re-checks the others.
 
 The store is not thread-safe on its own: the runtime serialises access with its lock. The
 policy reads it and never writes; the runtime applies the policy's decisions here.
+
+History files (:func:`write_history_file`, :func:`read_history_file`) are JSON: a format
+name, the writing process's fingerprint (:mod:`adaptive_runtime.fingerprint`) and one record
+per (operation, size bucket, arm). Written atomically and durably; read bounded (at most
+``MAX_HISTORY_FILE_BYTES``) and validated field by field — no pickle, no eval.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .backend import Backend
 from .keys import reference_size
 
-__all__ = ["ArmStats", "HistoryRecord", "HistoryStore", "KeyHistory", "record_from_json",
-           "record_to_json"]
+__all__ = ["HISTORY_FORMAT", "LEGACY_HISTORY_FORMAT", "MAX_HISTORY_FILE_BYTES", "ArmStats",
+           "HistoryFile", "HistoryRecord", "HistoryStore", "HistoryWarning", "KeyHistory",
+           "Origins", "combine_rank_rows", "move_aside", "read_history_file",
+           "record_from_json", "record_to_json", "write_history_file"]
 
-HISTORY_FORMAT = "adaptive_runtime.history/1"
+# /2: a "fingerprint" object beside the records. /1 files (no fingerprint) are still read.
+HISTORY_FORMAT = "adaptive_runtime.history/2"
+LEGACY_HISTORY_FORMAT = "adaptive_runtime.history/1"
+# A history file larger than this is refused unread (as a corrupt one is): 16,384 keys of three
+# arms take about 7 MiB.
+MAX_HISTORY_FILE_BYTES = 64 * 1024 * 1024
+
+
+class HistoryWarning(UserWarning):
+    """A history file was not applied: written on other hardware or library versions, or
+    unreadable (then moved aside). Filter it with ``warnings.simplefilter(...,
+    ar.HistoryWarning)``."""
 
 # Timings of an arm that are summarised robustly (min, then median) before the EWMA starts.
 _WARMUP_SAMPLES = 3
@@ -77,6 +96,9 @@ class ArmStats:
     drift_sum: float = 0.0
     drift_min: float = 0.0
     warmup_us: tuple[float, ...] = ()
+    # after a distributed sync: rank -> (samples, failures) first learned on that rank, as far
+    # as this process knows (see HistoryStore.rank_rows); None if never synced
+    origins: dict[int, tuple[int, int]] | None = None
 
     @property
     def estimate_us(self) -> float:
@@ -295,14 +317,38 @@ class HistoryStore:
         self.max_keys = max_keys
         self._keys: OrderedDict[tuple[str, int], KeyHistory] = OrderedDict()
         self._wall_clock = wall_clock
+        # the latest time stamped on an arm (see _stamp)
+        self._last_stamp = -math.inf
         self._on_evict = on_evict
         self.evictions = 0
+        self._clears = 0
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def __iter__(self) -> Iterator[KeyHistory]:
         return iter(list(self._keys.values()))
+
+    def _stamp(self) -> float:
+        """The wall time of a new timing or failure: the clock, but always later than every
+        time stamped or merged before. Why: the policy re-checks the arm heard from least
+        recently (by ``last_update``), so two ranks that synced and then learn the same
+        timings in the same order must order their arms alike — whatever their clocks'
+        resolution (ties) or skew (a merged time from another node's clock ahead of ours)."""
+        now = self._wall_clock()
+        if now <= self._last_stamp:
+            now = math.nextafter(self._last_stamp, math.inf)
+        self._last_stamp = now
+        return now
+
+    def change_count(self) -> int:
+        """A number that changes whenever timings or failures are learned, merged or
+        forgotten (what a periodic save watches). Safe without the runtime's lock: the key
+        list is copied in one C call, and a racy read only delays a save."""
+        total = self.evictions + self._clears
+        for key in list(self._keys.values()):
+            total += key.samples + key.failures
+        return total + len(self._keys)
 
     def neighbour_prior(self, operation: str, bucket: int, candidates: Sequence[Backend],
                         margin: float = PRIOR_MARGIN) -> Backend | None:
@@ -378,7 +424,11 @@ class HistoryStore:
             if size != ref:  # (see FIXED_CALL_COST_US)
                 duration_us = (FIXED_CALL_COST_US
                                + (duration_us - FIXED_CALL_COST_US) * ref / size)
-        stats.add_sample(duration_us, self._wall_clock())
+        now = self._wall_clock()  # (self._stamp() inlined: this runs on every timed call)
+        if now <= self._last_stamp:
+            now = math.nextafter(self._last_stamp, math.inf)
+        self._last_stamp = now
+        stats.add_sample(duration_us, now)
         key.samples += 1
         if backend is not key.incumbent:
             key.memo = None  # another arm's estimate moved: the next decision is a full one
@@ -387,7 +437,7 @@ class HistoryStore:
     def record_failure(self, key: KeyHistory, backend: Backend, now_s: float) -> ArmStats:
         """Count one failure of ``backend`` on ``key``: quarantined with back-off."""
         stats = key.arm(backend)
-        stats.add_failure(now_s, self._wall_clock())
+        stats.add_failure(now_s, self._stamp())
         key.failures += 1
         key.memo = None
         return stats
@@ -395,6 +445,8 @@ class HistoryStore:
     def clear(self) -> None:
         evicted = list(self._keys)
         self._keys.clear()
+        self._last_stamp = -math.inf  # (nothing left to order new timings after)
+        self._clears += 1
         if self._on_evict is not None:
             for op, bucket in evicted:
                 self._on_evict(op, bucket)
@@ -410,6 +462,45 @@ class HistoryStore:
         ]
         rows.sort(key=lambda r: (r.operation, r.size_bucket, r.backend.value))
         return rows
+
+    def rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
+        """What this process sends in a distributed sync as rank ``rank``: each arm's record
+        (as :meth:`snapshot`) with its origins — the samples and failures first learned on
+        each rank, as far as this process knows: those the last sync reported for the other
+        ranks, and the rest as this rank's own."""
+        rows = []
+        for h in self._keys.values():
+            for b, s in h.arms.items():
+                if not (s.samples or s.failures):
+                    continue
+                origins = {o: c for o, c in (s.origins or {}).items() if o != rank}
+                others = sum(c[0] for c in origins.values())
+                others_failed = sum(c[1] for c in origins.values())
+                origins[rank] = (max(s.samples - others, 0), max(s.failures - others_failed, 0))
+                rows.append((HistoryRecord(h.operation, h.bucket, b, s.samples,
+                                           s.mean_us if s.epoch_samples else math.nan,
+                                           s.failures, s.last_update, s.var_us2), origins))
+        return rows
+
+    def replace(self, rows: Iterable[tuple[HistoryRecord, Origins]]) -> None:
+        """Forget everything and hold exactly ``rows`` (from :func:`combine_rank_rows`): keys
+        in the order given, every arm's numbers as given, no per-key policy state, nothing
+        quarantined, and later timings stamped after the latest ``last_update`` given."""
+        self.clear()
+        for r, origins in rows:
+            hist = self.key(r.operation, r.size_bucket)
+            stats = hist.arm(r.backend)
+            stats.samples = r.samples
+            stats.failures = r.failures
+            stats.mean_us = r.mean_us
+            stats.var_us2 = r.variance_us2 if not math.isnan(r.mean_us) else 0.0
+            stats.epoch_samples = r.samples if not math.isnan(r.mean_us) else 0
+            stats.last_update = r.last_update
+            stats.origins = dict(origins)
+            hist.samples += r.samples
+            hist.failures += r.failures
+            if r.last_update > self._last_stamp:
+                self._last_stamp = r.last_update
 
     def merge(self, records: Iterable[HistoryRecord]) -> None:
         """Combine ``records`` (another process, rank or saved file) into this store.
@@ -440,6 +531,8 @@ class HistoryStore:
             hist.samples += r.samples
             hist.failures += r.failures
             stats.last_update = max(stats.last_update, r.last_update)
+            if r.last_update > self._last_stamp:
+                self._last_stamp = r.last_update  # (later timings stamp after it: _stamp)
             # the committed arm may no longer be the best: let the policy commit again
             if hist.incumbent is not None:
                 hist.arm(hist.incumbent).disarm_drift_detection()
@@ -447,38 +540,229 @@ class HistoryStore:
 
     # persistence -------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the history as JSON, atomically (a crash never leaves a half-written file)."""
-        path = os.fspath(path)
-        doc = {"format": HISTORY_FORMAT,
-               "records": [record_to_json(r) for r in self.snapshot()]}
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".history-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, allow_nan=True)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+    def save(self, path: str | os.PathLike[str],
+             fingerprint: Mapping[str, object] | None = None) -> None:
+        """Write the history to ``path`` (see :func:`write_history_file`)."""
+        write_history_file(path, self.snapshot(), fingerprint)
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> list[HistoryRecord]:
-        """Parse a history file written by :meth:`save`; ``ValueError`` says what is wrong."""
-        path = os.fspath(path)
+        """The records of a history file, its fingerprint unchecked (see
+        :func:`read_history_file`); ``ValueError`` says what is wrong."""
+        return list(read_history_file(path).records)
+
+
+# rank -> (samples, failures) first learned there (see HistoryStore.rank_rows)
+Origins = dict[int, tuple[int, int]]
+
+
+def combine_rank_rows(
+        per_rank: Sequence[tuple[int, Sequence[tuple[HistoryRecord, Origins]]]],
+) -> list[tuple[HistoryRecord, Origins]]:
+    """Every rank's :meth:`HistoryStore.rank_rows` (``(rank, rows)``, in rank order) merged
+    into one history — the same on every rank that combines the same input.
+
+    Counts are a grow-only counter per rank: for each origin rank, the most any rank knows of
+    it; the arm's count is their sum. So the first sync sums the ranks' counts, and syncing
+    again (in the same group or in any other) counts nothing twice: repeated syncs are
+    idempotent. An estimate is the ranks' estimates weighted by the samples each rank learned
+    itself (equal weights where none did; exactly the common value where all agree), the
+    variance pooled likewise; ``last_update`` is the latest. Keys and arms come in the order
+    of first appearance, ranks in order.
+    """
+    groups: dict[tuple[str, int, Backend], list[tuple[int, HistoryRecord, Origins]]] = {}
+    for rank, rows in per_rank:
+        for r, origins in rows:
+            groups.setdefault((r.operation, r.size_bucket, r.backend), []).append(
+                (rank, r, origins))
+    out = []
+    for (operation, bucket, backend), items in groups.items():
+        known: dict[int, tuple[int, int]] = {}
+        for _, _, origins in items:
+            for o, (n, failed) in origins.items():
+                seen = known.get(o, (0, 0))
+                known[o] = (max(seen[0], n), max(seen[1], failed))
+        known = dict(sorted(known.items()))
+        measured = [(origins.get(rank, (0, 0))[0], r) for rank, r, origins in items
+                    if not math.isnan(r.mean_us)]
+        mean, var = math.nan, 0.0
+        if measured:
+            first = measured[0][1]
+            if all(r.mean_us == first.mean_us and r.variance_us2 == first.variance_us2
+                   for _, r in measured):
+                mean, var = first.mean_us, first.variance_us2
+            else:
+                if not sum(w for w, _ in measured):
+                    measured = [(1, r) for _, r in measured]
+                total = sum(w for w, _ in measured)
+                mean = sum(w * r.mean_us for w, r in measured) / total
+                var = sum(w * (r.variance_us2 + (r.mean_us - mean) ** 2)
+                          for w, r in measured) / total
+        out.append((HistoryRecord(operation, bucket, backend,
+                                  sum(n for n, _ in known.values()), mean,
+                                  sum(f for _, f in known.values()),
+                                  max(r.last_update for _, r, _ in items), var), known))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFile:
+    """A history file as read: its path, format, the fingerprint of the process that wrote it
+    (``None`` in a ``/1`` file, written before fingerprints existed) and its records."""
+
+    path: str
+    format: str
+    fingerprint: Mapping[str, object] | None
+    records: tuple[HistoryRecord, ...]
+
+
+def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRecord],
+                       fingerprint: Mapping[str, object] | None = None) -> None:
+    """Write ``records`` to ``path`` with ``fingerprint`` (default: this process's), atomically
+    and durably.
+
+    A temporary file in the same directory is written, flushed and fsync'ed, then renamed over
+    ``path`` (``os.replace``), and the directory is fsync'ed (where the platform allows it), so
+    a crash or a failure at any step leaves either the previous file or the new one, whole —
+    and no temporary file. An existing file's permissions are kept. ``ValueError`` if the file
+    would be over ``MAX_HISTORY_FILE_BYTES`` (it could not be read back).
+    """
+    path = os.fspath(path)
+    if fingerprint is None:
+        from .fingerprint import hardware_fingerprint
+
+        fingerprint = hardware_fingerprint()
+    head = json.dumps({"format": HISTORY_FORMAT, "fingerprint": dict(fingerprint)})
+    rows = [json.dumps(record_to_json(r)) for r in records]
+    # one record a line: compact, yet readable and diffable
+    data = (head[:-1] + ', "records": [\n' + ",\n".join(rows) + "\n]}\n").encode("utf-8")
+    if len(data) > MAX_HISTORY_FILE_BYTES:
+        raise ValueError(f"history for {path!r} would take {len(data)} bytes, over the "
+                         f"{MAX_HISTORY_FILE_BYTES} a history file may hold (lower "
+                         "max_history_keys)")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=directory)
+    try:
+        fchmod = getattr(os, "fchmod", None)
+        if fchmod is not None:
+            # (mkstemp makes it 0600: keep an existing file's mode, else what open() gives)
+            with contextlib.suppress(OSError):
+                try:
+                    mode = os.stat(path).st_mode & 0o7777
+                except FileNotFoundError:
+                    mode = 0o666 & ~_umask()
+                fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux), else the usual 022."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable; skipped where directories cannot be opened or
+    synced (Windows, some network file systems)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_history_file(path: str | os.PathLike[str]) -> HistoryFile:
+    """Read and validate a history file (format ``/2``, or ``/1`` with no fingerprint).
+
+    ``ValueError`` naming the file when it is over ``MAX_HISTORY_FILE_BYTES``, truncated, not
+    JSON, in another format, or holds a malformed fingerprint or record; ``OSError`` (e.g.
+    ``FileNotFoundError``) when it cannot be read. Nothing in the file is executed: it is
+    parsed as JSON and every field is checked.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(MAX_HISTORY_FILE_BYTES + 1) if size <= MAX_HISTORY_FILE_BYTES else b""
+    if size > MAX_HISTORY_FILE_BYTES or len(raw) > MAX_HISTORY_FILE_BYTES:
+        raise ValueError(f"history file {path!r} is over {MAX_HISTORY_FILE_BYTES} bytes, "
+                         "the most a history file may hold")
+    if not raw.strip():
+        raise ValueError(f"history file {path!r} is empty")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError, JSONDecodeError too)
+        raise ValueError(f"history file {path!r} is not valid JSON (truncated or corrupt): "
+                         f"{exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"history file {path!r} is not a history file (a JSON object with a "
+                         f"'format'), it holds a {type(doc).__name__}")
+    fmt = doc.get("format")
+    if fmt not in (HISTORY_FORMAT, LEGACY_HISTORY_FORMAT):
+        raise ValueError(f"history file {path!r} is in format {fmt!r}, not "
+                         f"{HISTORY_FORMAT!r} (or {LEGACY_HISTORY_FORMAT!r})")
+    fingerprint = None
+    if fmt == HISTORY_FORMAT:
+        fingerprint = doc.get("fingerprint")
+        if not isinstance(fingerprint, dict) or not all(
+                isinstance(v, str | None) or type(v) is int for v in fingerprint.values()):
+            raise ValueError(f"history file {path!r} has no valid fingerprint (an object of "
+                             f"strings and integers), got {fingerprint!r:.200}")
+    rows = doc.get("records")
+    if not isinstance(rows, list):
+        raise ValueError(f"history file {path!r} has no list of records")
+    try:
+        records = tuple(record_from_json(row) for row in rows)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"history file {path!r} has a malformed record: {exc!s:.300}") from None
+    return HistoryFile(path, fmt, fingerprint, records)
+
+
+def move_aside(path: str | os.PathLike[str]) -> str:
+    """Rename the file at ``path`` to ``<path>.corrupt-<UTC time>`` in the same directory
+    (``-1``, ``-2``, ... appended if taken) and return the new path. Never overwrites a file:
+    the new name is claimed with a hard link where the file system has them. ``OSError`` if the
+    file cannot be moved (``FileNotFoundError``: it is gone, moved by another process)."""
+    path = os.fspath(path)
+    base = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    for attempt in range(1000):
+        target = base if attempt == 0 else f"{base}-{attempt}"
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"history file {path!r} is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
-            raise ValueError(f"history file {path!r} is not in format {HISTORY_FORMAT!r}")
-        try:
-            return [record_from_json(row) for row in doc["records"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"history file {path!r} has a malformed record: {exc}") from None
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            raise
+        except OSError:
+            # no hard links on this file system: take a free name, then rename
+            if os.path.lexists(target):
+                continue
+            os.rename(path, target)
+            return target
+        os.unlink(path)
+        return target
+    raise FileExistsError(f"no free name to move {path!r} aside to ({base}-N)")
 
 
 def record_to_json(r: HistoryRecord) -> dict[str, object]:
@@ -488,21 +772,40 @@ def record_to_json(r: HistoryRecord) -> dict[str, object]:
     return row
 
 
-def record_from_json(row: dict[str, object]) -> HistoryRecord:
+def _float(row: Mapping[str, object], name: str, default: float | None = None) -> float:
+    value = row.get(name, default) if default is not None else row[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {value!r:.100}")
+    return float(value)
+
+
+def record_from_json(row: object) -> HistoryRecord:
     """A record from a JSON object; ``ValueError`` / ``TypeError`` / ``KeyError`` if bad."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a record must be a JSON object, got {row!r:.100}")
+    operation = row["operation"]
     bucket = row["size_bucket"]
     samples = row["samples"]
     failures = row["failures"]
+    if not isinstance(operation, str) or not operation:
+        raise ValueError(f"operation must be a non-empty string, got {operation!r:.100}")
     if type(bucket) is not int or bucket < 0 or bucket > 128:
-        raise ValueError(f"size_bucket {bucket!r} is not a bucket number")
+        raise ValueError(f"size_bucket {bucket!r:.100} is not a bucket number")
     if type(samples) is not int or samples < 0 or type(failures) is not int or failures < 0:
-        raise ValueError(f"samples/failures must be counts, got {samples!r}/{failures!r}")
-    mean = float(row["mean_us"])  # type: ignore[arg-type]
+        raise ValueError(f"samples/failures must be counts, got {samples!r:.50}/"
+                         f"{failures!r:.50}")
+    mean = _float(row, "mean_us")  # (NaN: no estimate in the arm's current epoch)
     if mean < 0 or math.isinf(mean):
         raise ValueError(f"mean_us {mean!r} is not a latency")
+    last_update = _float(row, "last_update")
+    if not (0.0 <= last_update < math.inf):
+        raise ValueError(f"last_update {last_update!r} is not a time")
+    variance = _float(row, "variance_us2", 0.0)
+    if math.isnan(variance):
+        variance = 0.0
+    if not (0.0 <= variance < math.inf):
+        raise ValueError(f"variance_us2 {variance!r} is not a variance")
     return HistoryRecord(
-        operation=str(row["operation"]), size_bucket=bucket,
-        backend=Backend.parse(row["backend"]), samples=samples, mean_us=mean,
-        failures=failures, last_update=float(row["last_update"]),  # type: ignore[arg-type]
-        variance_us2=float(row.get("variance_us2", 0.0)))  # type: ignore[arg-type]
-
+        operation=operation, size_bucket=bucket, backend=Backend.parse(row["backend"]),
+        samples=samples, mean_us=mean, failures=failures, last_update=last_update,
+        variance_us2=variance)

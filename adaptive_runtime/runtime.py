@@ -8,6 +8,7 @@ import math
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,17 @@ from .backend import Backend
 from .config import RuntimeConfig
 from .errors import BackendUnavailableError
 from .gating import HotPathDetector, TraceGate
-from .history import HistoryRecord, HistoryStore
+from .history import (
+    LEGACY_HISTORY_FORMAT,
+    HistoryFile,
+    HistoryRecord,
+    HistoryStore,
+    HistoryWarning,
+    Origins,
+    move_aside,
+    read_history_file,
+    write_history_file,
+)
 from .keys import size_bucket
 from .operations import DeviceProbe, Kind, Operation, OperationRegistry
 from .policy import Decision, Policy, PolicyConfig
@@ -89,9 +100,7 @@ class AdaptiveRuntime:
 
             register_builtins(self)
         if cfg.history_path is not None:
-            if os.path.exists(cfg.history_path):
-                self.load_history(cfg.history_path)
-            _save_at_exit(self, cfg.history_path)
+            _start_history(self, cfg.history_path)
         instrumentation.register(self)
 
     def __repr__(self) -> str:
@@ -249,16 +258,46 @@ class AdaptiveRuntime:
             return self._history.snapshot()
 
     def save_history(self, path: str | os.PathLike[str]) -> None:
-        """Write the history to ``path`` (JSON, written atomically)."""
+        """Write the history to ``path``: JSON (format ``adaptive_runtime.history/2``) with
+        this process's hardware fingerprint, written atomically and durably (a temporary file
+        in the same directory, fsync'ed, renamed over ``path``, the directory fsync'ed): a
+        crash leaves the previous file or the new one, never a mix."""
         with self._dispatcher.lock:
             records = self._history.snapshot()
-        store = HistoryStore(max(1, len(records)))
-        store.merge(records)
-        store.save(path)
+        write_history_file(path, records)
 
-    def load_history(self, path: str | os.PathLike[str]) -> None:
-        """Merge the history saved at ``path`` into this runtime's (``ValueError`` if bad)."""
-        self.merge_history(HistoryStore.read(path))
+    def load_history(self, path: str | os.PathLike[str], force: bool = False) -> bool:
+        """Merge the history saved at ``path`` into this runtime's if it was measured on this
+        machine; ``True`` when applied.
+
+        A file whose fingerprint differs from this process's (CPU model or count, BLAS,
+        python, numpy, numba, torch or jax version, GPU model or driver: see
+        :mod:`adaptive_runtime.fingerprint`) is not applied: one :class:`HistoryWarning`
+        names the file and what differs, and ``False`` is returned. A file in the format
+        before fingerprints (``adaptive_runtime.history/1``) is from an unknown machine:
+        not applied either. ``force=True``, or ``history_force``
+        (``ADAPTIVE_RUNTIME_HISTORY_FORCE=1``), applies it anyway, without a warning.
+
+        Raises ``ValueError`` naming the file when it is truncated, corrupt, in another
+        format or over ``MAX_HISTORY_FILE_BYTES`` (64 MiB); an explicit load leaves such a
+        file where it is (the ``ADAPTIVE_RUNTIME_HISTORY`` load at start-up warns instead,
+        moves it aside and starts cold). ``OSError`` when it cannot be read.
+        """
+        loaded = read_history_file(path)
+        return self._apply_history_file(loaded, force or self.config.history_force)
+
+    def _apply_history_file(self, loaded: HistoryFile, force: bool, *, note: str = "",
+                            stacklevel: int = 3) -> bool:
+        if not force:
+            foreign = _foreign(loaded)
+            if foreign is not None:
+                warnings.warn(f"history file {loaded.path!r} not applied: {foreign}{note} "
+                              "(load_history(path, force=True) or "
+                              "ADAPTIVE_RUNTIME_HISTORY_FORCE=1 applies it)",
+                              HistoryWarning, stacklevel=stacklevel)
+                return False
+        self.merge_history(list(loaded.records))
+        return True
 
     def merge_history(self, records: list[HistoryRecord]) -> None:
         """Merge records (another process, rank or file) into this runtime's history."""
@@ -270,18 +309,25 @@ class AdaptiveRuntime:
     def sync_history(self, group: Any = None) -> None:
         """Merge every rank's history over ``torch.distributed`` (``group``, default the
         default process group; gloo on CPU, nccl on GPUs): afterwards all ranks hold the same
-        statistics and make the same choice for every key. Every rank must call it (a
-        collective). ``RuntimeError`` without an initialised process group."""
+        statistics and make the same choice for every key (see
+        :mod:`adaptive_runtime.distributed`). Every rank of the group must call it (a
+        collective); safe to call repeatedly. Nothing happens in a group of one.
+        ``RuntimeError`` without torch or an initialised process group."""
         from .distributed import sync_history
 
         sync_history(self, group)
 
-    def _replace_history(self, records: list[HistoryRecord]) -> None:
-        """Forget this runtime's history and learn ``records`` instead, every key's policy
-        state started afresh (what a sync needs: the same state on every rank)."""
+    def _rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
+        """What this runtime sends in a sync as ``rank`` (see ``HistoryStore.rank_rows``)."""
         with self._dispatcher.lock:
-            self._history.clear()
-            self._history.merge(records)
+            return self._history.rank_rows(rank)
+
+    def _replace_history(self, rows: list[tuple[HistoryRecord, Origins]]) -> None:
+        """Forget this runtime's history and hold ``rows`` instead (a sync's merge), every
+        key's policy state started afresh (what a sync needs: the same state on every rank)
+        and every fast-path entry dropped."""
+        with self._dispatcher.lock:
+            self._history.replace(rows)
         for name in self.operations:
             self._dispatcher.reset_route(name)
 
@@ -317,19 +363,121 @@ def _name(operation: object) -> str:
     return operation
 
 
-def _save_at_exit(rt: AdaptiveRuntime, path: str) -> None:
-    ref = weakref.ref(rt)
+def _foreign(loaded: HistoryFile) -> str | None:
+    """Why ``loaded`` does not describe this machine, or ``None`` when it does."""
+    from .fingerprint import differences, hardware_fingerprint
 
-    def save() -> None:
-        live = ref()
-        if live is None:
-            return
+    if loaded.fingerprint is None:
+        return (f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): "
+                "measured on an unknown machine")
+    found = differences(hardware_fingerprint(), loaded.fingerprint)
+    if not found:
+        return None
+    return "measured on other hardware or library versions: " + "; ".join(found)
+
+
+def _start_history(rt: AdaptiveRuntime, path: str) -> None:
+    """``history_path`` at start-up: apply the file if it was measured here, and save the
+    history periodically and at exit. Never raises for a bad file: a truncated, corrupt or
+    foreign-format one is moved aside (one warning) and the runtime starts cold."""
+    saving = True
+    try:
+        loaded = read_history_file(path)
+    except FileNotFoundError:
+        pass  # the first run: the file is written at the first save
+    except ValueError as exc:
         try:
-            live.save_history(path)
-        except OSError as exc:  # never turn interpreter exit into a crash
-            _log.warning("could not save adaptive_runtime history to %s: %s", path, exc)
+            moved = f"moved aside to {move_aside(path)!r}"
+        except FileNotFoundError:
+            moved = "already moved away"
+        except OSError as move_error:
+            # (saving would overwrite it: the file is kept, this runtime saves nothing)
+            moved = (f"could not be moved aside ({move_error}): it is left as it is and this "
+                     "runtime's history will not be saved")
+            saving = False
+        warnings.warn(f"{exc}; {moved}; starting with no history", HistoryWarning,
+                      stacklevel=3)
+    except OSError as exc:
+        warnings.warn(f"history file {path!r} could not be read ({exc}); starting with no "
+                      "history", HistoryWarning, stacklevel=3)
+    else:
+        rt._apply_history_file(loaded, rt.config.history_force, stacklevel=4,
+                               note="; this run's history will replace it when saved")
+    if saving:
+        saver = _HistorySaver(rt, path, rt.config.history_save_interval_s)
+        rt._history_saver = saver  # type: ignore[attr-defined]
+        saver.start()
 
-    atexit.register(save)
+
+class _HistorySaver:
+    """Saves a runtime's history to its ``history_path``: every ``interval_s`` while it
+    changed (a daemon thread that reads a change count, off the call path) and at exit.
+
+    Only in the process that made it: a forked child (whose runtime is a copy of the
+    parent's) saves nothing, so it never overwrites the parent's file. Errors are logged, not
+    raised: a save never breaks the program or its exit.
+    """
+
+    def __init__(self, rt: AdaptiveRuntime, path: str, interval_s: float) -> None:
+        self._ref = weakref.ref(rt)
+        self._path = path
+        self._interval_s = interval_s
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        # (what the file holds now: the history just loaded, or none)
+        self._saved = rt._history.change_count()
+        self._failing = False
+        self.saves = 0
+
+    def start(self) -> None:
+        rt = self._ref()
+        if rt is None:
+            return
+        weakref.finalize(rt, self._stop.set)  # (the thread ends with its runtime)
+        if self._interval_s > 0:
+            threading.Thread(target=self._run, name="adaptive-runtime-history-save",
+                             daemon=True).start()
+        atexit.register(self.at_exit)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            if os.getpid() != self._pid:
+                return
+            self.save_if_changed()
+
+    def at_exit(self) -> None:
+        self._stop.set()
+        self.save_if_changed()
+
+    def stop(self) -> None:
+        """Save nothing more: no periodic save, no save at exit."""
+        self._stop.set()
+        atexit.unregister(self.at_exit)
+
+    def save_if_changed(self) -> None:
+        """Save now if the history changed since the last save (in this process only)."""
+        if os.getpid() != self._pid:
+            return
+        rt = self._ref()
+        if rt is None:
+            self._stop.set()
+            return
+        with self._lock:
+            count = rt._history.change_count()
+            if count == self._saved:
+                return
+            try:
+                rt.save_history(self._path)
+            except Exception as exc:  # never break the loop's thread or the exit
+                # (logged once until a save succeeds again: a full disk must not spam)
+                log = _log.debug if self._failing else _log.warning
+                log("could not save adaptive_runtime history to %s: %s", self._path, exc)
+                self._failing = True
+                return
+            self._failing = False
+            self._saved = count
+            self.saves += 1
 
 
 _default: AdaptiveRuntime | None = None
