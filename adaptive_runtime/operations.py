@@ -393,8 +393,12 @@ def _probe_gpu() -> bool:
     # a GPU we cannot use is simply not a candidate.
     probes: list[tuple[str, Callable[[], bool]]] = [
         ("torch", lambda: bool(__import__("torch").cuda.is_available())),
-        ("jax", lambda: any(d.platform == "gpu" for d in __import__("jax").devices())),
     ]
+    if importlib.util.find_spec("jax_plugins") is not None:
+        # JAX sees a GPU only through a plugin package (jax[cuda12] installs one): without
+        # it, importing JAX to ask would only start its threads (and make os.fork warn)
+        probes.append(("jax", lambda: any(d.platform == "gpu"
+                                          for d in __import__("jax").devices())))
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
         # The CUDA simulator says "available" on any machine; it is not a GPU.
         probes.append(("numba", lambda: bool(__import__("numba.cuda").cuda.is_available())))

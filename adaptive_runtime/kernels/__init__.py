@@ -20,6 +20,7 @@ from . import (
     backward,
     conv1d,
     dot,
+    jax_arms,
     layer_norm,
     linear,
     matmul,
@@ -37,7 +38,7 @@ __all__ = ["BUILTIN_OPERATIONS", "register_builtins"]
 BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, softmax, layer_norm, matmul,
                       linear, conv1d, backward)
 # each adds one library's arms (its families) to the operations registered above
-LIBRARY_ARMS = (torch_arms,)
+LIBRARY_ARMS = (torch_arms, jax_arms)
 
 
 def register_builtins(rt: AdaptiveRuntime) -> None:

@@ -11,8 +11,9 @@ function that checks the common case — numpy arrays of one native float dtype 
 no further call (measured between large calls, whose memory traffic leaves the interpreter's
 caches cold: the earlier generic checks, ``np.prod`` of the shape among them, cost 15-35 us a
 call, more than the dispatch itself) — and then torch tensors, in a training loop's common case
-(CPU, one float dtype), through :func:`_tensors_ok`. Anything else goes to the full check,
-which explains what is wrong.
+(CPU, one float dtype), through :func:`_tensors_ok`, and JAX arrays of one float dtype (tracers
+included) through :func:`_jax_ok`. Anything else goes to the full check, which explains what is
+wrong.
 """
 
 from __future__ import annotations
@@ -87,6 +88,34 @@ def _tensors_ok(*tensors: Any) -> bool:
     device = first.device
     for t in tensors[1:]:
         if not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.device != device:
+            return False
+    return True
+
+
+# JAX dtypes (numpy dtype objects, ml_dtypes' bfloat16 among them) -> whether an arm computes in
+# them
+_JAX_FLOAT_TYPES: dict[Any, bool] = {}
+
+
+def _jax_ok(*arrays: Any) -> bool:
+    """Whether ``arrays`` are JAX arrays (or tracers) of one float dtype an arm computes in:
+    the common case of a JAX program, checked without building any list (devices are left to
+    JAX, which refuses to mix them)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    array = jax.Array
+    first = arrays[0]
+    if not isinstance(first, array):
+        return False
+    dtype = first.dtype
+    known = _JAX_FLOAT_TYPES.get(dtype)
+    if known is None:
+        known = _JAX_FLOAT_TYPES[dtype] = getattr(dtype, "name", None) in TENSOR_FLOATS
+    if not known:
+        return False
+    for a in arrays[1:]:  # noqa: SIM110 (a loop: no generator object on the hot path)
+        if not isinstance(a, array) or a.dtype != dtype:
             return False
     return True
 
@@ -217,6 +246,10 @@ def array_size(operation: str) -> Callable[[Any], int]:
             size = x.numel()
             if size:
                 return size
+        elif _jax_ok(x) and x.ndim:
+            size = x.size
+            if size:
+                return size
         return _array_size(operation, x)
 
     return size_of
@@ -232,7 +265,7 @@ def vector_pair_size(operation: str) -> Callable[[Any, Any], int]:
                 shape = a.shape
                 if shape == b.shape and shape[0]:
                     return shape[0]
-        elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim == 1:
+        elif ((_tensors_ok(a, b) and _tensor_float(a)) or _jax_ok(a, b)) and a.ndim == 1:
             shape = a.shape
             if shape == b.shape and shape[0]:
                 return shape[0]
@@ -254,6 +287,10 @@ def same_shape_size(operation: str) -> Callable[[Any, Any], int]:
                     return size
         elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim and a.shape == b.shape:
             size = a.numel()
+            if size:
+                return size
+        elif _jax_ok(a, b) and a.ndim and a.shape == b.shape:
+            size = a.size
             if size:
                 return size
         return _same_shape_size(operation, a, b)
@@ -290,6 +327,13 @@ def layer_norm_size(operation: str) -> Callable[..., int]:
                     size = x.numel()
                     if size:
                         return size
+            elif (weight is not None and bias is not None and _jax_ok(x, weight, bias)
+                  and x.ndim and weight.ndim == 1 == bias.ndim):
+                n = x.shape[-1]
+                if weight.shape[0] == n == bias.shape[0]:
+                    size = x.size
+                    if size:
+                        return size
         return _layer_norm_size(operation, x, weight, bias, eps)
 
     return size_of
@@ -307,11 +351,23 @@ def linear_size(operation: str) -> Callable[..., int]:
                     size = x.numel()
                     if size:
                         return size * out_features
+            elif _jax_ok(x, weight) and weight.ndim == 2 and x.ndim:
+                out_features, in_features = weight.shape
+                if x.shape[-1] == in_features and out_features:
+                    size = x.size
+                    if size:
+                        return size * out_features
         elif (_tensors_ok(x, weight, bias) and _tensor_float(x) and weight.ndim == 2 and x.ndim
               and bias.ndim == 1):
             out_features, in_features = weight.shape
             if x.shape[-1] == in_features and bias.shape[0] == out_features and out_features:
                 size = x.numel()
+                if size:
+                    return size * out_features
+        elif _jax_ok(x, weight, bias) and weight.ndim == 2 and x.ndim and bias.ndim == 1:
+            out_features, in_features = weight.shape
+            if x.shape[-1] == in_features and bias.shape[0] == out_features and out_features:
+                size = x.size
                 if size:
                     return size * out_features
         return _linear_size(operation, x, weight, bias)
@@ -330,7 +386,8 @@ def matmul_size(operation: str) -> Callable[[Any, Any], int]:
                 k2, n = b.shape
                 if k == k2 and m and k and n:
                     return m * k * n
-        elif _tensors_ok(a, b) and _tensor_float(a) and a.ndim == 2 == b.ndim:
+        elif (((_tensors_ok(a, b) and _tensor_float(a)) or _jax_ok(a, b))
+              and a.ndim == 2 == b.ndim):
             m, k = a.shape
             k2, n = b.shape
             if k == k2 and m and k and n:
@@ -348,9 +405,10 @@ def conv1d_size(operation: str) -> Callable[..., int]:
 
     def size_of(x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
         if type(x) is not _ndarray:
+            arrays = (x, w) if bias is None else (x, w, bias)
             if (type(padding) is int and padding >= 0
-                    and (_tensors_ok(x, w) if bias is None else _tensors_ok(x, w, bias))
-                    and _tensor_float(x) and x.ndim == 3 == w.ndim):
+                    and ((_tensors_ok(*arrays) and _tensor_float(x)) or _jax_ok(*arrays))
+                    and x.ndim == 3 == w.ndim):
                 batch, channels, length = x.shape
                 out_channels, w_channels, k = w.shape
                 length += 2 * padding

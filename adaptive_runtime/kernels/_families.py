@@ -66,10 +66,23 @@ def input_family(*args: Any) -> str:
             return _torch_family(torch, a, args)
         jax = sys.modules.get("jax")
         if jax is not None and isinstance(a, jax.Array):
-            if isinstance(a, jax.core.Tracer):
-                return JAX_TRACED
-            return _JAX_BASE.get(str(a.dtype), JAX)
+            return _jax_family(jax, a, args)
     return ""
+
+
+def _jax_family(jax: Any, first: Any, args: tuple[Any, ...]) -> str:
+    tracer = jax.core.Tracer
+    for a in args:  # (any tracer: jax.grad with respect to a weight traces only the weight)
+        if isinstance(a, tracer):
+            return JAX_TRACED
+    dtype = first.dtype
+    family = _JAX_FAMILY.get(dtype)
+    if family is None:  # (str() of a JAX dtype costs microseconds: once per dtype)
+        family = _JAX_FAMILY[dtype] = _JAX_BASE.get(str(dtype), JAX)
+    return family
+
+
+_JAX_FAMILY: dict[Any, str] = {}
 
 
 def _torch_family(torch: Any, first: Any, args: tuple[Any, ...]) -> str:

@@ -776,6 +776,8 @@ def test_a_forked_child_gets_a_fresh_span_worker(tmp_path: Any) -> None:
             # Python >= 3.12 warns about fork() with threads running: that is the point here
             # (a DataLoader worker forks a process whose recorder thread is running).
             warnings.simplefilter("ignore", DeprecationWarning)
+            # (JAX warns at fork when an earlier test started its threads: not this test's)
+            warnings.simplefilter("ignore", RuntimeWarning)
             pid = os.fork()
         if pid == 0:  # the child: never return into pytest
             code = 70

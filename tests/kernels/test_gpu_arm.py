@@ -145,6 +145,8 @@ def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None
 
 
 def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
+    # (copies cost nothing here, so the GPU arm's floor never rules it out: it is tried)
+    _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)
     fake_cuda.fail_with = torch.cuda.OutOfMemoryError("CUDA out of memory (test double)")
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
                             devices=ar.DeviceProbe(gpu=True))

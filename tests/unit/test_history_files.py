@@ -440,6 +440,8 @@ def test_a_forked_child_never_saves_to_the_parents_file(tmp_path: Path) -> None:
         rt.record_performance("dot", 1000, "simd", 10.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # (fork with threads, 3.12+)
+            # (JAX warns at fork when an earlier test started its threads: not this test's)
+            warnings.simplefilter("ignore", RuntimeWarning)
             pid = os.fork()
         if pid == 0:  # the child: learn, then try both ways a save happens
             code = 1

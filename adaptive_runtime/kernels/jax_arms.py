@@ -1,0 +1,473 @@
+"""The built-in operations on JAX arrays: the jitted ``jax.numpy`` call is always a candidate,
+numba competes.
+
+Calls with JAX arrays form the families ``jax`` (float32/float64), ``jax:float16`` and
+``jax:bfloat16`` (see ``_families``); each operation returns a JAX array of its input's dtype on
+its input's device. Their arms:
+
+- SIMD: the operation written in ``jax.numpy`` / ``jax.nn`` / ``jax.lax`` — what a JAX user
+  writes — compiled by ``jax.jit`` (XLA fuses it: gelu, softmax and layer_norm run in one pass
+  over the data). JAX dispatches asynchronously: a jitted call returns before its result is
+  computed, so the arm blocks on the result (``block_until_ready``) and its timing covers the
+  work, not the launch. XLA compiles on the first call of each shape and dtype: such a call is
+  not learned from (``compile_count``: the jitted functions' compiled specialisations, and
+  every compilation JAX reports through ``jax.monitoring``), nor is the arm's first call
+  (``warm_up``). ``dot``, ``matmul``, ``linear`` and ``conv1d`` ask for ``Precision.HIGHEST``: the
+  same float32 arithmetic as the other arms wherever XLA would otherwise use TF32/bfloat16
+  passes (GPUs; on the CPU it changes nothing);
+- SCALAR (float32/float64 only: numba computes in neither float16 nor bfloat16): the
+  operation's numba loop — the default family's SCALAR arm — on a numpy view of the array
+  (``np.asarray`` shares a CPU array's memory: no copy), its result handed back as a JAX array
+  on the input's device (``_arrays.to_jax``: on the CPU, without a copy);
+- GPU (only where JAX has a GPU: ``jax.devices("gpu")``): the same jitted function on the GPU,
+  inputs copied there and the result back where they were not on it already. Where JAX has
+  one, the SIMD arm runs on the CPU device (inputs on the GPU are copied to the host), as the
+  other families' CPU arms do.
+
+Tracers — calls under ``jax.jit``, ``jax.grad`` or ``jax.vmap`` — form the family
+``jax:traced``, which runs the plain ``jax.numpy`` implementation untimed (``add_untimed``):
+such a call records a computation instead of running it, so its timing would be the tracing.
+JAX differentiates, batches and compiles through it as through any ``jax.numpy`` code (a
+call with any tracer among its arrays — ``jax.grad`` with respect to a weight only — is
+traced; the arms also run the plain implementation on a tracer and count the call as a
+compilation, so it is never learned from).
+
+jax is never imported by this module or by registration (a numpy program must not load it):
+it is loaded by the first call with a JAX array, which can only exist where the caller
+imported jax.
+
+Measured on the development machine (2 shared cores — other jobs running — AMD EPYC with
+AVX-512, jax 0.10.2 CPU, numba 0.68; float32, microseconds, median of repeats after warm-up,
+best of two to four runs). "jit": the SIMD arm, blocked; "jit sync": the same with
+``jax_cpu_enable_async_dispatch`` off; "numba": the SCALAR arm on JAX arrays, conversions
+included; "numpy": the numpy family's SIMD arm on numpy arrays, for scale (for gelu and softmax
+that is ATen on the array's memory; BLAS with ``OPENBLAS_NUM_THREADS=1``: two OpenBLAS threads
+took 16-24 ms for a 256²-512² product on this machine that day):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    dot                  1,000                  25.5      18.6     17.5      1.5
+    dot                  1,000,000               235       247    1,039      121
+    add                  1,000                  13.6      13.6     17.1      1.0
+    add                  1,000,000               234       239      265      207
+    sum                  1,000                  15.7      12.1     16.8      2.6
+    sum                  1,000,000               177      88.0    1,000     99.5
+    relu                 1,000,000               157       220      221      131
+    gelu                 1,000                  14.7      19.1     32.8      180
+    gelu                 100,000                 202       122    1,552      226
+    gelu                 1,000,000               925     1,001   15,173      840
+    softmax              (64, 16)               13.2      17.8     20.3      128
+    softmax              (64, 1024)              195      80.7      447      157
+    softmax              (1024, 1024)            734       749    5,495      866
+    layer_norm           (64, 16)               18.7      15.2     19.7      6.0
+    layer_norm           (1000, 64)              230      94.9      191      164
+    layer_norm           (10000, 256)          1,135     1,058    5,849    5,607
+    matmul               64²                    47.0      20.0     34.8      8.3
+    matmul               256²                    489       380    1,509      369
+    matmul               512²                  2,315     1,891   10,673    3,653
+    linear               (8, 64) x (128, 64)    65.6      32.4     79.2      9.4
+    linear               (512, 64) x (128, 64)   289       200    2,964      118
+    conv1d               n 100,000, k 31         277       231    2,047      242
+    conv1d               (64, 8, 8) x (16, 8, 3) 120      57.0      362      232
+    gelu.backward        1,000,000             1,520     1,442   24,079   25,991
+    softmax.backward     (64, 1024)              231      63.6      119     55.9
+    layer_norm.backward  (1000, 64), weight      438       262      405      517
+
+A blocked jitted call costs 12-25 us before any work (jax's C++ dispatch, then XLA's CPU
+runtime hands the computation to a worker thread and back); the SCALAR arm's conversions cost
+about as much (``np.asarray`` ~1 us an array, ``to_jax`` ~7 us), so up to ~1e3-1e4 elements the
+two are close and the runtime learns which wins. From there XLA's fused, vectorised code wins
+by 4-16x (gelu, softmax, layer_norm, matmul, linear, their gradients), except where numba's
+loop is as good (elementwise add/scale/relu, memory-bound). On a busy machine the hand-over to
+XLA's thread varies (a small call took 15-130 us across runs); with async dispatch off
+(a process-wide JAX setting, the user's to choose) the call runs on the calling thread. XLA's
+single-channel convolution is 20-40x slower than a sum of k shifted slices on the CPU (n = 1e5,
+k = 31: 8 ms against 0.4 ms), so the 1-D ``conv1d`` is written so (up to 64 taps).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..backend import Backend
+from . import backward
+from ._arrays import is_jax, jax_host, to_jax
+from ._families import JAX, JAX_TRACED, jax_families
+from .layer_norm import EPS
+
+if TYPE_CHECKING:
+    from ..runtime import AdaptiveRuntime
+
+__all__ = ["PLAIN", "register"]
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+# PJRT plug-ins (CUDA, ROCm) live in this namespace package: found without importing jax
+_GPU_PLUGINS = "jax_plugins"
+
+# the 1-D conv1d as a sum of shifted slices up to this many taps (unrolled when traced)
+_SHIFTED_TAPS = 64
+
+_libs: list[Any] = []  # [jax, jax.numpy, jax.lax, Precision.HIGHEST, jax.core.Tracer]
+
+
+def _load() -> list[Any]:
+    import jax
+    import jax.numpy as jnp
+
+    if not _libs:
+        _libs[:] = [jax, jnp, jax.lax, jax.lax.Precision.HIGHEST, jax.core.Tracer]
+        _listen_for_compilations(jax)
+    return _libs
+
+
+def _jax() -> list[Any]:
+    return _libs or _load()
+
+
+# --------------------------------------------------------------------------- compilations
+
+# Compilations JAX reported in this process (jaxpr traces and XLA compiles), and calls whose
+# arms met a tracer (see the module docstring): a call during which this grows is not learned.
+_compilations = [0]
+_COMPILE_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
+                             "/jax/core/compile/backend_compile_duration"})
+
+
+def _listen_for_compilations(jax: Any) -> None:
+    """Count JAX's compilation events (``jax.monitoring``, public): a backstop to the jitted
+    functions' cache sizes, for compilations they would not show. (Called once, by the first
+    load: a second listener after a race would only count twice, which changes nothing.)"""
+
+    def counted(event: str, _duration_s: float, **_kwargs: Any) -> None:
+        if event in _COMPILE_EVENTS:
+            _compilations[0] += 1
+
+    try:
+        from jax import monitoring
+
+        monitoring.register_event_duration_secs_listener(counted)
+    except Exception:  # pragma: no cover - (an older jax: the cache sizes still count)
+        pass
+
+
+class _Jit:
+    """An operation's ``jax.jit``-compiled function, made on first use (so registering it
+    imports nothing)."""
+
+    __slots__ = ("fn", "plain", "static")
+
+    def __init__(self, plain: Callable[..., Any], static: tuple[int, ...] = ()) -> None:
+        self.plain = plain
+        self.static = static
+        self.fn: Any = None
+
+    def get(self) -> Any:
+        fn = self.fn
+        if fn is None:
+            fn = self.fn = _jax()[0].jit(self.plain, static_argnums=self.static)
+        return fn
+
+    def compiled(self) -> int:
+        """Specialisations compiled so far, plus every compilation JAX reported (and calls
+        that met a tracer): what the runtime compares before and after a call."""
+        fn = self.fn
+        size = getattr(fn, "_cache_size", None) if fn is not None else None
+        return _compilations[0] + (size() if size is not None else 0)
+
+
+# --------------------------------------------------------------------------- jax.numpy
+
+
+def _up(x: Any) -> Any:
+    """float16/bfloat16 computed in float32 (as ATen does), rounded once at the end."""
+    jnp = _jax()[1]
+    return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+
+
+def jnp_dot(a: Any, b: Any) -> Any:
+    _j, jnp, _lax, highest, _t = _jax()
+    return jnp.dot(a, b, precision=highest)
+
+
+def jnp_add(a: Any, b: Any) -> Any:
+    return _jax()[1].add(a, b)
+
+
+def jnp_scale(alpha: Any, x: Any, y: Any) -> Any:
+    jnp = _jax()[1]
+    return jnp.asarray(alpha, dtype=x.dtype) * x + y  # (alpha in the arrays' dtype first)
+
+
+def jnp_sum(x: Any) -> Any:
+    return _jax()[1].sum(x)
+
+
+def jnp_relu(x: Any) -> Any:
+    return _jax()[0].nn.relu(x)
+
+
+def jnp_gelu(x: Any) -> Any:
+    return _jax()[0].nn.gelu(x, approximate=False)
+
+
+def jnp_softmax(x: Any) -> Any:
+    return _jax()[0].nn.softmax(x, axis=-1)
+
+
+def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
+    jnp = _jax()[1]
+    xf = _up(x)
+    centred = xf - xf.mean(axis=-1, keepdims=True)
+    y = centred / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype)
+
+
+def jnp_matmul(a: Any, b: Any) -> Any:
+    _j, jnp, _lax, highest, _t = _jax()
+    return jnp.matmul(a, b, precision=highest)
+
+
+def jnp_linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    _j, jnp, _lax, highest, _t = _jax()
+    y = jnp.matmul(x, weight.T, precision=highest)
+    return y if bias is None else y + bias
+
+
+def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+    _j, _jnp, lax, highest, _t = _jax()
+    if x.ndim == 3:  # (batch, channels, n) with (out, channels, k): cross-correlation, as torch
+        y = lax.conv_general_dilated(x, w, (1,), [(padding, padding)],
+                                     dimension_numbers=("NCH", "OIH", "NCH"), precision=highest)
+        return y if bias is None else y + bias[:, None]
+    k = w.shape[0]
+    if k > _SHIFTED_TAPS:
+        return lax.conv_general_dilated(x[None, None], w[None, None], (1,), "VALID",
+                                        dimension_numbers=("NCH", "OIH", "NCH"),
+                                        precision=highest)[0, 0]
+    # y = sum_j x[j:j+m] * w[j]: k shifted slices, fused by XLA into one pass (its convolution
+    # of one channel is 20-40x slower on the CPU: see the module docstring)
+    m = x.shape[0] - k + 1
+    y = x[:m] * w[0]
+    for j in range(1, k):
+        y = y + x[j:j + m] * w[j]
+    return y
+
+
+def jnp_relu_backward(g: Any, x: Any) -> Any:
+    jnp = _jax()[1]
+    return jnp.where(x > 0, g, jnp.zeros((), dtype=g.dtype))
+
+
+def jnp_gelu_backward(g: Any, x: Any) -> Any:
+    _j, jnp, lax, _h, _t = _jax()
+    xf = _up(x)
+    slope = 0.5 * lax.erfc(xf * -_SQRT1_2) + xf * _INV_SQRT_2PI * jnp.exp(-0.5 * xf * xf)
+    return (_up(g) * slope).astype(x.dtype)
+
+
+def jnp_softmax_backward(g: Any, y: Any) -> Any:
+    gf, yf = _up(g), _up(y)
+    return (yf * (gf - (gf * yf).sum(axis=-1, keepdims=True))).astype(y.dtype)
+
+
+def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
+    jnp = _jax()[1]
+    gf, xf = _up(g), _up(x)
+    centred = xf - xf.mean(axis=-1, keepdims=True)
+    inv = 1.0 / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+    xhat = centred * inv
+    gw = gf if weight is None else gf * _up(weight)
+    dx = (inv * (gw - gw.mean(axis=-1, keepdims=True)
+                 - xhat * (gw * xhat).mean(axis=-1, keepdims=True))).astype(x.dtype)
+    if weight is None:
+        return dx
+    lead = tuple(range(x.ndim - 1))
+    return dx, (gf * xhat).sum(axis=lead).astype(x.dtype), gf.sum(axis=lead).astype(x.dtype)
+
+
+# Each operation in jax.numpy (forward and backward), by name: the SIMD and GPU arms jit it,
+# traced calls run it as it is.
+PLAIN: dict[str, Callable[..., Any]] = {
+    "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum, "relu": jnp_relu,
+    "gelu": jnp_gelu, "softmax": jnp_softmax, "layer_norm": jnp_layer_norm,
+    "matmul": jnp_matmul, "linear": jnp_linear, "conv1d": jnp_conv1d,
+    backward.RELU: jnp_relu_backward, backward.GELU: jnp_gelu_backward,
+    backward.SOFTMAX: jnp_softmax_backward, backward.LAYER_NORM: jnp_layer_norm_backward,
+}
+# the argument whose dtype and device a SCALAR result takes (default: the first)
+_TEMPLATE = {"scale": 1, backward.LAYER_NORM: 1}
+
+
+# --------------------------------------------------------------------------- arms
+
+
+def _tracer_in(args: tuple[Any, ...]) -> bool:
+    tracer = _jax()[4]
+    for a in args:  # noqa: SIM110 (a loop: no generator object per call)
+        if isinstance(a, tracer):
+            return True
+    return False
+
+
+def _traced(plain: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """A call whose family is concrete but which holds a tracer: recorded into the trace like
+    a ``jax:traced`` call, and counted as a compilation so its timing is not learned."""
+    _compilations[0] += 1
+    return plain(*args)
+
+
+def _ready(out: Any) -> Any:
+    if type(out) is tuple:
+        for o in out:
+            o.block_until_ready()
+        return out
+    return out.block_until_ready()
+
+
+def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
+    """The SIMD arm: the jitted function, blocked on. Arguments that are numbers go in as
+    Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
+    plain = jit.plain
+
+    if name == "scale":
+        def call(alpha: Any, x: Any, y: Any) -> Any:
+            if _tracer_in((x, y)):
+                return _traced(plain, (alpha, x, y))
+            return (jit.fn or jit.get())(float(alpha), x, y).block_until_ready()
+    elif name == "layer_norm":
+        def call(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
+            if (weight is not None or bias is not None) and _tracer_in((x, weight, bias)):
+                return _traced(plain, (x, weight, bias, eps))
+            return (jit.fn or jit.get())(x, weight, bias, float(eps)).block_until_ready()
+    elif name == backward.LAYER_NORM:
+        def call(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
+            if _tracer_in((g, x, weight)):
+                return _traced(plain, (g, x, weight, eps))
+            return _ready((jit.fn or jit.get())(g, x, weight, float(eps)))
+    elif name == "linear":
+        def call(x: Any, weight: Any, bias: Any = None) -> Any:
+            if _tracer_in((x, weight, bias)):
+                return _traced(plain, (x, weight, bias))
+            return (jit.fn or jit.get())(x, weight, bias).block_until_ready()
+    elif name == "conv1d":
+        def call(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+            if _tracer_in((x, w, bias)):
+                return _traced(plain, (x, w, bias, padding))
+            return (jit.fn or jit.get())(x, w, bias, int(padding)).block_until_ready()
+    elif name in ("sum", "relu", "gelu", "softmax"):  # one array: its family is its own
+        def call(x: Any) -> Any:
+            return (jit.fn or jit.get())(x).block_until_ready()
+    else:  # two arrays
+        def call(a: Any, b: Any) -> Any:
+            if _tracer_in((a, b)):
+                return _traced(plain, (a, b))
+            return (jit.fn or jit.get())(a, b).block_until_ready()
+
+    call.__name__ = call.__qualname__ = f"jax_jit_{name.replace('.', '_')}"
+    return call
+
+
+def _scalar_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The SCALAR arm: the default family's numba arm ``fn`` on numpy views of the arrays,
+    its result (or results) handed back as JAX arrays on the input's device."""
+    template = _TEMPLATE.get(name, 0)
+    plain = PLAIN[name]
+
+    def arm(*args: Any) -> Any:
+        if _tracer_in(args):
+            return _traced(plain, args)
+        model = args[template]
+        result = fn(*[jax_host(a) if is_jax(a) else a for a in args])
+        if type(result) is tuple:
+            return tuple(to_jax(r, model) for r in result)
+        return to_jax(result, model)
+
+    arm.__name__ = arm.__qualname__ = f"numba_on_jax_{name.replace('.', '_')}"
+    return arm
+
+
+_gpu: list[Any] = []  # [JAX's first GPU device, or None], probed once
+
+
+def _gpu_device() -> Any:
+    if not _gpu:
+        try:
+            devices = _jax()[0].devices("gpu")
+        except RuntimeError:  # "Unknown backend: 'gpu' requested, but no platforms ..."
+            devices = []
+        _gpu[:] = [devices[0] if devices else None]
+    return _gpu[0]
+
+
+def _cpu_device() -> Any:
+    return _jax()[0].devices("cpu")[0]
+
+
+def _placed(call: Callable[..., Any], device: Callable[[], Any]) -> Callable[..., Any]:
+    """``call`` run on ``device()``: JAX inputs elsewhere are copied there and the result
+    copied back to where the first one was (the copies are part of the timed call)."""
+
+    def arm(*args: Any) -> Any:
+        if _tracer_in(args):  # (see the module docstring: the plain implementation runs)
+            return call(*args)
+        target = device()
+        if target is None:
+            raise RuntimeError("JAX has no GPU device here")
+        jax = _jax()[0]
+        home = next(a for a in args if is_jax(a)).devices()
+        if home == {target}:
+            return call(*args)
+        out = call(*[jax.device_put(a, target) if is_jax(a) else a for a in args])
+        back = jax.device_put(out, next(iter(home)) if len(home) == 1 else None)
+        return _ready(back)
+
+    arm.__name__ = arm.__qualname__ = f"{call.__name__}_placed"
+    return arm
+
+
+def _jax_gpu_possible() -> bool:
+    """Whether JAX may have a GPU, known without importing jax or starting its backends (that
+    would start its threads, and make every later ``os.fork`` warn): whether a PJRT plug-in
+    (CUDA, ROCm) is installed. Its GPU arm then finds out on its first call, when the caller's
+    JAX arrays have started the backends anyway — and raises where JAX has no GPU after all,
+    which the runtime sets aside like any failing arm."""
+    return (importlib.util.find_spec("jax") is not None
+            and importlib.util.find_spec(_GPU_PLUGINS) is not None)
+
+
+_jits: dict[str, _Jit] = {}
+
+
+def register(rt: AdaptiveRuntime) -> None:
+    """Add the JAX families' arms, and the untimed implementation of traced calls, to every
+    built-in operation of ``rt`` (registered already). Imports nothing."""
+    gpu = _jax_gpu_possible()
+    for name, plain in PLAIN.items():
+        op = rt.operation(name)
+        scalar = op.implementation_for(Backend.SCALAR)
+        jit = _jits.get(name)
+        if jit is None:  # (one per operation, shared by every runtime: compiled once)
+            jit = _jits[name] = _Jit(plain, static=(3,) if name == "conv1d" else ())
+        simd = _jit_call(name, jit)
+        if gpu:
+            simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
+        for family in jax_families():
+            op.add_implementation(Backend.SIMD, simd, family=family, warm_up=True,
+                                  compile_count=jit.compiled)
+            if gpu:
+                op.add_implementation(Backend.GPU, on_gpu, family=family, warm_up=True,
+                                      compile_count=jit.compiled)
+            if scalar is not None and family == JAX:  # (numba: no float16/bfloat16)
+                count = scalar.compile_count
+                op.add_implementation(
+                    Backend.SCALAR, _scalar_arm(name, scalar.fn), family=family, warm_up=True,
+                    compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
+                    else (lambda: _compilations[0]))
+        op.add_untimed(JAX_TRACED, plain)
