@@ -323,9 +323,14 @@ class Dispatcher:
         impl = entry.impls[backend]
         compile_count = impl.compile_count
         compiled_before = compile_count() if compile_count is not None else 0
+        sync = impl.sync
+        if sync is not None:  # (asynchronous inputs: their own work is not this call's)
+            sync(args)
         start_ns = timer()
         try:
             result = impl.fn(*args)
+            if sync is not None:
+                sync(result)
         except Exception as exc:
             return self._recover(op, entry, n, decision, args, ticket, exc, select_ns, start_ns,
                                  timer())
@@ -543,9 +548,13 @@ class Dispatcher:
             select_ns = timer()
             compile_count = impl.compile_count
             compiled_before = compile_count() if compile_count is not None else 0
+            if impl.sync is not None:
+                impl.sync(args)
             start_ns = timer()
             try:
                 result = impl.fn(*args)
+                if impl.sync is not None:
+                    impl.sync(result)
             except Exception as next_exc:
                 end_ns = timer()
                 exc = next_exc

@@ -108,6 +108,12 @@ class Implementation:
     An arm that runs numba inside a torch autograd function charges the backward pass it
     adds (a Python autograd node and the adaptive backward operation), which ATen's own
     backward does not cost its forward.
+
+    ``sync`` (optional), for a library that computes asynchronously (JAX): waits until the
+    values in what it is given (a call's arguments, its result) are computed. The runtime
+    calls it on a timed call's arguments before the timer starts and on its result before it
+    stops, so the timing covers this call's work and no earlier one's; untimed calls stay
+    asynchronous, as the plain library's calls are.
     """
 
     backend: Backend
@@ -116,6 +122,7 @@ class Implementation:
     floor_us: Callable[..., float] | None = None
     warm_up: bool = False
     surcharge_us: Callable[..., float] | None = None
+    sync: Callable[[Any], None] | None = None
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
@@ -196,9 +203,10 @@ class Operation:
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
-                           surcharge_us: Callable[..., float] | None = None) -> None:
+                           surcharge_us: Callable[..., float] | None = None,
+                           sync: Callable[[Any], None] | None = None) -> None:
         """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
-        ``compile_count``, ``floor_us``, ``warm_up`` and ``surcharge_us`` as in
+        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us`` and ``sync`` as in
         :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
@@ -220,13 +228,14 @@ class Operation:
             raise RegistrationError(
                 f"operation {self.name!r} already has a {arm.value} implementation{where} "
                 f"({_describe(impls[arm].fn)}); register each arm once")
-        for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us)):
+        for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
+                            ("sync", sync)):
             if value is not None and not callable(value):
                 raise RegistrationError(f"{hook} of {self.name!r} on {arm.value}{where} must "
                                         f"be callable, got {value!r}")
         impls[arm] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
-            floor_us, bool(warm_up), surcharge_us)
+            floor_us, bool(warm_up), surcharge_us, sync)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

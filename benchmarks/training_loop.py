@@ -19,6 +19,11 @@ time). A phase's time is the sum of its steps'. One short untimed run first: num
 its kernels on a machine's first use (then loads them from its disk cache) and torch
 initialises lazily — one-off costs of a process, not of a policy, reported as the warm-up.
 
+Then the JAX loop of ``examples/train_jax.py`` (the same data; an eager step with a
+hand-written backward, every operation adaptive), against the same math in plain jitted
+``jax.numpy``: ``REPEATS`` runs each, alternating, each phase's minimum; and its losses against
+the plain loop's, step by step.
+
 Targets (issue 10): adapted <= 1.05x plain in every phase; tracing on <= 1.02x tracing off;
 in float64, the loss after every step equal to plain torch's within 1e-4 relative.
 
@@ -50,6 +55,7 @@ from adaptive_runtime.keys import bucket_bounds
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                 "examples"))
+import train_jax
 import train_torch
 
 PHASES = (8, 64, 512)
@@ -233,9 +239,35 @@ def main() -> None:
         print_table("float64: loss after every step, adapted vs plain torch",
                     ["steps", "max relative difference", "target", "verdict"],
                     [[count, f"{worst:.2e}", f"<= {LOSS_RTOL:g}", verdict(worst <= LOSS_RTOL)]])
+        jax_loop()
     finally:
         pipeline.shutdown()
         receiver.stop()
+
+
+def jax_loop() -> None:
+    """The JAX example, adaptive against plain jitted jax.numpy (see the module)."""
+    train_jax.train(phases=PHASES, steps_per_phase=5, check_grad=False)  # (warm-up: XLA, numba)
+    train_jax.train(phases=PHASES, steps_per_phase=5, check_grad=False, plain=True)
+    best = {"plain": [math.inf] * len(PHASES), "adapted": [math.inf] * len(PHASES)}
+    losses: dict[str, list[float]] = {}
+    for _ in range(REPEATS):
+        for kind in ("plain", "adapted"):
+            rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+            result = train_jax.train(phases=PHASES, steps_per_phase=STEPS, check_grad=False,
+                                     plain=kind == "plain", runtime=rt)
+            best[kind] = [min(b, p.seconds) for b, p in zip(best[kind], result.phases,
+                                                            strict=True)]
+            losses[kind] = result.losses
+    rows = [[f"batch {batch}", f"{best['plain'][i] * 1e3:.0f} ms",
+             f"{best['adapted'][i] * 1e3:.0f} ms",
+             f"{best['adapted'][i] / best['plain'][i]:.3f}x"] for i, batch in enumerate(PHASES)]
+    worst = max(abs(a - p) / abs(p) for p, a in zip(losses["plain"], losses["adapted"],
+                                                    strict=True))
+    print_table(f"JAX loop (examples/train_jax.py, float32, {STEPS} steps per phase, min of "
+                f"{REPEATS} runs each): adapted vs plain jitted jax.numpy — no target in the "
+                f"issue; largest relative loss difference over every step: {worst:.1e}",
+                ["phase", "plain JAX", "adapted", "ratio"], rows)
 
 
 def compare_losses(steps: int = 60) -> tuple[int, float]:

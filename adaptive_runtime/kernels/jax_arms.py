@@ -8,13 +8,15 @@ its input's device. Their arms:
 - SIMD: the operation written in ``jax.numpy`` / ``jax.nn`` / ``jax.lax`` — what a JAX user
   writes — compiled by ``jax.jit`` (XLA fuses it: gelu, softmax and layer_norm run in one pass
   over the data). JAX dispatches asynchronously: a jitted call returns before its result is
-  computed, so the arm blocks on the result (``block_until_ready``) and its timing covers the
-  work, not the launch. XLA compiles on the first call of each shape and dtype: such a call is
-  not learned from (``compile_count``: the jitted functions' compiled specialisations, and
-  every compilation JAX reports through ``jax.monitoring``), nor is the arm's first call
-  (``warm_up``). ``dot``, ``matmul``, ``linear`` and ``conv1d`` ask for ``Precision.HIGHEST``: the
-  same float32 arithmetic as the other arms wherever XLA would otherwise use TF32/bfloat16
-  passes (GPUs; on the CPU it changes nothing);
+  computed: on a timed call the runtime blocks on the inputs before its timer starts and on the
+  result before it stops (the arms' ``sync`` hook, ``block_until_ready``), so the timing covers
+  the work, not the launch; untimed calls stay asynchronous, as plain JAX calls are. XLA
+  compiles on the first call of each shape and dtype: such a call is not learned from
+  (``compile_count``: the jitted functions' compiled specialisations, and every compilation JAX
+  reports through ``jax.monitoring``), nor is the arm's first call (``warm_up``). ``dot``,
+  ``matmul``, ``linear`` and ``conv1d`` ask for ``Precision.HIGHEST``: the same float32
+  arithmetic as the other arms wherever XLA would otherwise use TF32/bfloat16 passes (GPUs; on
+  the CPU it changes nothing);
 - SCALAR (float32/float64 only: numba computes in neither float16 nor bfloat16): the
   operation's numba loop — the default family's SCALAR arm — on a numpy view of the array
   (``np.asarray`` shares a CPU array's memory: no copy), its result handed back as a JAX array
@@ -323,16 +325,23 @@ def _traced(plain: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return plain(*args)
 
 
-def _ready(out: Any) -> Any:
-    if type(out) is tuple:
-        for o in out:
-            o.block_until_ready()
-        return out
-    return out.block_until_ready()
+def block(value: Any) -> None:
+    """Wait until the JAX arrays in ``value`` (an array, or a tuple of arguments or results)
+    are computed: the ``sync`` hook of the JAX arms (see ``Implementation.sync``)."""
+    if type(value) is tuple:
+        for item in value:
+            ready = getattr(item, "block_until_ready", None)
+            if ready is not None:
+                ready()
+        return
+    ready = getattr(value, "block_until_ready", None)
+    if ready is not None:
+        ready()
 
 
 def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
-    """The SIMD arm: the jitted function, blocked on. Arguments that are numbers go in as
+    """The SIMD arm: the jitted function (asynchronous: the runtime blocks on a timed call's
+    result, see ``block``). Arguments that are numbers go in as
     Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
     plain = jit.plain
 
@@ -340,35 +349,35 @@ def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
         def call(alpha: Any, x: Any, y: Any) -> Any:
             if _tracer_in((x, y)):
                 return _traced(plain, (alpha, x, y))
-            return (jit.fn or jit.get())(float(alpha), x, y).block_until_ready()
+            return (jit.fn or jit.get())(float(alpha), x, y)
     elif name == "layer_norm":
         def call(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
             if (weight is not None or bias is not None) and _tracer_in((x, weight, bias)):
                 return _traced(plain, (x, weight, bias, eps))
-            return (jit.fn or jit.get())(x, weight, bias, float(eps)).block_until_ready()
+            return (jit.fn or jit.get())(x, weight, bias, float(eps))
     elif name == backward.LAYER_NORM:
         def call(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
             if _tracer_in((g, x, weight)):
                 return _traced(plain, (g, x, weight, eps))
-            return _ready((jit.fn or jit.get())(g, x, weight, float(eps)))
+            return (jit.fn or jit.get())(g, x, weight, float(eps))
     elif name == "linear":
         def call(x: Any, weight: Any, bias: Any = None) -> Any:
             if _tracer_in((x, weight, bias)):
                 return _traced(plain, (x, weight, bias))
-            return (jit.fn or jit.get())(x, weight, bias).block_until_ready()
+            return (jit.fn or jit.get())(x, weight, bias)
     elif name == "conv1d":
         def call(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
             if _tracer_in((x, w, bias)):
                 return _traced(plain, (x, w, bias, padding))
-            return (jit.fn or jit.get())(x, w, bias, int(padding)).block_until_ready()
+            return (jit.fn or jit.get())(x, w, bias, int(padding))
     elif name in ("sum", "relu", "gelu", "softmax"):  # one array: its family is its own
         def call(x: Any) -> Any:
-            return (jit.fn or jit.get())(x).block_until_ready()
+            return (jit.fn or jit.get())(x)
     else:  # two arrays
         def call(a: Any, b: Any) -> Any:
             if _tracer_in((a, b)):
                 return _traced(plain, (a, b))
-            return (jit.fn or jit.get())(a, b).block_until_ready()
+            return (jit.fn or jit.get())(a, b)
 
     call.__name__ = call.__qualname__ = f"jax_jit_{name.replace('.', '_')}"
     return call
@@ -426,7 +435,7 @@ def _placed(call: Callable[..., Any], device: Callable[[], Any]) -> Callable[...
             return call(*args)
         out = call(*[jax.device_put(a, target) if is_jax(a) else a for a in args])
         back = jax.device_put(out, next(iter(home)) if len(home) == 1 else None)
-        return _ready(back)
+        return back
 
     arm.__name__ = arm.__qualname__ = f"{call.__name__}_placed"
     return arm
@@ -460,14 +469,15 @@ def register(rt: AdaptiveRuntime) -> None:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():
             op.add_implementation(Backend.SIMD, simd, family=family, warm_up=True,
-                                  compile_count=jit.compiled)
+                                  compile_count=jit.compiled, sync=block)
             if gpu:
                 op.add_implementation(Backend.GPU, on_gpu, family=family, warm_up=True,
-                                      compile_count=jit.compiled)
+                                      compile_count=jit.compiled, sync=block)
             if scalar is not None and family == JAX:  # (numba: no float16/bfloat16)
                 count = scalar.compile_count
                 op.add_implementation(
                     Backend.SCALAR, _scalar_arm(name, scalar.fn), family=family, warm_up=True,
+                    sync=block,
                     compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
                     else (lambda: _compilations[0]))
         op.add_untimed(JAX_TRACED, plain)
