@@ -49,7 +49,8 @@ class RuntimeConfig:
       trace_cpu_share: background CPU that making and exporting routine (slow or sampled)
         spans may take, as a share of the time the runtime's calls take. Decision, first-call
         and error spans come on top (they never wait), hence half of the ~1% target;
-        ``inf`` lifts the limit.
+        ``ar.train_step`` spans have a budget of the same share of the steps' time (see
+        ``telemetry.steps``); ``inf`` lifts both limits.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
       history_path: history file loaded at start-up, saved every history_save_interval_s

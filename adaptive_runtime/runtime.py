@@ -346,11 +346,16 @@ class AdaptiveRuntime:
         return self._dispatcher.hot_operations()
 
     def trace_counts(self) -> dict[str, dict[str, int]]:
-        """Measured calls whose spans the trace gate admitted / suppressed, by reason."""
+        """Measured calls whose spans the trace gate admitted / suppressed, by reason, and
+        (``"steps"``, once there were any) the ``ar.train_step`` spans it exported /
+        suppressed."""
         gate = self._dispatcher._gate
         with self._dispatcher.lock:
             counts = {"exported": {r.value: n for r, n in gate.exported.items() if n},
                       "suppressed": {r.value: n for r, n in gate.suppressed.items() if n}}
+            if gate.steps_exported or gate.steps_suppressed:
+                counts["steps"] = {"exported": gate.steps_exported,
+                                   "suppressed": gate.steps_suppressed}
         spans = self._spans
         if spans is not None and spans.dropped:
             counts["suppressed"]["buffer_full"] = spans.dropped

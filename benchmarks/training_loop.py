@@ -27,7 +27,10 @@ the plain loop's, step by step.
 Targets (issue 10): adapted <= 1.05x plain in every phase; tracing on <= 1.02x tracing off;
 in float64, the loss after every step equal to plain torch's within 1e-4 relative.
 
-What tracing costs is judged without the machine's noise, which swings whole-loop times by
+What tracing costs is measured with both runtimes starting from one learned history (that
+of the adapted run above), so both make the same choices and the difference is tracing's —
+two cold runtimes explore apart, and one committing a slower arm than the other would read as
+a tracing cost or a gain. It is judged without the machine's noise, which swings whole-loop times by
 several % between runs here: its in-loop cost is the difference of the median step times, on
 against off (the loop's own thread: capturing contexts and timestamps, the step span's ids);
 its background cost, the CPU the span workers and the exporter used during the phase (what
@@ -89,16 +92,19 @@ class SdkSpanTrainer:
             return self.trainer.step(index, epoch)
 
 
-def trainer(kind: str, pipeline: Pipeline | None,
-            dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+def trainer(kind: str, pipeline: Pipeline | None, dtype: torch.dtype = torch.float32,
+            learned: list[Any] | None = None) -> tuple[Any, Any]:
     """A fresh trainer and its runtime: ``kind`` is "plain", "sdk" (plain, SDK step spans),
-    "off" or "on" (adapted, tracing off / on: the runtime's spans and its step spans)."""
+    "off" or "on" (adapted, tracing off / on: the runtime's spans and its step spans); an
+    adapted runtime starts from the ``learned`` history records, if given."""
     if kind == "plain":
         return train_torch.Trainer(seed=SEED, dtype=dtype, adapted=False), None
     if kind == "sdk":
         assert pipeline is not None
         return SdkSpanTrainer(pipeline, dtype), None
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=kind == "on"))
+    if learned:
+        rt.merge_history(learned)
     if kind == "on":
         assert pipeline is not None
         pipeline.attach(rt)
@@ -107,12 +113,12 @@ def trainer(kind: str, pipeline: Pipeline | None,
 
 def side_by_side(pipeline: Pipeline | None, kinds: tuple[str, ...], steps: int,
                  dtype: torch.dtype = torch.float32,
-                 background_s: list[float] | None = None,
+                 background_s: list[float] | None = None, learned: list[Any] | None = None,
                  ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]], dict[str, Any]]:
     """Train one trainer per kind step by step; per kind, each phase's step times (s) and
     every step's loss, and the runtimes. ``background_s`` receives, per phase, the CPU the
     process's other Python threads (the span workers, the exporter) used meanwhile."""
-    made = {kind: trainer(kind, pipeline, dtype) for kind in kinds}
+    made = {kind: trainer(kind, pipeline, dtype, learned) for kind in kinds}
     times: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
     losses: dict[str, list[float]] = {kind: [] for kind in kinds}
     turn = 0
@@ -134,16 +140,18 @@ def side_by_side(pipeline: Pipeline | None, kinds: tuple[str, ...], steps: int,
     return times, losses, {kind: rt for kind, (_t, rt) in made.items()}
 
 
-def passes(pipeline: Pipeline, kinds: tuple[str, ...]
+def passes(pipeline: Pipeline, kinds: tuple[str, ...], learned: list[Any] | None = None
            ) -> tuple[dict[str, list[list[float]]], list[list[float]], dict[str, Any]]:
-    """``REPEATS`` side-by-side runs of ``kinds``: each step's minimum time over them, each
-    run's background CPU per phase, and the last run's runtimes."""
+    """``REPEATS`` side-by-side runs of ``kinds`` (adapted ones starting from ``learned``):
+    each step's minimum time over them, each run's background CPU per phase, and the last
+    run's runtimes."""
     best: dict[str, list[list[float]]] = {}
     background: list[list[float]] = []
     runtimes: dict[str, Any] = {}
     for _ in range(REPEATS):
         spent: list[float] = []
-        times, _losses, runtimes = side_by_side(pipeline, kinds, STEPS, background_s=spent)
+        times, _losses, runtimes = side_by_side(pipeline, kinds, STEPS, background_s=spent,
+                                                learned=learned)
         pipeline.flush()  # (between runs, untimed: the exporter's queue is bounded)
         background.append(spent)
         for kind, phases in times.items():
@@ -192,7 +200,10 @@ def main() -> None:
         # Three passes of two kinds each: background threads (span workers, the exporter)
         # belong to one traced kind per pass, so the CPU they use is that kind's.
         adapted, _background, runtimes = passes(pipeline, ("plain", "off"))
-        traced, ours, _runtimes = passes(pipeline, ("off", "on"))
+        # Tracing's cost, apart from what two runtimes' own explorations happen to choose:
+        # both start from one learned history (that of the last cold tracing-off run)
+        learned = runtimes["off"].history_snapshot()
+        traced, ours, _runtimes = passes(pipeline, ("off", "on"), learned)
         sdk, theirs, _runtimes = passes(pipeline, ("plain", "sdk"))
         spans = receiver.count()
 
@@ -223,9 +234,10 @@ def main() -> None:
                          f"{sum(traced['on'][i]) / off:.3f}x",
                          f"{1 + sum(baseline) / sum(sdk['plain'][i]):.3f}x"])
         print_table(
-            "tracing on vs off: the runtime's spans and a train_step span per step, to the "
-            "loopback OTLP receiver (in-loop: the median step's difference; background: the "
-            "span threads' CPU)",
+            "tracing on vs off, both from the same learned history: the runtime's spans and "
+            "its train_step spans (sampled within the trace budget), to the loopback OTLP "
+            "receiver (in-loop: the median step's difference; background: the span threads' "
+            "CPU); the baseline: a span per step from the SDK",
             ["phase", "in loop", "background", "on/off", "target", "verdict", "on/off wall",
              "plain torch + SDK step spans"], rows)
         print(f"spans received by the loopback OTLP receiver: {spans}")

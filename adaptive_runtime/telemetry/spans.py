@@ -206,10 +206,11 @@ class SpanRecorder:
         self._parked = False
         self._wake.clear()
 
-    def _drain(self) -> int:
-        """Make the spans of everything queued; return how many calls' spans were made."""
+    def _drain(self) -> float:
+        """Make the spans of everything queued; return how many calls' worth of spans were
+        made (a step's one span counts half a call's two, the budget's unit)."""
         buffer = self._buffer
-        calls = 0
+        calls = 0.0
         if not buffer:
             self._idle.set()
             return calls
@@ -225,6 +226,7 @@ class SpanRecorder:
                         calls += 1
                         self._make_call_spans(tracer, item[1], item[2])
                     elif item[0] == "step":
+                        calls += 0.5
                         self._make_step_span(*item[1:])
                     else:
                         self._make_hot_path_span(tracer, item[1], item[2], item[3])
@@ -234,7 +236,7 @@ class SpanRecorder:
             self._idle.set()
         return calls
 
-    def _measured(self, cpu_ns: int, calls: int) -> None:
+    def _measured(self, cpu_ns: int, calls: float) -> None:
         cost = cpu_ns / calls / 1000.0
         previous = self.make_cost_us
         self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)

@@ -6,6 +6,15 @@ is recorded), so in Jaeger a ``train_step`` trace holds the step's decisions. At
 ``train.step``, ``train.epoch``, ``train.batch_size`` where given, ``adaptive.rank`` and
 ``adaptive.world_size`` in a distributed job, and whatever the caller adds.
 
+Step spans are sampled within the trace budget, as the runtime's own spans are: a step whose
+calls' spans were exported (they need their parent), the first step and a failed one always get
+theirs; other steps share ``RuntimeConfig.trace_cpu_share`` of the training time, so a step
+span per step is exported while steps are long, one per several steps when they take a few ms
+(making and exporting a span costs ~70 us of background CPU in the OpenTelemetry Python SDK).
+A sampled step span's ``adaptive.sampling.weight`` says how many steps it stands for;
+``trace_cpu_share=math.inf`` exports every step. With a ``tracer_provider`` of the caller's,
+the span is made when the step begins, so every step gets one.
+
 Usable as a context manager (one per step) and as a decorator (``@ar.train_step(epoch=0)``:
 each call of the function is a step, numbered from 0 unless ``step=`` says otherwise). With
 tracing off — the runtime exports no spans (telemetry not configured, ``OTEL_SDK_DISABLED``,
@@ -56,9 +65,9 @@ class TrainStep:
         self._sync_every = sync_every
         self._group = group
         self._tracer_provider = tracer_provider
-        # while the step runs: (recorder, context token, span context, parent, start_ns,
-        # attributes) for a span made later, or (None, the SDK's span scope, span) for one
-        # made now; None with tracing off
+        # while the step runs: (recorder, context token, _StepSpan, parent, start_ns,
+        # attributes, calls admitted so far) for a span made later, or (None, the SDK's span
+        # scope, span) for one made now; None with tracing off
         self._open: tuple[Any, ...] | None = None
 
     # ------------------------------------------------------------------ context manager
@@ -84,17 +93,15 @@ class TrainStep:
         recorder = runtime._spans
         if recorder is None:  # the runtime exports no spans: tracing is off
             return self
-        # The span is made later, on the recorder's worker thread, as the runtime's spans are:
-        # here only its ids are drawn and made current, so the step's calls are recorded as
-        # its children (a span made now costs the loop ~100 us through the SDK).
+        # The span is made later, on the recorder's worker thread, as the runtime's spans are
+        # (a span made now costs the loop ~100 us through the SDK): here a stand-in is made
+        # current, so the step's calls are recorded as its children, and its ids are drawn
+        # only if asked for (a traced call or an exported step; most steps are neither).
         parent = otel_context.get_current()
-        outer = trace.get_current_span(parent).get_span_context()
-        span_context = trace.SpanContext(
-            outer.trace_id if outer.is_valid else _random_id(128), _random_id(64),
-            is_remote=False, trace_flags=_SAMPLED)
-        token = otel_context.attach(trace.set_span_in_context(
-            trace.NonRecordingSpan(span_context), parent))
-        self._open = (recorder, token, span_context, parent, recorder.now_ns(), attributes)
+        span = _StepSpan(parent)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        self._open = (recorder, token, span, parent, recorder.now_ns(), attributes,
+                      runtime._dispatcher.spans_admitted())
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -106,10 +113,16 @@ class TrainStep:
             elif opened[0] is None:  # (a span made now)
                 opened[1].__exit__(exc_type, exc, tb)
             else:
-                recorder, token, span_context, parent, start_ns, attributes = opened
+                recorder, token, span, parent, start_ns, attributes, admitted = opened
                 otel_context.detach(token)
-                recorder.submit_step(StepRecord(self._name, span_context, parent, attributes,
-                                                start_ns, recorder.now_ns(), exc))
+                end_ns = recorder.now_ns()
+                weight = self._runtime._dispatcher.admit_step(  # type: ignore[union-attr]
+                    (end_ns - start_ns) / 1e3, exc_type is not None, admitted)
+                if weight:
+                    if weight > 1.0:
+                        attributes["adaptive.sampling.weight"] = weight
+                    recorder.submit_step(StepRecord(self._name, span.get_span_context(),
+                                                    parent, attributes, start_ns, end_ns, exc))
         finally:
             if exc_type is None:
                 self._maybe_sync()
@@ -151,6 +164,28 @@ class TrainStep:
                 return fn(*args, **kwargs)
 
         return stepped  # type: ignore[return-value]
+
+
+class _StepSpan(trace.NonRecordingSpan):
+    """The current span while a step runs, until its span is made on the recorder's worker:
+    non-recording, with ids drawn when first asked for — by the worker making a traced
+    call's spans under it, or by the step's end when its span is exported (a SpanContext
+    costs ~1.5 us to build, several times that amid a training step's memory traffic)."""
+
+    def __init__(self, parent: otel_context.Context) -> None:
+        self._parent = parent
+        self._context = None  # type: ignore[assignment]
+
+    def get_span_context(self) -> trace.SpanContext:
+        context = self._context
+        if context is None:
+            outer = trace.get_current_span(self._parent).get_span_context()
+            drawn = trace.SpanContext(
+                outer.trace_id if outer.is_valid else _random_id(128), _random_id(64),
+                is_remote=False, trace_flags=_SAMPLED)
+            # The loop and the worker may both ask first: setdefault (atomic) keeps one.
+            context = self._context = self.__dict__.setdefault("_drawn", drawn)
+        return context
 
 
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)

@@ -36,11 +36,16 @@ def test_train_torch_example_learns_the_digits_and_nests_runtime_spans_under_tra
     assert float(phases[1][2]) < 1.0 and float(phases[1][3]) > 0.8  # (10 classes: 0.1 is luck)
     assert "linear@torch+grad" in done.stdout  # the decision table
     spans = _spans(tmp_path / "traces.jsonl")
-    steps = {s["spanId"] for s in spans if s["name"] == "train_step"}
+    step_spans = [s for s in spans if s["name"] == "train_step"]
+    steps = {s["spanId"] for s in step_spans}
     # (the test-accuracy passes run under no_grad, outside any step: the "torch" family)
     training = [s for s in spans if s["name"].startswith("adaptive.select")
                 and ("+grad" in s["name"] or ".backward" in s["name"])]
-    assert len(steps) == 80
+    # step spans are sampled within the trace budget, each standing for the steps since the
+    # previous one: 80 at most (the last few may be pending)
+    weights = [next((a["value"]["doubleValue"] for a in s["attributes"]
+                     if a["key"] == "adaptive.sampling.weight"), 1.0) for s in step_spans]
+    assert 0 < len(steps) <= sum(weights) <= 80
     assert training, "the runtime exported no span of a training step"
     assert all(s.get("parentSpanId") in steps for s in training)
 

@@ -4,6 +4,7 @@ nothing made with tracing off."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -152,3 +153,30 @@ def test_the_runtimes_step_span_is_made_off_the_loop_with_the_ids_its_calls_saw(
                for s in runtime_spans)
     for step in steps.values():
         assert step.start_time_unix_nano <= step.end_time_unix_nano
+
+
+def test_short_steps_are_sampled_and_every_traced_call_keeps_its_step(otlp_receiver,
+                                                                       provider) -> None:
+    """Default budgets: a step span per short step would cost more background CPU than the
+    trace budget allows, so most are held back (counted) and each exported one says how
+    many steps it stands for; a step whose calls' spans went out always has its own."""
+    rt = make_runtime(ar.RuntimeConfig(sampling_threshold_us=1e9))
+    two_arms(rt)
+    ar.telemetry.instrument(rt, tracer_provider=provider)
+    steps = 300
+    for step in range(steps):
+        with ar.train_step(step=step, runtime=rt):
+            rt.run("scale", 64)
+            time.sleep(0.001)  # (a step of ~1 ms earns ~5 us of the 0.5 % budget)
+    assert rt.flush_telemetry(10.0)
+    counts = rt.trace_counts()["steps"]
+    assert counts["exported"] + counts["suppressed"] == steps
+    assert counts["suppressed"] > 0
+    spans = otlp_receiver.wait_for_spans(
+        lambda s: sum(x.name == "train_step" for x in s) == counts["exported"])
+    step_spans = {s.span_id: s for s in spans if s.name == "train_step"}
+    assert len(step_spans) == counts["exported"] < steps
+    runtime_spans = [s for s in spans if s.name.startswith("adaptive.")]
+    assert runtime_spans and all(s.parent_span_id in step_spans for s in runtime_spans)
+    weights = [s.attributes.get("adaptive.sampling.weight", 1.0) for s in step_spans.values()]
+    assert sum(weights) <= steps and any(w > 1 for w in weights)

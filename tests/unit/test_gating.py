@@ -426,3 +426,51 @@ def test_slow_and_sampled_spans_weigh_only_calls_of_their_own_kind() -> None:
                    if (v := _admit(gate, duration_us=5.0, now_s=3.0)).export)
     assert sampled.reason is SamplingReason.SAMPLED
     assert 300 < sampled.weight <= 500  # the fast calls since the first, none of the slow
+
+
+# --------------------------------------------------------------------------- step spans
+
+
+def test_step_spans_share_the_cpu_budget_by_the_steps_time() -> None:
+    # 2 ms steps, 0.5% share: each step earns 10 us; a step span costs half a call's 200 us
+    # -> the first step's span, then one per 10 steps, each standing for the steps since
+    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
+    weights = [gate.admit_step(2_000.0, failed=False, parent_of_spans=False)
+               for _ in range(1_001)]
+    exported = [w for w in weights if w]
+    assert weights[0] == 1.0
+    assert 99 <= len(exported) <= 102
+    assert sum(exported) == 1_001 - gate.pending_steps
+    assert gate.steps_exported == len(exported)
+    assert gate.steps_suppressed == 1_001 - len(exported)
+
+
+def test_long_steps_each_get_their_span() -> None:
+    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
+    # 50 ms steps earn 250 us each: more than a step span costs
+    assert all(gate.admit_step(50_000.0, failed=False, parent_of_spans=False) == 1.0
+               for _ in range(100))
+
+
+def test_a_step_whose_calls_were_traced_or_that_failed_always_gets_its_span() -> None:
+    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
+    gate.admit_step(10.0, failed=False, parent_of_spans=False)  # the first: exported
+    assert gate.admit_step(10.0, failed=False, parent_of_spans=False) == 0.0
+    assert gate.admit_step(10.0, failed=False, parent_of_spans=True) == 2.0
+    assert gate.admit_step(10.0, failed=True, parent_of_spans=False) == 1.0
+    assert gate.step_credit_us >= -8 * 100.0  # in debt, bounded
+
+
+def test_no_step_budget_exports_every_step() -> None:
+    for share in (None, math.inf):
+        gate = _gate(cpu_share=share)
+        assert all(gate.admit_step(d, failed=False, parent_of_spans=False) == 1.0
+                   for d in (0.0, 1.0, 1e6) * 10)
+
+
+def test_admitted_counts_calls_whose_spans_went_out() -> None:
+    gate = _gate(cpu_share=None)
+    _admit(gate, first_call=True)
+    _admit(gate, hot=True)
+    _admit(gate, reason=Reason.EXPLORE)
+    assert gate.admitted == 2
