@@ -8,9 +8,13 @@ its input's device. Their arms:
 - SIMD: the operation written in ``jax.numpy`` / ``jax.nn`` / ``jax.lax`` — what a JAX user
   writes — compiled by ``jax.jit`` (XLA fuses it: gelu, softmax and layer_norm run in one pass
   over the data). JAX dispatches asynchronously: a jitted call returns before its result is
-  computed: on a timed call the runtime blocks on the inputs before its timer starts and on the
-  result before it stops (the arms' ``sync`` hook, ``block_until_ready``), so the timing covers
-  the work, not the launch; untimed calls stay asynchronous, as plain JAX calls are. XLA
+  computed, and its work overlaps the Python that follows. The CPU arms are timed as the
+  program sees them, never blocked on: what a call holds its caller up — the jitted call's
+  launch (and its work, where XLA runs it on the calling thread), the SCALAR arm's wait for
+  its inputs, its loop and the hand-back. Blocking a timed call's inputs and result (tried)
+  drained JAX's pipeline on every timed call and made an eager loop 1.3-2x slower than the
+  plain one with the very same jitted calls; so numba wins a key only where it costs the
+  program less than XLA's launch (small arrays), else the plain call runs. XLA
   compiles on the first call of each shape and dtype: such a call is not learned from
   (``compile_count``: the jitted functions' compiled specialisations, and every compilation JAX
   reports through ``jax.monitoring``), nor is the arm's first call (``warm_up``). ``dot``,
@@ -22,7 +26,9 @@ its input's device. Their arms:
   (``np.asarray`` shares a CPU array's memory: no copy), its result handed back as a JAX array
   on the input's device (``_arrays.to_jax``: on the CPU, without a copy);
 - GPU (only where JAX has a GPU: ``jax.devices("gpu")``): the same jitted function on the GPU,
-  inputs copied there and the result back where they were not on it already. Where JAX has
+  inputs copied there and the result back where they were not on it already; a timed call
+  blocks on its inputs before the timer and on its result before it stops (``sync``: the
+  copies and the device's work are what this arm costs, not its launch). Where JAX has
   one, the SIMD arm runs on the CPU device (inputs on the GPU are copied to the host), as the
   other families' CPU arms do.
 
@@ -327,7 +333,7 @@ def _traced(plain: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 def block(value: Any) -> None:
     """Wait until the JAX arrays in ``value`` (an array, or a tuple of arguments or results)
-    are computed: the ``sync`` hook of the JAX arms (see ``Implementation.sync``)."""
+    are computed: the ``sync`` hook of the GPU arm (see ``Implementation.sync``)."""
     if type(value) is tuple:
         for item in value:
             ready = getattr(item, "block_until_ready", None)
@@ -340,8 +346,8 @@ def block(value: Any) -> None:
 
 
 def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
-    """The SIMD arm: the jitted function (asynchronous: the runtime blocks on a timed call's
-    result, see ``block``). Arguments that are numbers go in as
+    """The SIMD arm: the jitted function (asynchronous; see the module docstring for how it
+    is timed). Arguments that are numbers go in as
     Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
     plain = jit.plain
 
@@ -469,7 +475,7 @@ def register(rt: AdaptiveRuntime) -> None:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():
             op.add_implementation(Backend.SIMD, simd, family=family, warm_up=True,
-                                  compile_count=jit.compiled, sync=block)
+                                  compile_count=jit.compiled)
             if gpu:
                 op.add_implementation(Backend.GPU, on_gpu, family=family, warm_up=True,
                                       compile_count=jit.compiled, sync=block)
@@ -477,7 +483,6 @@ def register(rt: AdaptiveRuntime) -> None:
                 count = scalar.compile_count
                 op.add_implementation(
                     Backend.SCALAR, _scalar_arm(name, scalar.fn), family=family, warm_up=True,
-                    sync=block,
                     compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
                     else (lambda: _compilations[0]))
         op.add_untimed(JAX_TRACED, plain)

@@ -71,8 +71,13 @@ def test_train_jax_script_prints_its_progress_and_decisions_with_steps_traced(
     spans = [span for line in (tmp_path / "traces.jsonl").read_text().splitlines()
              for resource in json.loads(line)["resourceSpans"]
              for scope in resource["scopeSpans"] for span in scope["spans"]]
-    steps = {s["spanId"] for s in spans if s["name"] == "train_step"}
-    assert len(steps) == 40
+    step_spans = [s for s in spans if s["name"] == "train_step"]
+    steps = {s["spanId"] for s in step_spans}
+    # step spans are sampled within the trace budget, each standing for the steps since the
+    # previous one: 40 at most (the last few may be pending)
+    weights = [next((a["value"]["doubleValue"] for a in s["attributes"]
+                     if a["key"] == "adaptive.sampling.weight"), 1.0) for s in step_spans]
+    assert 0 < len(steps) <= sum(weights) <= 40
     # (the test-accuracy passes run forward operations outside any step; the backward and
     # the updates run only in steps)
     selects = [s for s in spans if s["name"].startswith("adaptive.select")

@@ -106,3 +106,37 @@ def test_a_family_hook_must_be_callable(make_runtime) -> None:
     h = make_runtime({Backend.SIMD: 100.0})
     with pytest.raises(ar.RegistrationError, match="family="):
         h.rt.register("x", family="torch")  # type: ignore[arg-type]
+
+
+def test_a_sync_hook_keeps_earlier_work_out_of_a_timing_and_its_own_in(make_runtime) -> None:
+    """An asynchronous arm's ``sync``: on a timed call, the wait for its inputs (earlier
+    calls' work) comes before the timer starts, the wait for its result before it stops: a
+    100 us launch whose result takes 50 us more is learned as a 150 us call is."""
+    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, op="unused", arms=())
+    seen: list[str] = []
+
+    def sync(value):
+        if value == (4096,):  # the arguments: 1 ms of someone else's pending work
+            seen.append("args")
+            h.timer.advance_us(1_000.0)
+        else:  # the result ((arm, args) from the fake kernel): its own work, still running
+            seen.append("result")
+            h.timer.advance_us(50.0)
+
+    h.rt.register("async", size=lambda n: n).add_implementation(
+        Backend.SIMD, h.arms.kernel(Backend.SIMD), sync=sync)
+    h.rt.register("same_work", size=lambda n: n).add_implementation(
+        Backend.SIMD, h.arms.kernel(Backend.SCALAR))  # (150 us, synchronous)
+    for _ in range(3):
+        h.rt.run("async", 4096)
+        h.rt.run("same_work", 4096)
+    means = {r.operation: (r.samples, r.mean_us) for r in h.rt.history_snapshot()}
+    assert seen[:2] == ["args", "result"] and len(seen) == 2 * means["async"][0]
+    assert means["async"] == means["same_work"]
+
+
+def test_a_sync_hook_must_be_callable(make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 100.0})
+    op = h.rt.register("x", size=lambda n: n)
+    with pytest.raises(ar.RegistrationError, match="sync"):
+        op.add_implementation(Backend.SIMD, h.arms.kernel(Backend.SIMD), sync=3)
