@@ -19,9 +19,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_QUIET ?= -q
 TORCH_VERSION := 2.13.0
-EXTRAS := torch,jax,test
-# Debian packages the tests need (a real Prometheus, with promtool); installed once, as root.
-APT_PACKAGES := prometheus
+EXTRAS := torch,jax,test,report
+# Debian packages the tests need (a real Prometheus, with promtool; docker-compose v1 to
+# validate docker-compose.yml: no Docker engine is needed for `config`); installed once, as root.
+APT_PACKAGES := prometheus docker-compose
 
 INSTALL_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-12)-torch$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(INSTALL_HASH)
