@@ -13,6 +13,11 @@ Spans (DESIGN.md, "Telemetry contract"):
 
 ``select`` and ``execute`` are siblings under the caller's active span (a training step); with
 no active span, ``execute`` is the child of ``select`` so the pair stays in one trace.
+
+A select span that commits to an arm (exploit), switches away from one (drift) or falls back
+links to its evidence: the latest traced execute span of each arm whose estimate it weighed, so
+in Jaeger a decision leads to the measurements behind it. The worker remembers those spans per
+(operation, size bucket) — bounded, least recently used first out — nothing in the loop.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,6 +38,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Status, StatusCode
 
+from ..backend import Backend
 from ..distributed import rank_attributes
 from .switching import export_cost_us_per_span
 
@@ -46,6 +52,11 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 8192
 INSTRUMENTATION_NAME = "adaptive_runtime"
+# Keys whose latest execute spans the worker remembers as evidence for later decisions' links.
+EVIDENCE_KEYS = 4096
+# Decisions (Reason values) that weigh measured arms against each other: their select spans
+# link the evidence.
+_LINKED = frozenset({"exploit", "drift", "fallback"})
 
 
 class SpanRecorder:
@@ -92,6 +103,9 @@ class SpanRecorder:
         self._pid = os.getpid()
         self._start_lock = threading.Lock()
         self._rank_attrs: dict[str, int] = {}
+        # (operation, size bucket) -> arm -> the latest execute span made for it (worker only)
+        self._evidence: OrderedDict[tuple[str, int], dict[Backend, trace.SpanContext]] = (
+            OrderedDict())
         _track(self)
 
     # ------------------------------------------------------------------ loop side
@@ -281,8 +295,16 @@ class SpanRecorder:
             select_attrs[f"adaptive.floor_us.{arm.value}"] = float(floor)
         select_start = record.select_start_ns + offset
         select_end = max(record.start_ns + offset, select_start)
+        key = (operation, record.size_bucket)
+        evidence = self._evidence.get(key)
+        links = None
+        if evidence and decision.reason.value in _LINKED:
+            links = [trace.Link(evidence[arm], {"adaptive.backend": arm.value,
+                                                "adaptive.estimate_us": float(estimate)})
+                     for arm, estimate in decision.estimates_us.items() if arm in evidence]
         select = tracer.start_span(f"adaptive.select {operation}", context=ctx,
-                                   attributes=select_attrs, start_time=select_start)
+                                   attributes=select_attrs, start_time=select_start,
+                                   links=links)
         select.end(end_time=select_end)
 
         parent = trace.get_current_span(ctx).get_span_context()
@@ -303,10 +325,25 @@ class SpanRecorder:
             execute.set_status(Status(StatusCode.ERROR, f"{type(record.error).__name__}: "
                                                         f"{record.error}"))
         execute.end(end_time=max(record.end_ns + offset, record.start_ns + offset))
+        if record.error is None:
+            self._remember(key, record.backend, execute.get_span_context())
         next(self._spans)
         next(self._spans)
         if self._on_materialized is not None:
             self._on_materialized(record)
+
+    def _remember(self, key: tuple[str, int], arm: Backend,
+                  span_context: trace.SpanContext) -> None:
+        """Keep ``span_context`` as the latest evidence for ``arm`` at ``key``."""
+        evidence = self._evidence
+        arms = evidence.get(key)
+        if arms is None:
+            arms = evidence[key] = {}
+            if len(evidence) > EVIDENCE_KEYS:
+                evidence.popitem(last=False)
+        else:
+            evidence.move_to_end(key)
+        arms[arm] = span_context
 
     def _make_step_span(self, step: StepRecord) -> None:
         # A tracer of its own whose id generator hands out the ids allocated in the loop:

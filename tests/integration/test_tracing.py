@@ -846,3 +846,33 @@ def test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gat
     finally:
         rt._telemetry_off(5.0)
         provider.shutdown()
+
+
+# ---------------------------------------------------------------------------- evidence links
+
+
+def test_a_committing_select_span_links_the_execute_spans_that_decided_it(
+        tracing: Tracing) -> None:
+    """In Jaeger a decision leads to its measurements: each exploit select span links the
+    latest traced execute span of every arm it weighed, and the receiver got those spans."""
+    rt = make_runtime(EXPORT_ALL)
+    two_arms(rt, simd=lambda n: busy_wait_ns(20_000) or ("simd", n),
+             scalar=lambda n: busy_wait_ns(200_000) or ("scalar", n))
+    tracing.attach(rt)
+    for _ in range(30):
+        rt.run("scale", 4096)
+    spans = tracing.flush()
+    by_id = {s.span_id: s for s in spans}
+    exploits = [s for s in spans_of(spans, "select")
+                if s.attributes["adaptive.decision"] == "exploit"]
+    assert exploits, "the runtime never committed"
+    for select in exploits:
+        assert len(select.links) == 2, "a commitment links the evidence of both arms"
+        linked = [by_id.get(span_id) for _trace, span_id in select.links]
+        assert all(e is not None and e.name == "adaptive.execute scale" for e in linked), \
+            "a link points at a span the receiver never got"
+        assert {e.attributes["adaptive.backend"] for e in linked} == {"simd", "scalar"}
+        assert all(e.start_time_unix_nano < select.start_time_unix_nano for e in linked)
+    # exploring select spans decide nothing yet: no links
+    assert all(not s.links for s in spans_of(spans, "select")
+               if s.attributes["adaptive.decision"] == "explore")
