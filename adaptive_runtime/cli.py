@@ -2,29 +2,51 @@
 
 ``adaptive-runtime demo`` runs a mixed ``dot``/``add`` workload over sizes from 8 to 10^6
 elements on a fresh :class:`AdaptiveRuntime`, then prints, per (operation, size bucket), the arm
-the runtime settled on, why, the mean latency it measured on each arm, and the speed-up of its
-choice over the slowest arm it measured.
+the runtime settled on, why, the latency it learned on each arm, and the speed-up of its choice
+over the slowest arm it measured.
+
+``adaptive-runtime report`` shows the same for any run, from a saved history file or the
+telemetry files the runtime writes without a collector: a table in the terminal and a PNG
+(latency against size per arm with the crossovers, and the traced decisions over time).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import fnmatch
+import importlib.util
+import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TextIO
 
 import numpy as np
+from rich.console import Console
 
 from . import __version__
+from ._progress import progress, status
 from .backend import Backend
 from .errors import BackendUnavailableError, ConfigError
-from .keys import bucket_bounds, size_bucket
+from .keys import size_bucket
 from .operations import DeviceProbe
+from .report import (
+    Report,
+    ReportInputError,
+    crossovers,
+    decision_table,
+    from_history_file,
+    from_runtime,
+    from_telemetry,
+    make_console,
+    render_figure,
+    save_png,
+    trace_files,
+)
 from .runtime import AdaptiveRuntime
-from .telemetry import configure, shutdown
+from .telemetry import DEFAULT_DIRECTORY, configure, shutdown
 
 __all__ = ["main", "print_decisions"]
 
@@ -40,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except (ConfigError, BackendUnavailableError) as exc:  # bad ADAPTIVE_RUNTIME_* setting
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except ReportInputError as exc:  # a missing, empty or corrupt input: one line, no trace
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `adaptive-runtime demo | head`: not an error worth a traceback
         sys.stderr.close()
@@ -71,6 +96,37 @@ def _parser() -> argparse.ArgumentParser:
                            "OTEL_EXPORTER_OTLP_ENDPOINT is set, else to OTLP/JSON lines files "
                            "under ./adaptive-runtime-telemetry)")
     demo.set_defaults(handler=_demo)
+
+    report = commands.add_parser(
+        "report", help="show what a run learned and decided: a table and a PNG, without "
+                       "Jaeger or Grafana",
+        description="Read a saved history file (--history) or the telemetry files the "
+                    "runtime writes without a collector (--telemetry: traces.jsonl), print "
+                    "per (operation, size bucket) each arm's learned latency, the chosen arm "
+                    "and the timings behind it, and draw a PNG: per operation, latency "
+                    "against input size per arm (log-log) with the chosen arm ringed and the "
+                    "crossovers marked, and the traced decisions over time by reason. "
+                    "Exit status 2 when an input is missing, empty or corrupt.")
+    report.add_argument("--history", metavar="PATH",
+                        help="a history file (rt.save_history / ADAPTIVE_RUNTIME_HISTORY); "
+                             "its chosen arm is the fastest learned, what a runtime loading "
+                             "it commits to. With --telemetry too, the decision timeline "
+                             "comes from the spans")
+    report.add_argument("--telemetry", metavar="DIR",
+                        help="a telemetry folder holding traces.jsonl (default, unless "
+                             "--history is given: $ADAPTIVE_RUNTIME_TELEMETRY_DIR or "
+                             f"./{DEFAULT_DIRECTORY})")
+    report.add_argument("--png", metavar="PATH", default="report.png",
+                        help="where to write the figure (default: %(default)s)")
+    report.add_argument("--no-png", action="store_true",
+                        help="print the table only (no matplotlib needed)")
+    report.add_argument("--operation", metavar="PATTERN", action="append",
+                        help="only operations matching this shell pattern, e.g. 'linear*' "
+                             "(repeatable)")
+    report.add_argument("--all-runs", action="store_true",
+                        help="read the spans of every run appended to the folder, not only "
+                             "the latest run's")
+    report.set_defaults(handler=_report)
     return parser
 
 
@@ -122,21 +178,22 @@ def _demo(args: argparse.Namespace) -> int:
     inputs = {n: (a_buf[:n], b_buf[:n]) for n in sizes}
 
     out = sys.stdout
-    print("warming up: one untimed call per arm and size (numba compiles the SCALAR loops "
-          "on first use)...", file=sys.stderr, flush=True)
-    warm_up(rt, inputs.values())
+    err = make_console(sys.stderr)
+    warming = ("warming up: one untimed call per arm and size (numba compiles the SCALAR "
+               "loops on first use)...")
+    with status(err, warming):
+        warm_up(rt, inputs.values())
     print(f"adaptive-runtime demo: {len(work)} calls of {', '.join(DEMO_OPERATIONS)} over "
           f"{len(sizes)} sizes from {sizes[0]:,} to {sizes[-1]:,} elements (seed {args.seed})",
           file=out, flush=True)
-    progress = Progress(len(work), sys.stderr)
     run = rt.run
-    start = time.perf_counter()
-    for i, (op, n) in enumerate(work, 1):
-        a, b = inputs[n]
-        run(op, a, b)
-        progress.update(i)
-    progress.close()
-    elapsed_s = time.perf_counter() - start
+    with progress(len(work), "demo", err) as update:
+        start = time.perf_counter()
+        for i, (op, n) in enumerate(work, 1):
+            a, b = inputs[n]
+            run(op, a, b)
+            update(i)
+        elapsed_s = time.perf_counter() - start
 
     print_report(rt, sizes, len(work), elapsed_s, out)
     if telemetry is not None and telemetry.enabled:
@@ -146,6 +203,14 @@ def _demo(args: argparse.Namespace) -> int:
               f"{telemetry.traces_destination or 'the application tracer provider'}; "
               f"metrics -> {telemetry.metrics_destination or 'the application meter provider'}",
               file=out)
+        spans_file = telemetry.traces_destination
+        if spans_file and os.path.isfile(spans_file):  # (the embedded files, not OTLP)
+            folder = os.path.dirname(spans_file)
+            where = "" if os.path.abspath(folder) == os.path.abspath(_telemetry_folder()) \
+                else f" --telemetry {folder}"
+            print(f"see them: adaptive-runtime report{where} (this table from the spans, and "
+                  "report.png: latency against size per arm, decisions over time)", file=out)
+    out.flush()
     return 0
 
 
@@ -171,143 +236,104 @@ def warm_up(rt: AdaptiveRuntime, inputs: Iterable[tuple[np.ndarray, np.ndarray]]
                     break
 
 
-class Progress:
-    """A one-line progress bar: redrawn in place (at most ~20 times a second) on a terminal,
-    one line per 10% otherwise, so CI logs show progress without thousands of lines."""
-
-    WIDTH = 30
-    MIN_INTERVAL_S = 0.05
-    LOG_STEP_PERCENT = 10
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total = max(total, 1)
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._last_draw_s = -math.inf
-        self._next_percent = 0
-        self._shown = -1
-
-    def update(self, done: int) -> None:
-        if self.tty:
-            now = time.monotonic()
-            if now - self._last_draw_s < self.MIN_INTERVAL_S and done < self.total:
-                return
-            self._last_draw_s = now
-            self._write("\r" + self._line(done))
-        else:
-            percent = done * 100 // self.total
-            if percent >= self._next_percent:
-                self._next_percent = (percent // self.LOG_STEP_PERCENT + 1) * self.LOG_STEP_PERCENT
-                self._write(self._line(done) + "\n")
-        self._shown = done
-
-    def close(self) -> None:
-        if self._shown < self.total:
-            self.update(self.total)
-        if self.tty:
-            self._write("\n")
-
-    def _line(self, done: int) -> str:
-        filled = done * self.WIDTH // self.total
-        bar = "#" * filled + "." * (self.WIDTH - filled)
-        return f"[{bar}] {done * 100 // self.total:3d}% {done}/{self.total} calls"
-
-    def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
-
-
 def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_s: float,
                  out: TextIO) -> None:
-    """Print the per-(operation, size bucket) table and a summary of what was chosen."""
-    records = rt.history_snapshot()
-    means: dict[tuple[str, int], dict[Backend, float]] = {}
-    for rec in records:
-        if rec.operation in DEMO_OPERATIONS and rec.samples and math.isfinite(rec.mean_us):
-            means.setdefault((rec.operation, rec.size_bucket), {})[rec.backend] = rec.mean_us
-    arms = [b for b in Backend if any(b in m for m in means.values())]
-
-    header = ["operation", "bucket", "sizes", "chosen", "reason", "conf",
-              *(f"{b.value} us" for b in arms), "speed-up"]
-    rows: list[list[str]] = []
-    chosen_count: Counter[str] = Counter()
-    buckets = sorted({size_bucket(n) for n in sizes})
-    for op in DEMO_OPERATIONS:
-        for bucket in buckets:
-            lo, hi = bucket_bounds(bucket)
-            decision = rt.decide(op, lo)
-            chosen = Backend(decision.backend)
-            chosen_count[chosen.value] += 1
-            measured = means.get((op, bucket), {})
-            mine = measured.get(chosen)
-            if mine is not None and len(measured) > 1 and mine > 0:
-                speedup = f"{max(measured.values()) / mine:.2f}x"
-            else:
-                speedup = "-"
-            rows.append([op, str(bucket), f"{lo:,}-{hi:,}", chosen.value,
-                         str(decision.reason.value), f"{decision.confidence:.2f}",
-                         *(_us(measured.get(b)) for b in arms), speedup])
-
-    print(file=out)
-    _table(header, rows, out)
-    keys = len(rows)
-    by_arm = ", ".join(f"{arm} {chosen_count[arm.value]}" for arm in Backend
-                       if chosen_count[arm.value])
-    print(f"\n{calls} calls in {elapsed_s:.2f} s; {keys} keys (operation x size bucket); "
-          f"chosen arm: {by_arm}", file=out)
-    print("latencies: learned at each bucket's reference size (its geometric middle); "
-          "speed-up: mean latency of the slowest arm measured / the chosen arm's; "
-          "'-' when only one arm was measured", file=out, flush=True)
+    """Print the per-(operation, size bucket) table of the demo and a summary of the choices
+    (``sizes``: the sizes the workload ran, for the number of keys it touched)."""
+    report = from_runtime(rt, DEMO_OPERATIONS)
+    console = make_console(out)
+    console.print()
+    console.print(decision_table(report.rows))
+    chosen = Counter(row.chosen for row in report.rows if row.chosen is not None)
+    by_arm = ", ".join(f"{arm.value} {chosen[arm]}" for arm in Backend if chosen[arm])
+    keys = len({(op, size_bucket(n)) for op in DEMO_OPERATIONS for n in sizes})
+    console.print(f"\n{calls} calls in {elapsed_s:.2f} s; {len(report.rows)} of {keys} keys "
+                  f"(operation x size bucket) measured; chosen arm: {by_arm or 'none'}",
+                  markup=False)
+    console.print("latencies: learned at each bucket's reference size (its geometric middle); "
+                  "speed-up: the slowest arm measured / the chosen arm; '-' when only one arm "
+                  "was measured", markup=False)
 
 
-def print_decisions(rt: AdaptiveRuntime, out: TextIO = sys.stdout,
+def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,
                     operations: Iterable[str] | None = None) -> None:
     """Print what ``rt`` decided for every key it has history for (or only ``operations``'
     keys, their input families included): per (operation key, size bucket), the arm it runs
-    now, why, how sure, and the mean latency measured on each arm."""
-    wanted = None if operations is None else set(operations)
-    means: dict[tuple[str, int], dict[Backend, float]] = {}
-    for rec in rt.history_snapshot():
-        base = rec.operation.split("@", 1)[0]
-        if wanted is not None and base not in wanted and rec.operation not in wanted:
-            continue
-        if rec.samples and math.isfinite(rec.mean_us):
-            means.setdefault((rec.operation, rec.size_bucket), {})[rec.backend] = rec.mean_us
-    arms = [b for b in Backend if any(b in m for m in means.values())]
-    header = ["operation", "bucket", "sizes", "chosen", "reason", "conf",
-              *(f"{b.value} us" for b in arms)]
-    rows = []
-    for (op, bucket), measured in sorted(means.items()):
-        lo, hi = bucket_bounds(bucket)
-        decision = rt.decide(op, lo)
-        rows.append([op, str(bucket), f"{lo:,}-{hi:,}", decision.backend.value,
-                     decision.reason.value, f"{decision.confidence:.2f}",
-                     *(_us(measured.get(b)) for b in arms)])
-    _table(header, rows, out)
+    now, why, how sure, the latency learned on each arm, the timings behind them and the
+    speed-up over the slowest arm (``out``: standard output by default)."""
+    report = from_runtime(rt, operations)
+    make_console(sys.stdout if out is None else out).print(decision_table(report.rows))
 
 
-def _us(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+# -------------------------------------------------------------------------------- report
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
-    cells = [list(header), *map(list, rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    left = {0, 3, 4}  # text columns; numbers are right-aligned
+def _telemetry_folder() -> str:
+    """Where ``ar.telemetry.configure()`` writes the embedded files by default."""
+    return os.environ.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
 
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
 
-    print(line(cells[0]), file=out)
-    print("  ".join("-" * w for w in widths), file=out)
-    previous_op = None
-    for row in cells[1:]:
-        if previous_op is not None and row[0] != previous_op:
-            print(file=out)
-        previous_op = row[0]
-        print(line(row), file=out)
+def _report(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    err = make_console(sys.stderr)
+    if not args.no_png and importlib.util.find_spec("matplotlib") is None:
+        # (checked first: a long read should not end in this)
+        raise ReportInputError("the PNG needs matplotlib: pip install "
+                               "'adaptive_runtime[report]', or pass --no-png")
+    report = _read_report(args, err)
+    if args.operation:
+        report = report.only([op for op in report.operations
+                              if any(fnmatch.fnmatchcase(op, p) for p in args.operation)])
+        if not report.operations:
+            raise ReportInputError(f"no operation matches {' or '.join(args.operation)} in "
+                                   f"{report.source}")
+    console = make_console(out)
+    console.print(f"adaptive-runtime report: {report.source}", markup=False)
+    console.print(decision_table(report.rows))
+    console.print(_legend(report), markup=False)
+    if args.no_png:
+        return 0
+    with status(err, f"drawing {args.png}...", log=False):
+        figure = render_figure(report)
+        try:
+            save_png(figure, args.png)
+        except OSError as exc:
+            raise ReportInputError(f"cannot write the PNG {args.png!r}: "
+                                   f"{exc.strerror or exc}") from None
+    cross = crossovers(report.rows)
+    where = ", ".join(f"{c.operation} {c.label}{'' if c.clear else ' (near-tie)'}"
+                      for c in cross)
+    where = f": {where}" if where else ""
+    console.print(f"wrote {args.png}: {_count(len(report.operations), 'operation')}, "
+                  f"{_count(len(cross), 'crossover')}{where}", markup=False)
+    return 0
+
+
+def _read_report(args: argparse.Namespace, err: Console) -> Report:
+    """The report the arguments ask for: the history file's rows, with the decisions of the
+    telemetry folder when one is given too; else the telemetry folder's rows and decisions."""
+    if args.history is not None:
+        report = from_history_file(args.history)
+        if args.telemetry is None:
+            return report
+        spans = _read_telemetry(args.telemetry, args.all_runs, err)
+        return replace(report, events=spans.events,
+                       source=f"{report.source}; decisions from {spans.source}")
+    return _read_telemetry(args.telemetry or _telemetry_folder(), args.all_runs, err)
+
+
+def _read_telemetry(folder: str, all_runs: bool, err: Console) -> Report:
+    total = sum(p.stat().st_size for p in trace_files(folder))
+    with progress(total, f"reading {folder}", err, in_bytes=True, log=False) as update:
+        return from_telemetry(folder, all_runs=all_runs,
+                              on_progress=lambda done, _total: update(done))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _legend(report: Report) -> str:
+    return ("latencies (µs): learned at each size bucket's reference size (its geometric "
+            f"middle); chosen: {report.chosen_means}; samples: timings learned on the key; "
+            "speed-up: the slowest arm measured / the chosen arm")

@@ -1,0 +1,25 @@
+"""``adaptive-runtime report``: what a runtime learned and decided, without Jaeger or Grafana.
+
+Read a saved history file (:func:`from_history_file`), the embedded telemetry files
+(:func:`from_telemetry`) or a live runtime (:func:`from_runtime`) into a :class:`Report`;
+render it as a terminal table (:func:`decision_table`) or a figure (:func:`render_figure`,
+:func:`save_png`; needs matplotlib, the ``report`` extra).
+"""
+
+from .figure import render_figure, save_png
+from .model import (
+    Crossover,
+    DecisionEvent,
+    KeyRow,
+    Report,
+    ReportInputError,
+    crossovers,
+    fastest_arm,
+)
+from .sources import from_history_file, from_runtime
+from .table import decision_table, make_console
+from .trace_files import from_telemetry, trace_files
+
+__all__ = ["Crossover", "DecisionEvent", "KeyRow", "Report", "ReportInputError", "crossovers",
+           "decision_table", "fastest_arm", "from_history_file", "from_runtime",
+           "from_telemetry", "make_console", "render_figure", "save_png", "trace_files"]

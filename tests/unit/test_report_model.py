@@ -1,0 +1,106 @@
+"""The report's model on hand-made rows and spans: crossovers (clear or between near-ties),
+compact sizes, and which arm a key's spans say was chosen."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from adaptive_runtime.backend import Backend
+from adaptive_runtime.report import KeyRow, crossovers, fastest_arm, from_telemetry
+from adaptive_runtime.report.model import compact_size
+
+SIMD, SCALAR, GPU = Backend.SIMD, Backend.SCALAR, Backend.GPU
+
+
+def rows(*latencies: dict[Backend, float], first_bucket: int = 4) -> list[KeyRow]:
+    return [KeyRow("op", first_bucket + i, lat, 10, fastest_arm(lat))
+            for i, lat in enumerate(latencies)]
+
+
+def test_a_crossover_between_clear_winners_sits_at_the_upper_buckets_first_size() -> None:
+    found = crossovers(rows({SIMD: 1.0, SCALAR: 2.0}, {SIMD: 1.0, SCALAR: 1.1},
+                            {SIMD: 1.1, SCALAR: 1.0}, {SIMD: 3.0, SCALAR: 1.0}))
+    assert len(found) == 1
+    (c,) = found
+    assert (c.before, c.after, c.lower_bucket, c.upper_bucket) == (SIMD, SCALAR, 5, 6)
+    # each arm wins its side by 100 % somewhere, though only by 10 % next to the crossing
+    assert c.margin == pytest.approx(1.0) and c.clear
+    assert c.size == 32 and c.label == "simd→scalar ≈32"
+
+
+def test_one_bucket_where_a_near_tie_flipped_gives_two_unclear_crossovers() -> None:
+    found = crossovers(rows({SIMD: 1.0, SCALAR: 2.0}, {SIMD: 1.05, SCALAR: 1.0},
+                            {SIMD: 1.0, SCALAR: 2.0}))
+    assert [(c.before, c.after) for c in found] == [(SIMD, SCALAR), (SCALAR, SIMD)]
+    assert all(not c.clear and c.margin == pytest.approx(0.05) for c in found)
+
+
+def test_buckets_apart_cross_at_the_geometric_mean_and_one_arm_counts_as_clear() -> None:
+    (c,) = crossovers([*rows({SCALAR: 5.0}), *rows({GPU: 5.0, SIMD: 9.0}, first_bucket=8)])
+    assert (c.lower_bucket, c.upper_bucket) == (4, 8)
+    assert c.size == round(math.sqrt(11 * 181))  # (reference sizes of buckets 4 and 8)
+    assert c.clear
+
+
+def test_failing_arms_and_unmeasured_keys_are_not_winners() -> None:
+    assert fastest_arm({SIMD: math.inf, SCALAR: 3.0}) is SCALAR
+    assert fastest_arm({SIMD: 2.0, SCALAR: 2.0}) is SIMD  # (a tie: Backend order)
+    assert fastest_arm({}) is None
+    assert crossovers(rows({}, {SIMD: 1.0})) == []
+
+
+@pytest.mark.parametrize(("n", "text"), [(724, "724"), (1024, "1k"), (1536, "1.5k"),
+                                         (92_682, "91k"), (1 << 20, "1M"), (3 << 30, "3G")])
+def test_compact_size(n: int, text: str) -> None:
+    assert compact_size(n) == text
+
+
+# ------------------------------------------------------------------------------ spans
+
+
+def _select(start_s: float, reason: str, backend: str, estimates: dict[str, float],
+            samples: int) -> dict[str, object]:
+    attributes = [
+        {"key": "adaptive.operation", "value": {"stringValue": "op"}},
+        {"key": "adaptive.input_size", "value": {"intValue": "1000"}},
+        {"key": "adaptive.size_bucket", "value": {"intValue": "10"}},
+        {"key": "adaptive.backend", "value": {"stringValue": backend}},
+        {"key": "adaptive.decision", "value": {"stringValue": reason}},
+        {"key": "adaptive.confidence", "value": {"doubleValue": 0.9}},
+        {"key": "adaptive.samples", "value": {"intValue": str(samples)}},
+        *({"key": f"adaptive.estimate_us.{arm}", "value": {"doubleValue": us}}
+          for arm, us in estimates.items())]
+    return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "adaptive.select op",
+            "startTimeUnixNano": str(int(1.7e18 + start_s * 1e9)), "attributes": attributes}
+
+
+def _write_spans(folder: Path, *spans: dict[str, object]) -> None:
+    request = {"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.instance.id", "value": {"stringValue": "run-1"}}]},
+        "scopeSpans": [{"scope": {"name": "adaptive_runtime"}, "spans": list(spans)}]}]}
+    (folder / "traces.jsonl").write_text(json.dumps(request) + "\n")
+
+
+def test_a_committed_decision_names_its_arm_even_within_the_switch_margin(
+        tmp_path: Path) -> None:
+    # the runtime keeps its arm until another is 5 % faster: the span says which it runs
+    _write_spans(tmp_path, _select(0.0, "explore", "scalar", {"simd": 10.0}, 3),
+                 _select(1.0, "exploit", "simd", {"simd": 10.0, "scalar": 9.8}, 8))
+    (row,) = from_telemetry(tmp_path).rows
+    assert (row.chosen, row.reason, row.confidence, row.samples) == (SIMD, "exploit", 0.9, 8)
+    assert row.latency_us == {SIMD: 10.0, SCALAR: 9.8}
+
+
+def test_while_exploring_the_chosen_arm_is_the_fastest_estimate_so_far(
+        tmp_path: Path) -> None:
+    _write_spans(tmp_path, _select(0.0, "exploit", "simd", {"simd": 10.0, "scalar": 12.0}, 8),
+                 _select(1.0, "recheck", "simd", {"simd": 10.0, "scalar": 6.0}, 9))
+    (row,) = from_telemetry(tmp_path).rows
+    assert (row.chosen, row.reason) == (SCALAR, "recheck")
+    events = from_telemetry(tmp_path).events
+    assert [(e.time_s, e.reason, e.backend) for e in events] == [
+        (0.0, "exploit", SIMD), (1.0, "recheck", SIMD)]
