@@ -26,9 +26,26 @@ Instruments (OTel names; the Prometheus exporter names are in parentheses):
   ``_sum``, ``_count``).
 - ``adaptive.op.duration.overflows`` counter — collection intervals in which the duration
   queue overflowed, so some durations were lost (``adaptive_op_duration_overflows_total``).
+- ``adaptive.learned.latency`` gauge, seconds — what the runtime learned an arm takes at a size
+  bucket's reference size (``rt.history_snapshot()``), by ``adaptive.operation``,
+  ``adaptive.size_bucket`` and ``adaptive.backend`` (``adaptive_learned_latency_seconds``):
+  plotted against the bucket, where the arms' curves cross is where the choice changes.
+- ``adaptive.committed`` gauge — 1 for the arm a key (operation, size bucket) is committed to,
+  0 for its other arms with history; all 0 while the key explores (``adaptive_committed``).
+- ``adaptive.quarantined`` gauge — 1 for an arm whose last attempt on the key raised: it sits
+  out a quarantine with back-off, and stays out until a retry succeeds; else 0
+  (``adaptive_quarantined``).
+
+The three key gauges are read when a reader collects, never on the call path: one history
+snapshot and one side-effect-free ``rt.decide()`` per reported key (the decision the key's
+next call runs with, so a committed key's arm; during a re-check the arm committed before it).
+They report the ``MAX_REPORTED_KEYS`` keys learned from most recently; the rest are folded
+into the operation ``_other`` of ``adaptive.learned.latency`` (the mean over the folded keys,
+per bucket and arm) and left out of the other two.
 
 Every attribute is bounded: operation names are registry names (``select()`` names are capped
-by the runtime), arms are three, reasons a handful.
+by the runtime), arms are three, reasons a handful, size buckets at most 65 per operation and
+keys at most ``MAX_REPORTED_KEYS``.
 
 Durations: the runtime appends ``(operation, backend, duration_us)`` for each timed call to
 :attr:`RuntimeMetrics.pending` (a bounded ``deque``; ``append`` is one atomic C call). At
@@ -43,7 +60,9 @@ same provider sees them in its next collection.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
@@ -53,13 +72,17 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
+from ..keys import reference_size
 from .switching import spans_lost_in_export
 
 if TYPE_CHECKING:
     from .._dispatch import SelectionKey
     from ..backend import Backend
+    from ..history import HistoryRecord
+    from ..policy import Decision
 
-__all__ = ["DURATION_BUCKETS_S", "METER_NAME", "MetricsSource", "RuntimeMetrics"]
+__all__ = ["DURATION_BUCKETS_S", "MAX_REPORTED_KEYS", "METER_NAME", "OTHER_OPERATION",
+           "KeySource", "MetricsSource", "RuntimeMetrics"]
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +114,20 @@ _MARK: Any = object()
 # cleared past this size (operation names are bounded, so this is only a safety net).
 _MAX_DURATION_ATTRS = 4096
 
+#: Keys (operation, size bucket) reported by the learned-latency, committed and quarantined
+#: gauges: the most recently learned from. With three arms that is at most 768 series per
+#: gauge, and 256 ``rt.decide()`` calls per collection (~30 us each, on the collecting thread).
+MAX_REPORTED_KEYS = 256
+#: The operation label of the keys past ``MAX_REPORTED_KEYS`` (as the runtime's selection
+#: counter names the ``select()`` names past its own cap).
+OTHER_OPERATION = "_other"
+# The three key gauges share one reading per collection: the first callback of a collection
+# (the SDK runs callbacks in the order the instruments were created) reads, the other two reuse
+# it. A reading older than this is never reused (another SDK, or a collection that skipped one).
+_VIEW_MAX_AGE_S = 1.0
+_COMMITTED_REASONS = frozenset({"exploit", "forced"})
+_RECHECK = "recheck"
+
 
 class MetricsSource(Protocol):
     """What :class:`RuntimeMetrics` reads (``AdaptiveRuntime`` provides it). Counts are
@@ -106,6 +143,15 @@ class MetricsSource(Protocol):
 
     @property
     def operations(self) -> tuple[str, ...]: ...
+
+
+class KeySource(Protocol):
+    """What the key gauges read, where a :class:`MetricsSource` also has it
+    (``AdaptiveRuntime`` does; a source without these methods reports no keys)."""
+
+    def history_snapshot(self) -> list[HistoryRecord]: ...
+
+    def decide(self, operation: str, input_size: int) -> Decision: ...
 
 
 def _label(value: object) -> str:
@@ -257,6 +303,19 @@ class _Hub:
         meter.create_observable_gauge(
             "adaptive.hot_path.active", [self._observe_hot], "",
             "1 while the operation is on the hot path (its spans suppressed), else 0")
+        # The key gauges share one reading per collection (see _key_view): the learned latency
+        # is created first so that its callback, which runs first, makes it.
+        self._view_lock = threading.Lock()
+        self._view: _KeyView | None = None
+        self._committed_before: dict[tuple[str, int], str] = {}
+        gauge = meter.create_observable_gauge
+        gauge("adaptive.learned.latency", [self._key_observer("latency")], "s",
+              "Learned latency of an arm at a size bucket's reference size, by operation, "
+              "size bucket and arm")
+        gauge("adaptive.committed", [self._key_observer("committed")], "",
+              "1 for the arm a key (operation, size bucket) is committed to, else 0")
+        gauge("adaptive.quarantined", [self._key_observer("quarantined")], "",
+              "1 while the arm's last attempt on the key raised (quarantined), else 0")
         self._duration = _create_histogram(meter)
         # Also the drain: its callback records the queued durations before reporting.
         counter("adaptive.op.duration.overflows", [self._observe_overflows], "{collection}",
@@ -373,6 +432,107 @@ class _Hub:
             self._log_once("hot", "adaptive_runtime metrics: hot-path callback failed")
             return []
 
+    # ---------------------------------------------------------------- keys
+
+    def _key_observer(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        fresh = name == "latency"  # the first key gauge of a collection reads afresh
+
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            try:
+                values: dict[tuple[str, int, str], float] = getattr(self._key_view(fresh), name)
+                return [Observation(v, {"adaptive.operation": op, "adaptive.size_bucket": bucket,
+                                        "adaptive.backend": arm})
+                        for (op, bucket, arm), v in values.items()]
+            except Exception:
+                self._log_once(f"keys {name}", "adaptive_runtime metrics: %s callback failed",
+                               name)
+                return []
+
+        observe.__qualname__ = f"_Hub.observe_{name}"
+        return observe
+
+    def _key_view(self, fresh: bool) -> _KeyView:
+        """This collection's reading of the runtimes' keys: made afresh when ``fresh`` (or when
+        the last one is too old to be this collection's), else the last one."""
+        with self._view_lock:
+            view = self._view
+            now = time.monotonic()
+            if fresh or view is None or now - view.made_s > _VIEW_MAX_AGE_S:
+                view = self._view = self._read_keys(now)
+            return view
+
+    def _read_keys(self, now: float) -> _KeyView:
+        """Read every live runtime's history and its keys' decisions. View lock held (not the
+        hub's: ``decide()`` takes each runtime's lock once per key, and attaching or another
+        gauge need not wait for that)."""
+        with self._lock:
+            sources = [source for slot in self._slots if slot.member is not None
+                       and (source := slot.member.source()) is not None]
+        # (operation, bucket) -> (latest update, its runtime, {arm: learned mean_us})
+        keys: dict[tuple[str, int], tuple[float, KeySource, dict[str, float]]] = {}
+        for source in sources:
+            if not (hasattr(source, "history_snapshot") and hasattr(source, "decide")):
+                continue  # a source that learns nothing (a test double): no keys
+            try:
+                records = source.history_snapshot()
+            except Exception:
+                self._log_once("read keys", "adaptive_runtime metrics: reading history failed")
+                continue
+            mine: dict[tuple[str, int], list[Any]] = {}
+            for r in records:
+                row = mine.get((r.operation, r.size_bucket))
+                if row is None:
+                    row = mine[(r.operation, r.size_bucket)] = [r.last_update, {}]
+                elif r.last_update > row[0]:
+                    row[0] = r.last_update
+                row[1][_label(r.backend)] = r.mean_us
+            for key, (stamp, arms) in mine.items():
+                held = keys.get(key)
+                # a key two runtimes share: the one that learned on it last speaks for it
+                if held is None or stamp > held[0]:
+                    keys[key] = (stamp, source, arms)
+        ranked = sorted(keys.items(), key=lambda item: item[1][0], reverse=True)
+        cap = MAX_REPORTED_KEYS
+        latency: dict[tuple[str, int, str], float] = {}
+        committed: dict[tuple[str, int, str], float] = {}
+        quarantined: dict[tuple[str, int, str], float] = {}
+        before, self._committed_before = self._committed_before, {}
+        for (op, bucket), (_stamp, source, arms) in ranked[:cap]:
+            for arm, mean_us in arms.items():
+                if not math.isnan(mean_us):  # (NaN: not timed since the key's last drift)
+                    latency[(op, bucket, arm)] = mean_us / 1e6
+            try:
+                decision = source.decide(op, reference_size(bucket))
+            except Exception:
+                self._log_once("decide", "adaptive_runtime metrics: decide(%r, ...) failed", op)
+                continue
+            reason = _label(decision.reason)
+            if reason in _COMMITTED_REASONS:
+                chosen: str | None = _label(decision.backend)
+            elif reason == _RECHECK:
+                # A re-check times another arm while the commitment holds; which arm is
+                # committed, the decision does not say: the one reported before, if any.
+                chosen = before.get((op, bucket))
+            else:
+                chosen = None  # exploring (or re-measuring after a drift alarm)
+            if chosen is not None:
+                self._committed_before[(op, bucket)] = chosen
+            estimates = {_label(b): us for b, us in decision.estimates_us.items()}
+            for arm in arms.keys() | estimates.keys() | ({chosen} if chosen else set()):
+                committed[(op, bucket, arm)] = int(arm == chosen)
+                # (an infinite estimate: the arm's last attempt here raised)
+                quarantined[(op, bucket, arm)] = int(math.isinf(estimates.get(arm, 0.0)))
+        folded: dict[tuple[int, str], list[float]] = {}
+        for (_op, bucket), (_stamp, _source, arms) in ranked[cap:]:
+            for arm, mean_us in arms.items():
+                if not math.isnan(mean_us):
+                    acc = folded.setdefault((bucket, arm), [0.0, 0.0])
+                    acc[0] += mean_us
+                    acc[1] += 1.0
+        for (bucket, arm), (total_us, n) in folded.items():
+            latency[(OTHER_OPERATION, bucket, arm)] = total_us / n / 1e6
+        return _KeyView(now, latency, committed, quarantined)
+
     def _observe_overflows(self, _options: CallbackOptions) -> Iterable[Observation]:
         try:
             with self._lock:
@@ -440,6 +600,20 @@ class _Hub:
         if kind not in self._logged:
             self._logged.add(kind)
             _log.warning(message, *args, exc_info=error)
+
+
+class _KeyView:
+    """One reading of the key gauges: ``(operation, size bucket, arm) -> value`` each."""
+
+    __slots__ = ("committed", "latency", "made_s", "quarantined")
+
+    def __init__(self, made_s: float, latency: dict[tuple[str, int, str], float],
+                 committed: dict[tuple[str, int, str], float],
+                 quarantined: dict[tuple[str, int, str], float]) -> None:
+        self.made_s = made_s
+        self.latency = latency
+        self.committed = committed
+        self.quarantined = quarantined
 
 
 def _create_histogram(meter: metrics.Meter) -> metrics.Histogram:

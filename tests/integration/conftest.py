@@ -26,6 +26,9 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from prometheus_client import CollectorRegistry, start_http_server  # noqa: E402
 from prometheus_server import PrometheusServer, find_binary  # noqa: E402
 
 
@@ -49,3 +52,21 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[Sequence[str]], PrometheusS
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def prometheus_endpoint() -> Iterator[tuple[MeterProvider, str]]:
+    """A MeterProvider whose PrometheusMetricReader is served on a free loopback port, by
+    ``prometheus_client``'s HTTP server. The reader gets a registry of its own, so nothing is
+    left on ``prometheus_client.REGISTRY`` (a process global) after the test."""
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry)
+    provider = MeterProvider(metric_readers=[reader])
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield provider, f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        provider.shutdown()  # the reader unregisters its collector

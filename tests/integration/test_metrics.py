@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from otlp_receiver import OtlpReceiver, ReceivedDataPoint
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_server import PrometheusServer
 
 import adaptive_runtime as ar
+from adaptive_runtime.keys import reference_size
+from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry.metrics import DURATION_BUCKETS_S, RuntimeMetrics
 
 Backend = ar.Backend
@@ -400,25 +400,181 @@ def test_max_pending_is_validated(bad: Any) -> None:
         RuntimeMetrics(make_runtime(), max_pending=bad)  # (checked before any meter is made)
 
 
+# ------------------------------------------------------------------------------ key gauges
+
+
+class SpentTimer:
+    """Nanoseconds that move only when a fake kernel runs, by the latency it is set to take:
+    what the runtime learns is exactly that latency."""
+
+    def __init__(self) -> None:
+        self.now_ns = 10**12
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def spend_us(self, us: float) -> None:
+        self.now_ns += round(us * 1000)
+
+
+def linear_us(backend: Backend, n: int, scale: float = 1.0) -> float:
+    """SIMD: 20 us fixed + 0.01 us an element; SCALAR: 1 us + 0.1 us an element. SCALAR is
+    faster below ~211 elements, SIMD above: a crossover between size buckets 8 and 10."""
+    fixed, per_element = (20.0, 0.01) if backend is SIMD else (1.0, 0.1)
+    return scale * (fixed + per_element * n)
+
+
+def timed_runtime(ops: dict[str, float], *, failing: Sequence[Backend] = ()
+                  ) -> tuple[ar.AdaptiveRuntime, ManualClock]:
+    """A runtime on fake time whose operations (name -> latency scale) take linear_us."""
+    clock, timer = ManualClock(), SpentTimer()
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+    for name, scale in ops.items():
+        op = rt.register(name, size=lambda n: n, kind="vector")
+        for backend in (SIMD, SCALAR):
+            op.add_implementation(backend, _timed_kernel(timer, backend, scale,
+                                                         backend in failing))
+    return rt, clock
+
+
+def _timed_kernel(timer: SpentTimer, backend: Backend, scale: float,
+                  fail: bool) -> Callable[[int], int]:
+    def kernel(n: int) -> int:
+        timer.spend_us(linear_us(backend, n, scale))
+        if fail:
+            raise RuntimeError(f"{backend.value} arm broken (test)")
+        return n
+
+    return kernel
+
+
+KEY_ATTRIBUTES = {"adaptive.operation", "adaptive.size_bucket", "adaptive.backend"}
+
+
+def by_key(points: Sequence[ReceivedDataPoint]) -> dict[tuple[str, int, str], float]:
+    assert all(set(p.attributes) == KEY_ATTRIBUTES for p in points), points
+    return {(p.attributes["adaptive.operation"], p.attributes["adaptive.size_bucket"],
+             p.attributes["adaptive.backend"]): p.value for p in points}
+
+
+def test_key_gauges_report_learned_latency_and_the_committed_arm(otlp: OtlpMetrics) -> None:
+    rt, _clock = timed_runtime({"scale": 1.0})
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    buckets = (4, 6, 8, 10, 12)
+    for _ in range(300):  # round-robin: every key converges
+        for bucket in buckets:
+            rt.run("scale", reference_size(bucket))
+    history = rt.history_snapshot()
+    counts = rt.selection_counts()
+    decisions = [rt.decide("scale", reference_size(b)) for b in buckets]
+
+    data = otlp.collect()
+
+    learned = by_key(data["adaptive.learned.latency"])
+    assert learned == {("scale", r.size_bucket, r.backend.value): r.mean_us / 1e6
+                       for r in history}
+    for (_op, bucket, arm), seconds in learned.items():  # timed at the reference size
+        assert math.isclose(seconds * 1e6,
+                            linear_us(Backend(arm), reference_size(bucket)), rel_tol=1e-6)
+    committed = by_key(data["adaptive.committed"])
+    assert set(committed) == set(learned)
+    chosen = {bucket: arm for (_op, bucket, arm), v in committed.items() if v == 1}
+    assert set(chosen) == set(buckets)  # one arm per key, every key committed
+    assert sum(committed.values()) == len(buckets)
+    for d, bucket in zip(decisions, buckets, strict=True):
+        assert d.reason is ar.Reason.EXPLOIT and chosen[bucket] == d.backend.value
+        assert chosen[bucket] == min((arm for (_op, b, arm) in learned if b == bucket),
+                                     key=lambda arm, b=bucket: learned[("scale", b, arm)])
+    assert chosen == {4: "scalar", 6: "scalar", 8: "scalar", 10: "simd", 12: "simd"}
+    assert set(by_key(data["adaptive.quarantined"]).values()) == {0}
+    assert all(p.kind == "gauge" for p in data["adaptive.learned.latency"])
+    assert data["adaptive.learned.latency"][0].unit == "s"
+    # Reading them changed nothing the policy sees.
+    assert rt.history_snapshot() == history
+    assert rt.selection_counts() == counts
+    assert [rt.decide("scale", reference_size(b)) for b in buckets] == decisions
+    metrics.close()
+
+
+def test_a_failing_arm_is_reported_quarantined_and_the_other_committed(
+        otlp: OtlpMetrics) -> None:
+    rt, _clock = timed_runtime({"shift": 1.0}, failing=(SIMD,))
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    size = reference_size(12)  # where SIMD would win, were it not broken
+    for _ in range(50):
+        assert rt.run("shift", size) == size
+
+    data = otlp.collect()
+
+    assert by_key(data["adaptive.quarantined"]) == {("shift", 12, "simd"): 1,
+                                                    ("shift", 12, "scalar"): 0}
+    assert by_key(data["adaptive.committed"]) == {("shift", 12, "simd"): 0,
+                                                  ("shift", 12, "scalar"): 1}
+    # no timing of the broken arm: only SCALAR has a learned latency
+    assert set(by_key(data["adaptive.learned.latency"])) == {("shift", 12, "scalar")}
+    metrics.close()
+
+
+def test_the_committed_arm_holds_through_a_recheck(otlp: OtlpMetrics) -> None:
+    rt, _clock = timed_runtime({"scale": 1.0})
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    size = reference_size(10)  # (SCALAR is within 4x there: plausible, re-checked)
+    for _ in range(100):
+        rt.run("scale", size)
+    assert by_key(otlp.collect()["adaptive.committed"])[("scale", 10, "simd")] == 1
+    for _ in range(100_000):  # until the key's next call re-checks SCALAR
+        if rt.decide("scale", size).reason is ar.Reason.RECHECK:
+            break
+        rt.run("scale", size)
+    decision = rt.decide("scale", size)
+    assert decision.reason is ar.Reason.RECHECK and decision.backend is SCALAR
+
+    committed = by_key(otlp.collect()["adaptive.committed"])
+
+    assert committed == {("scale", 10, "simd"): 1, ("scale", 10, "scalar"): 0}
+    metrics.close()
+
+
+def test_keys_past_the_cap_are_folded_into_other(otlp: OtlpMetrics,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module, "MAX_REPORTED_KEYS", 2)
+    scales = {"a": 1.0, "b": 3.0, "c": 1.0, "d": 1.0}
+    rt, _clock = timed_runtime(scales)
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    size = reference_size(6)
+    for name in scales:  # in this order: c and d are the keys learned from last
+        for _ in range(60):
+            rt.run(name, size)
+    learned_us = {(r.operation, r.backend.value): r.mean_us for r in rt.history_snapshot()}
+
+    data = otlp.collect()
+
+    learned = by_key(data["adaptive.learned.latency"])
+    assert {op for op, _bucket, _arm in learned} == {"c", "d", metrics_module.OTHER_OPERATION}
+    for arm in ("simd", "scalar"):
+        assert math.isclose(learned[("_other", 6, arm)] * 1e6,
+                            (learned_us[("a", arm)] + learned_us[("b", arm)]) / 2)
+        assert learned[("d", 6, arm)] == learned_us[("d", arm)] / 1e6
+    for name in ("adaptive.committed", "adaptive.quarantined"):
+        assert {op for op, _bucket, _arm in by_key(data[name])} == {"c", "d"}
+    metrics.close()
+
+
+def test_a_source_without_history_reports_no_keys(otlp: OtlpMetrics,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    source = StubSource()  # (held: the metrics keep only a weak reference)
+    metrics = RuntimeMetrics(source, meter_provider=otlp.provider)
+    with caplog.at_level(logging.WARNING, logger="adaptive_runtime.telemetry.metrics"):
+        data = otlp.collect()
+    assert "adaptive.span.suppressed" in data
+    assert not {"adaptive.learned.latency", "adaptive.committed",
+                "adaptive.quarantined"} & set(data)
+    assert not caplog.records
+    metrics.close()
+
+
 # ------------------------------------------------------------------------------ Prometheus
-
-
-@pytest.fixture
-def prometheus_endpoint() -> Iterator[tuple[MeterProvider, str]]:
-    """A MeterProvider whose PrometheusMetricReader is served on a free loopback port, by
-    ``prometheus_client``'s HTTP server. The reader gets a registry of its own, so nothing is
-    left on ``prometheus_client.REGISTRY`` (a process global) after the test."""
-    registry = CollectorRegistry()
-    reader = PrometheusMetricReader(registry=registry)
-    provider = MeterProvider(metric_readers=[reader])
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
-        yield provider, f"127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-        provider.shutdown()  # the reader unregisters its collector
 
 
 @pytest.mark.slow  # Prometheus 2.x scrapes a new target ~5 s after it starts
