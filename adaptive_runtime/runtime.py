@@ -161,11 +161,13 @@ class AdaptiveRuntime:
 
         Into the given providers, else the global ones. Already exporting: kept as it is,
         unless a provider is given (then what was admitted is flushed and export moves).
+        No spans while ``configure()`` exports no traces (``OTEL_TRACES_EXPORTER=none``).
         """
         if tracer_provider is not None or meter_provider is not None:
             self._telemetry_off(timeout_s=5.0)
         with self._telemetry_lock:
-            if self.config.tracing and self._spans is None:
+            if (self.config.tracing and self._spans is None
+                    and instrumentation.records_spans(tracer_provider)):
                 self._spans = SpanRecorder(timer=self._timer, tracer_provider=tracer_provider,
                                            on_cost=self._span_cost_measured)
                 self._dispatcher.hot_sink = self._spans.submit_transition

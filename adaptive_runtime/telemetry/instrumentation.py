@@ -4,6 +4,8 @@ A runtime registers itself when it is built. Telemetry is *active* once ``config
 or when the application already installed an OpenTelemetry SDK tracer provider of its own;
 an active state attaches every registered runtime (and every later one). Until then a
 runtime pays nothing for tracing: no span sink, so its trace gate is not even consulted.
+``configure()`` told to export no traces (``OTEL_TRACES_EXPORTER=none``) activates runtimes
+for metrics only: they record no spans either.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Protocol
 
 from opentelemetry import metrics, trace
 
-__all__ = ["Instrumentable", "activate", "deactivate", "is_active", "register"]
+__all__ = ["Instrumentable", "activate", "deactivate", "is_active", "records_spans",
+           "register"]
 
 
 class Instrumentable(Protocol):
@@ -29,6 +32,7 @@ class Instrumentable(Protocol):
 _lock = threading.Lock()
 _targets: weakref.WeakSet[Instrumentable] = weakref.WeakSet()  # type: ignore[type-var]
 _configured = False
+_spans_off = False  # configure() exports no traces: spans would be made only to be dropped
 
 
 def app_has_sdk_provider() -> bool:
@@ -39,6 +43,12 @@ def app_has_sdk_provider() -> bool:
 
 def is_active() -> bool:
     return _configured or app_has_sdk_provider()
+
+
+def records_spans(tracer_provider: trace.TracerProvider | None = None) -> bool:
+    """Whether a runtime attaching now records spans: not while ``configure()`` exports no
+    traces, unless the runtime is given a tracer provider of its own."""
+    return tracer_provider is not None or not _spans_off
 
 
 def register(target: Instrumentable) -> None:
@@ -60,11 +70,13 @@ def instrument(target: Instrumentable, *, tracer_provider: trace.TracerProvider 
     target._telemetry_on(tracer_provider, meter_provider)
 
 
-def activate() -> None:
-    """Mark telemetry configured and attach every registered runtime."""
-    global _configured
+def activate(*, spans: bool = True) -> None:
+    """Mark telemetry configured and attach every registered runtime (``spans=False``: for
+    metrics only, no span recorder and so no span worker thread)."""
+    global _configured, _spans_off
     with _lock:
         _configured = True
+        _spans_off = not spans
         targets = list(_targets)
     for target in targets:
         target._telemetry_on()
@@ -72,9 +84,10 @@ def activate() -> None:
 
 def deactivate(timeout_s: float = 5.0) -> None:
     """Flush and detach every registered runtime (before the providers shut down)."""
-    global _configured
+    global _configured, _spans_off
     with _lock:
         _configured = False
+        _spans_off = False
         targets = list(_targets)
     for target in targets:
         target._telemetry_off(timeout_s)

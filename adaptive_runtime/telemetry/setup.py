@@ -11,6 +11,14 @@
   a run can be replayed into Jaeger later.
 - A Prometheus port (argument or ``ADAPTIVE_RUNTIME_PROMETHEUS_PORT``; ``True`` / ``on``
   for the default, 9464) → also a scrape endpoint.
+- ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (or ``traces_exporter`` /
+  ``metrics_exporter``), one value each: ``otlp`` (to the endpoint; none configured → the
+  specification's default, ``http://localhost:4318``, or ``:4317`` over gRPC), ``console``
+  (the SDK's console exporters, on stdout) or ``none`` (that signal is not exported: no spans
+  are even recorded; no periodic metric export). Unset: an endpoint → OTLP, else the files.
+- An endpoint without an OTLP metrics service (gRPC ``UNIMPLEMENTED``, HTTP 404/405: a
+  traces-only backend such as Jaeger) gets one warning saying metrics export is off and why,
+  then metric export stops; traces go on.
 - ``OTEL_SDK_DISABLED=true`` → nothing is set up and nothing is exported.
 
 An application that already set its own tracer or meter provider keeps it: ``configure()``
@@ -37,13 +45,14 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
     MetricExporter,
     MetricReader,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from ..distributed import rank_attributes
 from ..errors import ConfigError
@@ -52,6 +61,7 @@ from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 from .switching import (
     SwitchableMetricExporter,
     SwitchableSpanExporter,
+    note_http_status,
     quiet_repeated_exporter_logs,
     spans_lost_in_export,
 )
@@ -64,6 +74,9 @@ DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
 DEFAULT_SERVICE_NAME = "adaptive_runtime"
 DEFAULT_PROMETHEUS_PORT = 9464  # the port opentelemetry-exporter-prometheus documents
 _PROTOCOLS = ("grpc", "http/protobuf")
+_EXPORTERS = ("otlp", "console", "none")  # the values of OTEL_{TRACES,METRICS}_EXPORTER we take
+# where `otlp` sends when no endpoint is configured (the OTLP exporter specification's defaults)
+_DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
 
 @dataclass
@@ -136,12 +149,13 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
               prometheus_port: int | bool | None = None, *, protocol: str | None = None,
               headers: dict[str, str] | None = None, directory: str | None = None,
               metrics_interval_s: float = 10.0, prometheus_host: str = "0.0.0.0",
+              traces_exporter: str | None = None, metrics_exporter: str | None = None,
               environ: dict[str, str] | None = None) -> Telemetry:
     """Set up tracing and metrics export for adaptive_runtime (see the module docstring).
 
     Calling it again sends what follows to the new destination (after flushing the earlier
     one). Every setting is checked before anything is installed: :class:`ConfigError` for a
-    bad protocol, port or interval names the argument or variable it came from.
+    bad protocol, exporter, port or interval names the argument or variable it came from.
     """
     global _current
     env = os.environ if environ is None else environ
@@ -152,6 +166,8 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
     if not disabled:  # validate everything first: a bad setting installs nothing
         trace_protocol = _protocol("TRACES", protocol, env)
         metric_protocol = _protocol("METRICS", protocol, env)
+        traces_choice = _exporter_choice("TRACES", traces_exporter, env)
+        metrics_choice = _exporter_choice("METRICS", metrics_exporter, env)
         port = _prometheus_port(prometheus_port, env)
     with _lock:
         if _current is not None:
@@ -167,28 +183,38 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
              **rank_attributes()})
         folder = directory or env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
         telemetry = Telemetry(enabled=True)
+        record_spans = True
 
         if _app_has_tracer_provider():
             _log.info("adaptive_runtime: keeping the application's tracer provider")
+        elif traces_choice == "none":
+            # No provider installed (our earlier one, if any, was switched to dropping by
+            # the shutdown above), and runtimes make no spans only to have them dropped.
+            record_spans = False
         else:
             exporter, telemetry.traces_destination = _span_exporter(
-                endpoint, trace_protocol, headers, folder, env)
+                traces_choice, endpoint, trace_protocol, headers, folder, env)
             telemetry.tracer_provider = _install_tracer_provider(resource, exporter)
 
         if _app_has_meter_provider():
             _log.info("adaptive_runtime: keeping the application's meter provider")
         else:
-            metric_exporter, telemetry.metrics_destination = _metric_exporter(
-                endpoint, metric_protocol, headers, folder, env)
+            metric_exporter: MetricExporter | None = None
+            if metrics_choice != "none":
+                metric_exporter, telemetry.metrics_destination = _metric_exporter(
+                    metrics_choice, endpoint, metric_protocol, headers, folder, env)
             telemetry.meter_provider = _install_meter_provider(
-                resource, metric_exporter, metrics_interval_s, port is not None)
+                resource, metric_exporter, telemetry.metrics_destination, metrics_interval_s,
+                port is not None)
+            if _process.metric_switch is None:  # no periodic export in this process
+                telemetry.metrics_destination = None
             if port is not None and _process.prometheus:
                 telemetry._prometheus_server = _serve_prometheus(port, prometheus_host)
                 telemetry.prometheus_port = port
 
         _current = telemetry
     quiet_repeated_exporter_logs()
-    instrumentation.activate()
+    instrumentation.activate(spans=record_spans)
     return telemetry
 
 
@@ -231,16 +257,26 @@ def _install_tracer_provider(resource: Resource, exporter: SpanExporter) -> Trac
     return _process.tracer_provider
 
 
-def _install_meter_provider(resource: Resource, exporter: MetricExporter, interval_s: float,
-                            prometheus: bool) -> MeterProvider:
+def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
+                            destination: str | None, interval_s: float,
+                            prometheus: bool) -> MeterProvider | None:
+    """The global meter provider exporting to ``exporter`` (``None``: no periodic export,
+    ``OTEL_METRICS_EXPORTER=none``); ``None`` when there is nothing to read metrics for."""
     if _process.meter_provider is None:
-        switch = SwitchableMetricExporter(exporter)
-        readers: list[MetricReader] = [PeriodicExportingMetricReader(
-            switch, export_interval_millis=interval_s * 1000.0)]
+        switch = None
+        readers: list[MetricReader] = []
+        if exporter is not None:
+            switch = SwitchableMetricExporter(exporter, destination)
+            readers.append(PeriodicExportingMetricReader(
+                switch, export_interval_millis=interval_s * 1000.0))
         if prometheus:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
             readers.append(PrometheusMetricReader())
+        if not readers:
+            # (the runtimes' instruments stay no-ops of the API's proxy provider; a later
+            # configure() that exports metrics installs the provider and they follow)
+            return None
         provider = MeterProvider(resource=resource, metric_readers=readers,
                                  shutdown_on_exit=False)
         metrics.set_meter_provider(provider)
@@ -254,8 +290,13 @@ def _install_meter_provider(resource: Resource, exporter: MetricExporter, interv
     if prometheus and not _process.prometheus:
         _log.warning("adaptive_runtime: no Prometheus endpoint — only the first configure() "
                      "in a process can add one (its meter provider is global and fixed)")
-    assert _process.metric_switch is not None
-    _process.metric_switch.switch(exporter)
+    if _process.metric_switch is not None:
+        _process.metric_switch.switch(exporter, destination)
+    elif exporter is not None:
+        _log.warning("adaptive_runtime: metrics are not exported — the first configure() in "
+                     "a process decides whether they are (OTEL_METRICS_EXPORTER=none there; "
+                     "its meter provider is global and fixed)")
+        exporter.shutdown()  # never used: close its connection pool or file now
     return _process.meter_provider
 
 
@@ -278,6 +319,27 @@ def _serve_prometheus(port: int, host: str) -> Any:
 def _endpoint(signal: str, endpoint: str | None, env: Any) -> str | None:
     return (endpoint or env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
             or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+
+
+def _exporter_choice(signal: str, argument: str | None, env: Any) -> str | None:
+    """``otlp``, ``console`` or ``none`` from the argument, else ``OTEL_{signal}_EXPORTER``;
+    ``None`` when neither is set (today's default: an endpoint → OTLP, else the files)."""
+    accepted = ", ".join(_EXPORTERS)
+    for source, raw in ((f"{signal.lower()}_exporter={argument!r}", argument),
+                        (f"OTEL_{signal}_EXPORTER", env.get(f"OTEL_{signal}_EXPORTER"))):
+        if raw is None or not raw.strip():
+            continue
+        values = [value.strip().lower() for value in raw.split(",") if value.strip()]
+        if len(values) > 1:
+            raise ConfigError(f"{source}: one exporter per signal is supported, one of "
+                              f"{accepted}; got the list {raw!r}")
+        if values[0] not in _EXPORTERS:
+            hint = (" (for a Prometheus scrape endpoint set ADAPTIVE_RUNTIME_PROMETHEUS_PORT)"
+                    if values[0] == "prometheus" else "")
+            raise ConfigError(f"{source}: the exporter must be one of {accepted} (a single "
+                              f"value), got {raw!r}{hint}")
+        return values[0]
+    return None
 
 
 def _protocol(signal: str, protocol: str | None, env: Any) -> str:
@@ -303,9 +365,14 @@ def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | N
     return base if base.endswith(path) else base + path
 
 
-def _span_exporter(endpoint: str | None, protocol: str, headers: dict[str, str] | None,
-                   folder: str, env: Any) -> tuple[SpanExporter, str]:
+def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                   headers: dict[str, str] | None, folder: str,
+                   env: Any) -> tuple[SpanExporter, str]:
+    if choice == "console":
+        return ConsoleSpanExporter(), "stdout"
     url = _endpoint("TRACES", endpoint, env)
+    if url is None and choice == "otlp":
+        url = _DEFAULT_OTLP_ENDPOINTS[protocol]
     if url is None:
         path = os.path.join(folder, "traces.jsonl")
         return OtlpJsonFileSpanExporter(path), path
@@ -324,9 +391,14 @@ def _span_exporter(endpoint: str | None, protocol: str, headers: dict[str, str] 
     return HttpSpanExporter(endpoint=full, headers=headers), full
 
 
-def _metric_exporter(endpoint: str | None, protocol: str, headers: dict[str, str] | None,
-                     folder: str, env: Any) -> tuple[MetricExporter, str]:
+def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                     headers: dict[str, str] | None, folder: str,
+                     env: Any) -> tuple[MetricExporter, str]:
+    if choice == "console":
+        return ConsoleMetricExporter(), "stdout"
     url = _endpoint("METRICS", endpoint, env)
+    if url is None and choice == "otlp":
+        url = _DEFAULT_OTLP_ENDPOINTS[protocol]
     if url is None:
         path = os.path.join(folder, "metrics.jsonl")
         return OtlpJsonFileMetricExporter(path), path
@@ -342,7 +414,17 @@ def _metric_exporter(endpoint: str | None, protocol: str, headers: dict[str, str
     )
 
     full = _http_url(url, "/v1/metrics", "METRICS", env, endpoint)
-    return HttpMetricExporter(endpoint=full, headers=headers), full
+    session = None
+    # Our own requests session, whose response hook tells the switch the HTTP status of a
+    # failed export (404: no metrics service there). Not when a credential provider
+    # supplies the session: the SDK reads that variable and it must win.
+    if not any(os.environ.get(f"OTEL_PYTHON_EXPORTER_OTLP_HTTP{kind}_CREDENTIAL_PROVIDER")
+               for kind in ("", "_METRICS")):
+        import requests
+
+        session = requests.Session()
+        session.hooks["response"].append(note_http_status)
+    return HttpMetricExporter(endpoint=full, headers=headers, session=session), full
 
 
 def _app_has_tracer_provider() -> bool:

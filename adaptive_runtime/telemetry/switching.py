@@ -4,12 +4,17 @@ The OpenTelemetry API accepts one global tracer provider and one meter provider 
 ``configure()`` therefore installs its providers once and, when called again, changes where
 they send by switching the exporter inside them — the application's own tracers and meters,
 obtained from the global API, follow along instead of writing into a shut-down provider.
+
+An endpoint that has no OTLP metrics service at all (a traces-only backend such as Jaeger:
+gRPC ``UNIMPLEMENTED``, HTTP 404/405) is not an outage that will end: the metric exporter says
+so once, in one line, and switches metric export off instead of failing every interval.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -20,9 +25,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
-           "quiet_repeated_exporter_logs", "spans_lost_in_export"]
+           "note_http_status", "quiet_repeated_exporter_logs", "spans_lost_in_export"]
 
 _log = logging.getLogger(__name__)
+# The line saying metric export is off goes through a logger without the one-per-outage
+# filter: it must always appear, and must not use up the warning of a later span outage.
+_backend_log = logging.getLogger("adaptive_runtime.telemetry")
 
 # CPU one span costs the exporter until ours has measured it (or when the application's own
 # exporter does the work, which we cannot see): the OTel Python OTLP encoder takes ~65 us per
@@ -101,12 +109,79 @@ def spans_lost_in_export() -> int:
 
 def quiet_repeated_exporter_logs() -> None:
     """Apply the one-warning-per-outage rule to the OTLP exporters' own loggers (which would
-    otherwise log every failed batch while a collector is down)."""
+    otherwise log every failed batch while a collector is down), and drop what they log about
+    a metric export refused as not implemented (:class:`SwitchableMetricExporter` says it)."""
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("opentelemetry.exporter.otlp"):
             logger = logging.getLogger(name)
+            if _refused_metrics not in logger.filters:
+                # first: a filter that drops a record stops the chain, so the refusal never
+                # counts as the one warning of an outage
+                logger.filters.insert(0, _refused_metrics)
             if _outage not in logger.filters:
                 logger.addFilter(_outage)
+
+
+# ---------------------------------------------------------------------------- no metrics service
+
+# HTTP answers meaning the endpoint has no route for OTLP metrics (a Collector or Jaeger
+# without a metrics pipeline: 404; a route that takes no POST: 405), as opposed to an outage.
+_HTTP_NOT_ACCEPTED = frozenset({404, 405})
+
+
+class _ExportScope(threading.local):
+    """What the metric export running on this thread has learnt about its answer.
+
+    The OTLP exporters return only SUCCESS or FAILURE; why an export failed is seen on the
+    way: the HTTP status through a ``requests`` response hook (:func:`note_http_status`), the
+    gRPC status code as an argument of the record the exporter logs. Both happen on the
+    thread that called ``export``, so a thread-local ties them to the call.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.http_status: int | None = None
+        self.unimplemented = False
+
+
+_scope = _ExportScope()
+
+
+def note_http_status(response: Any, *args: Any, **kwargs: Any) -> None:
+    """``requests`` response hook for the OTLP/HTTP metric exporter's session: remember the
+    status the endpoint answered the current metric export with."""
+    if _scope.active:
+        _scope.http_status = response.status_code
+
+
+def _names_unimplemented(record: logging.LogRecord) -> bool:
+    # The code itself, not the message's wording: the gRPC exporter logs a failed export with
+    # the grpc.StatusCode among its arguments (and an RpcError as exc_info for some codes).
+    # No gRPC exporter is in use unless grpc was imported.
+    grpc = sys.modules.get("grpc")
+    if grpc is None:
+        return False
+    code = grpc.StatusCode.UNIMPLEMENTED
+    if isinstance(record.args, tuple) and any(arg is code for arg in record.args):
+        return True
+    error = record.exc_info[1] if record.exc_info else None
+    return isinstance(error, grpc.RpcError) and getattr(error, "code", lambda: None)() is code
+
+
+class _RefusedMetrics(logging.Filter):
+    """On the OTLP exporters' loggers: drops the warnings and errors of a metric export that
+    the endpoint refused as not implemented, and notes the refusal for the exporter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _scope.active or record.levelno < logging.WARNING:
+            return True
+        if _scope.http_status in _HTTP_NOT_ACCEPTED or _names_unimplemented(record):
+            _scope.unimplemented = True
+            return False
+        return True
+
+
+_refused_metrics = _RefusedMetrics()
 
 
 def _delivered(result: Any, spans: int) -> None:
@@ -147,22 +222,57 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
     """A metric exporter forwarding to the metric exporter set by :meth:`switch`.
 
     Temporality and aggregation preferences are those of the first target (the reader around
-    it reads them once, when it is made).
+    it reads them once, when it is made). A target whose endpoint has no OTLP metrics service
+    (gRPC ``UNIMPLEMENTED``, HTTP 404/405) is switched off after its first export, with one
+    warning naming ``endpoint``; the exporters' own error lines about it are dropped.
     """
 
-    def __init__(self, first: MetricExporter) -> None:
+    def __init__(self, first: MetricExporter, endpoint: str | None = None) -> None:
         _Switch.__init__(self)
         MetricExporter.__init__(self, preferred_temporality=first._preferred_temporality,
                                 preferred_aggregation=first._preferred_aggregation)
         self.target = first
+        self.endpoint = endpoint
+
+    def switch(self, target: Any, endpoint: str | None = None) -> Any:
+        """Send to ``target`` (whose destination is ``endpoint``, for the warning should it
+        refuse metrics) from now on; return the previous target (not shut down)."""
+        with self._lock:
+            previous, self.target, self.endpoint = self.target, target, endpoint
+        return previous
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
                **kwargs: Any) -> MetricExportResult:
         target = self.target
         if target is None:
             return MetricExportResult.SUCCESS
+        _scope.active, _scope.http_status, _scope.unimplemented = True, None, False
         try:
-            return target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            result = target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:  # (counters are cumulative: the next export catches up)
             _log.warning("adaptive_runtime: metric export failed: %r", exc)
-            return MetricExportResult.FAILURE
+            result = MetricExportResult.FAILURE
+        finally:
+            _scope.active = False
+        status = _scope.http_status
+        if result is not MetricExportResult.SUCCESS and (
+                _scope.unimplemented or status in _HTTP_NOT_ACCEPTED):
+            self._turn_off(target, f"HTTP {status}" if status in _HTTP_NOT_ACCEPTED
+                           else "UNIMPLEMENTED")
+        return result
+
+    def _turn_off(self, target: MetricExporter, reason: str) -> None:
+        """Stop exporting metrics to ``target``, whose endpoint has no metrics service: it
+        never will have one, so every interval would fail again."""
+        with self._lock:
+            if self.target is not target:  # configure() or shutdown() switched meanwhile
+                return
+            self.target, endpoint = None, self.endpoint
+        _backend_log.warning(
+            "adaptive_runtime: %s does not accept OTLP metrics (%s: a traces-only backend "
+            "such as Jaeger); metrics export is off. Send metrics to an OpenTelemetry "
+            "Collector, or set OTEL_METRICS_EXPORTER=none", endpoint or "the endpoint", reason)
+        try:
+            target.shutdown()  # its channel or connection pool is of no further use
+        except Exception as exc:
+            _log.debug("adaptive_runtime: closing the refused metric exporter: %r", exc)

@@ -26,6 +26,12 @@ Knobs, settable at any time (also as constructor keywords):
   short by :meth:`stop`. A delayed export is still stored when the delay ends, even if the
   client gave up waiting — as a real slow collector would have processed it.
 
+Constructor only: ``signals``, the services the receiver implements (default both). A receiver
+built with ``signals=("traces",)`` behaves as a traces-only backend such as Jaeger does: gRPC
+has no ``MetricsService`` (calls to it end ``UNIMPLEMENTED``, from grpc itself) and HTTP answers
+``POST /v1/metrics`` with 404. Those refused calls are still logged as requests, with status
+``UNIMPLEMENTED``, so a test can count how often a client tried.
+
 Received data comes back flattened into small frozen dataclasses: :meth:`OtlpReceiver.spans`
 (:class:`ReceivedSpan`) and :meth:`OtlpReceiver.metrics` (:class:`ReceivedDataPoint`), and the raw
 protobuf requests through :meth:`OtlpReceiver.trace_requests` /
@@ -45,7 +51,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -82,6 +88,10 @@ MetricKind = Literal["sum", "gauge", "histogram", "exponential_histogram", "summ
 
 _LOOPBACK = "127.0.0.1"
 _HTTP_PATHS: Mapping[str, Signal] = {"/v1/traces": "traces", "/v1/metrics": "metrics"}
+_GRPC_METHODS: Mapping[str, Signal] = {
+    "/opentelemetry.proto.collector.trace.v1.TraceService/Export": "traces",
+    "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export": "metrics",
+}
 _REQUEST_TYPES: Mapping[Signal, type[Message]] = {
     "traces": trace_service_pb2.ExportTraceServiceRequest,
     "metrics": metrics_service_pb2.ExportMetricsServiceRequest,
@@ -443,6 +453,24 @@ class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+class _Unimplemented(grpc.GenericRpcHandler):
+    """Registered after the servicers, so grpc consults it only for a method no servicer
+    serves: it logs an OTLP export the receiver does not implement and declines it (returns
+    no handler), which grpc answers with UNIMPLEMENTED, as a traces-only backend does."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self._receiver = receiver
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> None:
+        signal = _GRPC_METHODS.get(handler_call_details.method)
+        if signal is not None:
+            metadata = {key.lower(): value
+                        for key, value in (handler_call_details.invocation_metadata or ())
+                        if isinstance(value, str)}
+            self._receiver._refused(signal, "grpc", metadata)
+        return None
+
+
 class _HttpServer(ThreadingHTTPServer):
     """Threading HTTP server that joins its handler threads on close and can cut open
     keep-alive connections, so nothing is served (or left running) after :meth:`stop`."""
@@ -524,6 +552,13 @@ class _OtlpHttpHandler(BaseHTTPRequestHandler):
             self._send_status(HTTPStatus.NOT_FOUND, grpc.StatusCode.NOT_FOUND,
                               f"no OTLP endpoint at {self.path}; use /v1/traces or /v1/metrics")
             return
+        if signal not in self.server.receiver.signals:
+            # (a collector without a pipeline for this signal has no route for it: 404)
+            self.server.receiver._refused(
+                signal, "http", {name.lower(): value for name, value in self.headers.items()})
+            self._send_status(HTTPStatus.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED,
+                              f"this receiver does not implement OTLP {signal}")
+            return
         content_type = self.headers.get_content_type()
         if content_type == "application/x-protobuf":
             encoding: Encoding = "protobuf"
@@ -604,9 +639,14 @@ class OtlpReceiver:
         retry_after_s: float | None = None,
         delay_s: float = 0.0,
         grpc_workers: int = 4,
+        signals: Collection[Signal] = ("traces", "metrics"),
     ) -> None:
         if not isinstance(grpc_workers, int) or grpc_workers < 1:
             raise ValueError(f"grpc_workers must be an int >= 1, got {grpc_workers!r}")
+        if isinstance(signals, str) or not signals or not set(signals) <= set(_REQUEST_TYPES):
+            raise ValueError(f"signals must be a non-empty collection of 'traces' and "
+                             f"'metrics', got {signals!r}")
+        self.signals: frozenset[Signal] = frozenset(signals)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._lifecycle_lock = threading.Lock()  # serialises start()/stop()
@@ -727,10 +767,15 @@ class OtlpReceiver:
             )
             # so_reuseport off: no other server may share the port while this one holds it.
             server = grpc.server(executor, options=(("grpc.so_reuseport", 0),))
-            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceServicer(self), server)
-            metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
-                _MetricsServicer(self), server
-            )
+            if "traces" in self.signals:
+                trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+                    _TraceServicer(self), server
+                )
+            if "metrics" in self.signals:
+                metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
+                    _MetricsServicer(self), server
+                )
+            server.add_generic_rpc_handlers((_Unimplemented(self),))  # after the servicers
             try:
                 grpc_port = server.add_insecure_port(f"{_LOOPBACK}:{self._grpc_port}")
                 if not grpc_port:
@@ -832,6 +877,14 @@ class OtlpReceiver:
             self._generation += 1
             self._cond.notify_all()
         return failure or _Outcome(grpc.StatusCode.OK)
+
+    def _refused(self, signal: Signal, transport: Transport, headers: Mapping[str, str]) -> None:
+        """Log an export of a signal this receiver does not implement (see ``signals``)."""
+        with self._cond:
+            self._requests.append(ReceivedRequest(
+                signal, transport, "protobuf", None, dict(headers), "UNIMPLEMENTED", 0))
+            self._generation += 1
+            self._cond.notify_all()
 
     # ---- what was received -----------------------------------------------------------------
 
