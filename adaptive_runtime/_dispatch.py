@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ._forks import renew_after_fork
 from .backend import Backend
 from .config import RuntimeConfig
 from .errors import AllBackendsFailedError, BackendUnavailableError, RegistrationError
@@ -226,6 +227,9 @@ class Dispatcher:
         # (operation, backend, duration_us) of every timed call, for the duration histogram
         self.duration_sink: Callable[[tuple[str, Backend, float]], None] | None = None
         self._lock = threading.Lock()
+        # (the history saver and the metric reader's callbacks take it on their threads: a
+        # forked child gets a fresh one, see _forks)
+        renew_after_fork(self, Dispatcher._renew_lock)
         # operation name -> (size_of, {bucket: entry}, operation, family route or None); read
         # lock-free by run(). Family twins have routes of their own (no family route).
         self._routes: dict[str, _Route] = {}
@@ -937,6 +941,9 @@ class Dispatcher:
     @property
     def lock(self) -> threading.Lock:
         return self._lock
+
+    def _renew_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def spans_admitted(self) -> int:
         """Calls whose spans the trace gate admitted so far (read without the lock)."""

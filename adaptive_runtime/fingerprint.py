@@ -28,6 +28,8 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from ._forks import after_fork_in_child
+
 __all__ = ["FINGERPRINT_LABELS", "differences", "hardware_fingerprint"]
 
 Fingerprint = dict[str, "str | int | None"]
@@ -51,6 +53,15 @@ _NVIDIA = "/proc/driver/nvidia"
 
 _lock = threading.Lock()
 _cached: Fingerprint | None = None
+
+
+def _renew_lock() -> None:
+    # (the history saver's thread may hold it: a forked child gets its own, see _forks)
+    global _lock
+    _lock = threading.Lock()
+
+
+after_fork_in_child(_renew_lock)
 
 
 def hardware_fingerprint() -> Fingerprint:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._forks import renew_after_fork
 from .backend import Backend
 from .errors import RegistrationError, UnknownOperationError
 
@@ -318,6 +319,10 @@ class OperationRegistry:
     def __init__(self) -> None:
         self._ops: dict[str, Operation] = {}
         self._lock = threading.Lock()
+        renew_after_fork(self, OperationRegistry._renew_lock)
+
+    def _renew_lock(self) -> None:
+        self._lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
                  kind: Kind | str = Kind.OTHER, owner: AdaptiveRuntime | None = None,
@@ -383,6 +388,17 @@ class DeviceProbe:
 
     def __init__(self, *, gpu: bool | None = None) -> None:
         self._gpu = gpu
+        self._given = gpu  # (what a pickled copy keeps: a stand-in, never a probe result)
+        self._lock = threading.Lock()
+        # (the probe may run on the metric reader's thread, from a callback's decide())
+        renew_after_fork(self, DeviceProbe._renew_lock)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The receiving process probes its own devices; only a stand-in given to the
+        # constructor (tests' ``gpu=True``) travels.
+        return (_device_probe, (self._given,))
+
+    def _renew_lock(self) -> None:
         self._lock = threading.Lock()
 
     @property
@@ -395,6 +411,11 @@ class DeviceProbe:
 
     def available(self, backend: Backend) -> bool:
         return self.gpu_available if backend is Backend.GPU else True
+
+
+def _device_probe(gpu: bool | None) -> DeviceProbe:
+    """A :class:`DeviceProbe` unpickled (keyword-only arguments cannot be given by pickle)."""
+    return DeviceProbe(gpu=gpu)
 
 
 def _probe_gpu() -> bool:

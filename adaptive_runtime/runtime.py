@@ -6,6 +6,8 @@ import atexit
 import logging
 import math
 import os
+import pickle
+import sys
 import threading
 import time
 import warnings
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._dispatch import Dispatcher, SelectionKey
+from ._forks import after_fork_in_child, renew_after_fork
 from .backend import Backend
 from .config import RuntimeConfig
 from .errors import BackendUnavailableError
@@ -27,10 +30,12 @@ from .history import (
     Origins,
     move_aside,
     read_history_file,
+    record_from_json,
+    record_to_json,
     write_history_file,
 )
 from .keys import size_bucket
-from .operations import DeviceProbe, Kind, Operation, OperationRegistry
+from .operations import DeviceProbe, Implementation, Kind, Operation, OperationRegistry
 from .policy import Decision, Policy, PolicyConfig
 from .telemetry import instrumentation
 from .telemetry.metrics import RuntimeMetrics
@@ -54,6 +59,18 @@ class AdaptiveRuntime:
     (nanoseconds) are injectable for tests.
 
     Raises :class:`BackendUnavailableError` at construction when a forced arm cannot run here.
+
+    Processes: a forked child (a ``DataLoader`` worker) goes on with its copy of the runtime
+    (history, operations and telemetry as they were at the fork; it never saves to the
+    parent's history file). A runtime pickles — for a ``spawn`` worker, whose ``Dataset``
+    holds one — as a recipe: unpickling makes a fresh runtime, in the receiving process, with
+    the same :class:`RuntimeConfig`, a copy of the learned history (what
+    :meth:`history_snapshot` shows) and the operations registered on it — the built-in ones
+    registered afresh there, the user's own with their functions, which must pickle (defined
+    at module level; a ``TypeError`` names the operation otherwise). Counters, hot-path and
+    quarantine state start afresh, devices are probed there (a ``DeviceProbe`` stand-in
+    given to the constructor goes along), and the copy is never attached to a
+    ``history_path`` file: the file stays its first runtime's to load and save.
     """
 
     def __init__(self, config: RuntimeConfig | None = None, *, builtin_ops: bool = True,
@@ -63,6 +80,14 @@ class AdaptiveRuntime:
         cfg = config if config is not None else RuntimeConfig.from_env()
         if not isinstance(cfg, RuntimeConfig):
             raise TypeError(f"config must be a RuntimeConfig or None, got {type(cfg).__name__}")
+        self._build(cfg, builtin_ops, devices, clock, timer)
+        if cfg.history_path is not None:
+            _start_history(self, cfg.history_path)
+        instrumentation.register(self)
+
+    def _build(self, cfg: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe | None,
+               clock: Callable[[], float], timer: Callable[[], int]) -> None:
+        """Everything but the history file and telemetry (an unpickled copy has no file)."""
         self.config = cfg
         self._devices = devices if devices is not None else DeviceProbe()
         forced = cfg.force_backend
@@ -75,6 +100,8 @@ class AdaptiveRuntime:
         self._spans: SpanRecorder | None = None
         self._metrics: RuntimeMetrics | None = None
         self._telemetry_lock = threading.Lock()
+        # (a thread configuring telemetry may hold it at a fork: see _forks)
+        renew_after_fork(self, AdaptiveRuntime._renew_lock)
         self._registry = OperationRegistry()
         self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
         self._hot = HotPathDetector(cfg.hot_path_calls_per_sec,
@@ -95,13 +122,26 @@ class AdaptiveRuntime:
         # Why an instance attribute: ``rt.run`` is the per-call hot path, and binding the
         # dispatcher's method here saves one Python frame (~0.1 us) on every call.
         self.run = self._dispatcher.run  # type: ignore[method-assign]
+        self._builtin_ops = builtin_ops
         if builtin_ops:
             from .kernels import register_builtins
 
             register_builtins(self)
-        if cfg.history_path is not None:
-            _start_history(self, cfg.history_path)
-        instrumentation.register(self)
+        # (what a pickled copy registers afresh rather than carrying along)
+        self._builtin_names = frozenset(self.operations)
+
+    def _renew_lock(self) -> None:
+        self._telemetry_lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as a recipe for a fresh runtime (see the class docstring)."""
+        with self._dispatcher.lock:
+            records = self._history.snapshot()
+        operations = [_operation_recipe(op) for op in self._registry
+                      if op.name not in self._builtin_names]
+        return (_unpickle_runtime, (self.config, self._builtin_ops, self._devices, self._clock,
+                                    self._timer, [record_to_json(r) for r in records],
+                                    operations))
 
     def __repr__(self) -> str:
         return (f"<AdaptiveRuntime ops={len(self._registry)} keys={len(self._history)} "
@@ -370,6 +410,81 @@ def _name(operation: object) -> str:
     return operation
 
 
+# ---------------------------------------------------------------------------- pickling
+
+# (operation name, size_of, kind, on_device, family, implementations, untimed families), an
+# implementation being (family, arm, fn, compile_count, floor_us, warm_up, surcharge_us, sync)
+_OperationRecipe = tuple[str, Callable[..., int], str, Any, Any, list[tuple[Any, ...]],
+                         dict[str, Callable[..., Any]]]
+
+
+def _operation_recipe(op: Operation) -> _OperationRecipe:
+    """What an unpickled runtime registers ``op`` from; ``TypeError`` naming the operation
+    and the function when a part of it does not pickle."""
+    parts: list[tuple[str, object]] = [("size function", op.size_of),
+                                       ("on_device function", op.on_device),
+                                       ("family function", op.family)]
+    impls = []
+    for family, arms in (("", op._impls), *op._families.items()):
+        where = f" (family {family!r})" if family else ""
+        for impl in arms.values():
+            arm = impl.backend.value
+            count = _carried_compile_count(impl)
+            impls.append((family, arm, impl.fn, count, impl.floor_us, impl.warm_up,
+                          impl.surcharge_us, impl.sync))
+            parts += [(f"{arm} implementation{where}", impl.fn),
+                      (f"compile_count of the {arm} arm{where}", count),
+                      (f"floor_us of the {arm} arm{where}", impl.floor_us),
+                      (f"surcharge_us of the {arm} arm{where}", impl.surcharge_us),
+                      (f"sync of the {arm} arm{where}", impl.sync)]
+    untimed = dict(op._untimed)
+    parts += [(f"untimed implementation of family {family!r}", fn)
+              for family, fn in untimed.items()]
+    for what, value in parts:
+        if value is None:
+            continue
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(
+                f"cannot pickle AdaptiveRuntime: the {what} of operation {op.name!r} "
+                f"({value!r}) does not pickle ({exc}); define it at module level, or register "
+                f"the operation in the receiving process instead") from exc
+    return (op.name, op.size_of, op.kind.value, op.on_device, op.family, impls, untimed)
+
+
+def _carried_compile_count(impl: Implementation) -> Callable[[], int] | None:
+    count = impl.compile_count
+    if count is None or not callable(getattr(impl.fn, "py_func", None)):
+        return count
+    try:
+        pickle.dumps(count, pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        # (derived from the numba kernel's own overloads: derived again where it is unpickled)
+        return None
+    return count
+
+
+def _unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe,
+                      clock: Callable[[], float], timer: Callable[[], int],
+                      history: list[dict[str, object]],
+                      operations: list[_OperationRecipe]) -> AdaptiveRuntime:
+    """A pickled runtime, made afresh in this process (see ``AdaptiveRuntime``)."""
+    rt = AdaptiveRuntime.__new__(AdaptiveRuntime)
+    rt._build(config, builtin_ops, devices, clock, timer)
+    for name, size_of, kind, on_device, family, impls, untimed in operations:
+        op = rt.register(name, size=size_of, kind=kind, on_device=on_device, family=family)
+        for untimed_family, fn in untimed.items():
+            op.add_untimed(untimed_family, fn)
+        for (impl_family, arm, fn, count, floor_us, warm_up, surcharge_us, sync) in impls:
+            op.add_implementation(arm, fn, family=impl_family, compile_count=count,
+                                  floor_us=floor_us, warm_up=warm_up,
+                                  surcharge_us=surcharge_us, sync=sync)
+    rt.merge_history([record_from_json(row) for row in history])
+    instrumentation.register(rt)
+    return rt
+
+
 def _foreign(loaded: HistoryFile) -> str | None:
     """Why ``loaded`` does not describe this machine, or ``None`` when it does."""
     from .fingerprint import differences, hardware_fingerprint
@@ -386,13 +501,22 @@ def _foreign(loaded: HistoryFile) -> str | None:
 def _start_history(rt: AdaptiveRuntime, path: str) -> None:
     """``history_path`` at start-up: apply the file if it was measured here, and save the
     history periodically and at exit. Never raises for a bad file: a truncated, corrupt or
-    foreign-format one is moved aside (one warning) and the runtime starts cold."""
-    saving = True
+    foreign-format one is moved aside (one warning) and the runtime starts cold. In a
+    DataLoader worker the file is only read (and a bad one left where it is)."""
+    # A DataLoader worker (a spawned one gets here afresh) reads the file and leaves it: the
+    # file is its parent's, which saves what it learned; a worker's save would overwrite it.
+    worker = _in_dataloader_worker()
+    saving = not worker
     try:
         loaded = read_history_file(path)
     except FileNotFoundError:
         pass  # the first run: the file is written at the first save
     except ValueError as exc:
+        if worker:
+            moved = "left to the process that owns it (this is a DataLoader worker)"
+            warnings.warn(f"{exc}; {moved}; starting with no history", HistoryWarning,
+                          stacklevel=3)
+            return
         try:
             moved = f"moved aside to {move_aside(path)!r}"
         except FileNotFoundError:
@@ -409,7 +533,8 @@ def _start_history(rt: AdaptiveRuntime, path: str) -> None:
                       "history", HistoryWarning, stacklevel=3)
     else:
         rt._apply_history_file(loaded, rt.config.history_force, stacklevel=4,
-                               note="; this run's history will replace it when saved")
+                               note="" if worker else
+                               "; this run's history will replace it when saved")
     if saving:
         saver = _HistorySaver(rt, path, rt.config.history_save_interval_s)
         rt._history_saver = saver  # type: ignore[attr-defined]
@@ -421,8 +546,9 @@ class _HistorySaver:
     changed (a daemon thread that reads a change count, off the call path) and at exit.
 
     Only in the process that made it: a forked child (whose runtime is a copy of the
-    parent's) saves nothing, so it never overwrites the parent's file. Errors are logged, not
-    raised: a save never breaks the program or its exit.
+    parent's) saves nothing, so it never overwrites the parent's file; nor does a DataLoader
+    worker (see :func:`_in_dataloader_worker`). Errors are logged, not raised: a save never
+    breaks the program or its exit.
     """
 
     def __init__(self, rt: AdaptiveRuntime, path: str, interval_s: float) -> None:
@@ -432,10 +558,17 @@ class _HistorySaver:
         self._pid = os.getpid()
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        # (its thread may hold both at a fork; the child never saves, but an exit handler
+        # still sets the event: see _forks)
+        renew_after_fork(self, _HistorySaver._renew_locks)
         # (what the file holds now: the history just loaded, or none)
         self._saved = rt._history.change_count()
         self._failing = False
         self.saves = 0
+
+    def _renew_locks(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         rt = self._ref()
@@ -464,7 +597,7 @@ class _HistorySaver:
 
     def save_if_changed(self) -> None:
         """Save now if the history changed since the last save (in this process only)."""
-        if os.getpid() != self._pid:
+        if os.getpid() != self._pid or _in_dataloader_worker():
             return
         rt = self._ref()
         if rt is None:
@@ -487,8 +620,27 @@ class _HistorySaver:
             self.saves += 1
 
 
+def _in_dataloader_worker() -> bool:
+    """Whether this process is a ``torch.utils.data.DataLoader`` worker (torch is not
+    imported to ask: a process that has not imported it is no worker)."""
+    data = sys.modules.get("torch.utils.data")
+    get_worker_info = getattr(data, "get_worker_info", None)
+    try:
+        return get_worker_info is not None and get_worker_info() is not None
+    except Exception:  # (a torch too unlike the one we know: assume no worker)
+        return False
+
+
 _default: AdaptiveRuntime | None = None
 _default_lock = threading.Lock()
+
+
+def _renew_default_lock() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()  # (a forked child: see _forks)
+
+
+after_fork_in_child(_renew_default_lock)
 
 
 def get_runtime() -> AdaptiveRuntime:

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .._forks import after_fork_in_child
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 try:
@@ -33,6 +35,16 @@ __all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "SizeSplitKernel", "compile_co
 _WAIT_POLICY = "OMP_WAIT_POLICY"
 _launch_lock = threading.Lock()
 _launched = False
+
+
+def _renew_lock() -> None:
+    # (a runtime built on another thread may be launching the pool as the process forks:
+    # the child gets its own lock, see adaptive_runtime._forks)
+    global _launch_lock
+    _launch_lock = threading.Lock()
+
+
+after_fork_in_child(_renew_lock)
 
 
 def scalar_jit(fn: F) -> F:

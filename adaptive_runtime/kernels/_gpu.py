@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._forks import after_fork_in_child
 from ._arrays import host, host_dtype, is_tensor, like
 
 __all__ = ["CudaDevice", "Device", "GpuMemoryError", "GpuUnsupportedError", "NumbaCudaDevice",
@@ -148,6 +149,16 @@ def _default_device() -> Device:
 _lock = threading.Lock()
 _device: Device | None = None
 _bandwidth: float | None = None  # host to device, bytes per second
+
+
+def _renew_lock() -> None:
+    # (device() may run on the metric reader's thread, from a callback's decide(): a forked
+    # child gets its own lock, see adaptive_runtime._forks)
+    global _lock
+    _lock = threading.Lock()
+
+
+after_fork_in_child(_renew_lock)
 
 
 def device() -> Device:

@@ -16,6 +16,8 @@ from typing import Protocol
 
 from opentelemetry import metrics, trace
 
+from .._forks import after_fork_in_child
+
 __all__ = ["Instrumentable", "activate", "deactivate", "is_active", "records_spans",
            "register"]
 
@@ -33,6 +35,15 @@ _lock = threading.Lock()
 _targets: weakref.WeakSet[Instrumentable] = weakref.WeakSet()  # type: ignore[type-var]
 _configured = False
 _spans_off = False  # configure() exports no traces: spans would be made only to be dropped
+
+
+def _renew_lock() -> None:
+    # (another thread may be configuring telemetry as the process forks: see _forks)
+    global _lock
+    _lock = threading.Lock()
+
+
+after_fork_in_child(_renew_lock)
 
 
 def app_has_sdk_provider() -> bool:

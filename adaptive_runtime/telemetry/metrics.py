@@ -55,6 +55,10 @@ asynchronous callback under its lock *before* it collects the reader's storage, 
 synchronous ``record`` goes straight to every reader's storage without that lock. So the
 durations drained by a reader's collection are in that same export; a second reader on the
 same provider sees them in its next collection.
+
+Forked children (DataLoader workers) report nothing: their counters start as a copy of the
+parent's, and reporting them under the parent's resource would duplicate its series. Every hub
+a child inherits is silent there (its callbacks observe nothing, queued durations are dropped).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
+from .._forks import after_fork_in_child, renew_after_fork
 from ..keys import reference_size
 from .switching import spans_lost_in_export
 
@@ -283,10 +288,18 @@ class _Slot:
 
 
 class _Hub:
-    """The instruments of one meter provider and the runtimes they observe."""
+    """The instruments of one meter provider and the runtimes they observe.
+
+    Silent in a forked child (a DataLoader worker): the child's counters start as a copy of
+    the parent's, and reporting them under the parent's resource would duplicate the parent's
+    series (and count its calls twice). Metrics stay the parent's; the child's callbacks
+    report nothing and its queued durations are dropped, never recorded.
+    """
 
     def __init__(self, meter: metrics.Meter) -> None:
         self._lock = threading.Lock()
+        self._silent = False
+        renew_after_fork(self, _Hub._after_fork)
         self._slots: list[_Slot] = []
         self._retired = _Slot(None)
         self._logged: set[str] = set()
@@ -320,6 +333,12 @@ class _Hub:
         # Also the drain: its callback records the queued durations before reporting.
         counter("adaptive.op.duration.overflows", [self._observe_overflows], "{collection}",
                 "Collections that found timed-call durations lost to a full queue")
+
+    def _after_fork(self) -> None:
+        # The parent's metric reader or Prometheus scrape may have held these at the fork.
+        self._lock = threading.Lock()
+        self._view_lock = threading.Lock()
+        self._silent = True
 
     # ---------------------------------------------------------------- membership
 
@@ -360,6 +379,8 @@ class _Hub:
         keys, read = _COUNTERS[name]
 
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            if self._silent:
+                return []
             try:
                 with self._lock:
                     totals = self._totals(name, read)
@@ -417,6 +438,8 @@ class _Hub:
                 retired[labels] = retired.get(labels, 0) + n
 
     def _observe_hot(self, _options: CallbackOptions) -> Iterable[Observation]:
+        if self._silent:
+            return []
         try:
             with self._lock:
                 active: dict[str, int] = {}
@@ -438,6 +461,8 @@ class _Hub:
         fresh = name == "latency"  # the first key gauge of a collection reads afresh
 
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            if self._silent:
+                return []
             try:
                 values: dict[tuple[str, int, str], float] = getattr(self._key_view(fresh), name)
                 return [Observation(v, {"adaptive.operation": op, "adaptive.size_bucket": bucket,
@@ -534,6 +559,8 @@ class _Hub:
         return _KeyView(now, latency, committed, quarantined)
 
     def _observe_overflows(self, _options: CallbackOptions) -> Iterable[Observation]:
+        if self._silent:
+            return []
         try:
             with self._lock:
                 for slot in list(self._slots):
@@ -561,6 +588,12 @@ class _Hub:
         Python-level append on the caller's thread (~0.2 µs more per timed call).
         """
         pending = member.pending
+        if self._silent:
+            # (a forked child: recording would take SDK locks the parent's reader may have
+            # held at the fork, and nothing in the child exports them)
+            pending.clear()
+            pending.append(_MARK)
+            return
         record = self._duration.record
         attrs = self._duration_attrs
         saw_mark = False
@@ -630,6 +663,14 @@ def _create_histogram(meter: metrics.Meter) -> metrics.Histogram:
 _hubs_lock = threading.Lock()
 _hubs: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()
 _global: tuple[metrics.MeterProvider, _Hub] | None = None  # (provider it was built on, hub)
+
+
+def _renew_hubs_lock() -> None:
+    global _hubs_lock
+    _hubs_lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
+
+
+after_fork_in_child(_renew_hubs_lock)
 
 
 def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:

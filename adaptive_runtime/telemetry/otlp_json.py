@@ -24,6 +24,15 @@ loses at most the line being written), and guarded by one lock per exporter so l
 concurrent exports never interleave. Use one exporter per path (and a separate path per signal,
 e.g. ``traces.jsonl`` / ``metrics.jsonl``): the lock and the size accounting are per instance.
 
+Forked children (DataLoader workers) append to the same file as their parent: one file keeps
+the whole run where the Collector's ``otlpjsonfile`` receiver and ``adaptive-runtime report``
+look for it. Every line is written with a single ``write()`` on a descriptor opened with
+``O_APPEND`` (unbuffered, in the parent too), and a local file system appends each such write
+whole at the end of the file, so lines of the parent and its children never interleave (not
+guaranteed on NFS). A child renews the lock (the parent's export thread may have held it at the
+fork), never rotates (that would move the file away under its parent: rotation is the parent's
+job) and opens the path for each line, so it follows the parent's rotations.
+
 Size guard: once appending the next line would take the file past ``max_bytes`` (default
 256 MiB), the file is rotated to ``<path>.1`` (replacing any previous backup — one backup only)
 and a fresh file is started, so a long run keeps at most about ``2 * max_bytes`` on disk. A single
@@ -73,6 +82,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .._forks import renew_after_fork
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -168,7 +179,11 @@ def _dumps_line(tree: dict[str, Any]) -> bytes:
 
 
 class _JsonLinesFile:
-    """Append-only JSON Lines file with rotation, one lock, and logged-once failure handling."""
+    """Append-only JSON Lines file with rotation, one lock, and logged-once failure handling.
+
+    In a forked child it becomes a *shared* appender (see the module docstring): each line is
+    one ``O_APPEND`` write through a descriptor opened for it; no rotation.
+    """
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int | None) -> None:
         if max_bytes is not None and max_bytes <= 0:
@@ -184,6 +199,16 @@ class _JsonLinesFile:
         self._size = 0
         self._closed = False
         self._warned = False
+        self._shared = False  # a forked child's: appends beside its parent, never rotates
+        renew_after_fork(self, _JsonLinesFile._after_fork)
+
+    def _after_fork(self) -> None:
+        # The parent's export thread may have held the lock at the fork. The inherited handle
+        # is unbuffered (nothing of the parent's half-written line sits in it): closing it
+        # closes only this process's descriptor.
+        self._lock = threading.Lock()
+        self._close_locked()
+        self._shared = True
 
     @property
     def closed(self) -> bool:
@@ -223,6 +248,9 @@ class _JsonLinesFile:
             return True
 
     def _write_locked(self, line: bytes) -> None:
+        if self._shared:
+            self._append_shared(line)
+            return
         if self._file is None:
             self._open_locked()
         if (
@@ -232,17 +260,27 @@ class _JsonLinesFile:
         ):
             self._rotate_locked()
         assert self._file is not None
-        self._file.write(line)
-        # Flush every line: a crash (or a reader tailing the file) then sees whole requests only,
-        # at the cost of one write() syscall per export — exports are batched, so that is cheap.
-        self._file.flush()
+        # One unbuffered write per line: a crash (or a reader tailing the file) then sees whole
+        # requests only, at the cost of one write() syscall per export — exports are batched,
+        # so that is cheap — and a forked child's lines land between ours, never inside them.
+        _write_all(self._file.write, line)
         self._size += len(line)
+
+    def _append_shared(self, line: bytes) -> None:
+        """A forked child's line: opened per line, so the parent's rotations are followed."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.path, flags, 0o666)
+        try:
+            _write_all(lambda data: os.write(fd, data), line)
+        finally:
+            os.close(fd)
 
     def _open_locked(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # "a+b": appends always go to the end (O_APPEND) whatever the read position, and the read
-        # side lets us check how an existing file ends.
-        handle = open(self.path, "a+b")  # noqa: SIM115 - the handle outlives this method
+        # side lets us check how an existing file ends. Unbuffered: each line is one write().
+        handle = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - outlives this method
         try:
             size = os.fstat(handle.fileno()).st_size
             if size > 0:
@@ -250,8 +288,7 @@ class _JsonLinesFile:
                 if handle.read(1) != b"\n":
                     # A previous writer died mid-line (crash, full disk). Terminate that torn
                     # line so it stays one bad line instead of corrupting our first good one.
-                    handle.write(b"\n")
-                    handle.flush()
+                    _write_all(handle.write, b"\n")
                     size += 1
         except OSError:
             handle.close()
@@ -294,6 +331,17 @@ class _JsonLinesFile:
         with self._lock:
             self._closed = True
             self._close_locked()
+
+
+def _write_all(write: Callable[[memoryview], int | None], line: bytes) -> None:
+    """Write ``line`` whole: one call does it on a regular file (a short write happens only
+    when the disk fills up or a signal interrupts; the rest then follows)."""
+    view = memoryview(line)
+    while view:
+        written = write(view)
+        if not written:
+            raise OSError(f"could not write {len(view)} bytes (no progress)")
+        view = view[written:]
 
 
 # --------------------------------------------------------------------------- exporters

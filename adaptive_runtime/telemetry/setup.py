@@ -31,14 +31,38 @@ are made by the first ``configure()`` and live until exit; a later call (after a
 ``shutdown()`` or not) changes where they export — endpoint, protocol, headers, directory,
 Prometheus port. The resource (service name) and the metric interval stay those of the first
 call; a different value is logged as a warning.
+
+Forked children (``DataLoader(num_workers=..., multiprocessing_context="fork")`` workers, a
+``multiprocessing`` fork pool) use the runtime as their parent set it up, and:
+
+- export their spans, through their own span worker and the SDK's batch processor (which the
+  SDK restarts, empty, in the child): what the parent had queued is exported by the parent
+  only. An OTLP exporter is made afresh in the child on its first export (the inherited one's
+  connections are the parent's); the OTLP/JSON file is appended to beside the parent (see
+  :mod:`~adaptive_runtime.telemetry.otlp_json`). Their spans carry ``process.pid``.
+- export no metrics: the child's counters start as a copy of the parent's, and exporting them
+  under the parent's resource would duplicate its series. The SDK restarts the periodic metric
+  reader in every child; here its exporter is switched to dropping and the reader shut down.
+  Metrics stay the parent's. (The SDK renews none of its metric locks in a child: should the
+  fork land while the parent's reader collects, that restarted thread waits forever on one.
+  It exports nothing, and nothing the child's calls do takes that lock.)
+- flush their spans when a ``multiprocessing`` worker ends (it leaves through ``os._exit``,
+  which runs no ``atexit`` handler): at most ``WORKER_EXIT_FLUSH_S`` seconds.
+
+A spawned worker starts a fresh interpreter: nothing is set up there unless it calls
+``configure()`` itself (then it exports as any process does, at exit included).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
+import sys
 import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +75,20 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
 
+from .._forks import after_fork_in_child
 from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from .spans import flush_all
 from .switching import (
     SwitchableMetricExporter,
     SwitchableSpanExporter,
@@ -66,7 +97,7 @@ from .switching import (
     spans_lost_in_export,
 )
 
-__all__ = ["DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"]
+__all__ = ["DEFAULT_DIRECTORY", "WORKER_EXIT_FLUSH_S", "Telemetry", "configure", "shutdown"]
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +108,12 @@ _PROTOCOLS = ("grpc", "http/protobuf")
 _EXPORTERS = ("otlp", "console", "none")  # the values of OTEL_{TRACES,METRICS}_EXPORTER we take
 # where `otlp` sends when no endpoint is configured (the OTLP exporter specification's defaults)
 _DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+#: At most this long, a ``multiprocessing`` worker (a DataLoader's) flushes its spans as it ends:
+#: a DataLoader waits 5 s for a finished worker before it terminates it.
+WORKER_EXIT_FLUSH_S = 2.0
+# A forked child waits this long for the metric reader thread the SDK restarted in it to stop
+# (its last collection reads nothing of ours there, and exports into a dropping exporter).
+_CHILD_READER_STOP_MS = 500.0
 
 
 @dataclass
@@ -109,6 +146,10 @@ class Telemetry:
                                  (self.meter_provider, _process.metric_switch)):
             if provider is None or switch is None:
                 continue
+            if provider is _process.meter_provider and _process.metrics_stopped:
+                # (a forked child: its metric export is off, and collecting could wait on
+                # SDK locks the parent's reader held at the fork)
+                continue
             try:
                 provider.force_flush(millis)
                 switch.shutdown()  # later exports (the app's own spans) are dropped
@@ -130,9 +171,15 @@ class _ProcessProviders:
     metric_switch: SwitchableMetricExporter | None = None
     metrics_interval_s: float | None = None
     prometheus: bool = False  # whether the meter provider has a Prometheus reader
+    periodic_reader: PeriodicExportingMetricReader | None = None
+    # makes the span exporter afresh in a forked child (None: the inherited one serves there)
+    span_exporter_remake: Callable[[], SpanExporter] | None = None
+    metrics_stopped: bool = False  # a forked child: the meter provider exports nothing
 
     def shutdown(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
+            if provider is self.meter_provider and self.metrics_stopped:
+                continue
             if provider is not None:
                 try:
                     provider.shutdown()
@@ -143,6 +190,9 @@ class _ProcessProviders:
 _lock = threading.Lock()
 _current: Telemetry | None = None
 _process = _ProcessProviders()
+# what a forked child inherited and must never close or finalise: its connections, threads and
+# files are the parent's
+_inherited: list[Any] = []
 
 
 def configure(service_name: str | None = None, endpoint: str | None = None,
@@ -195,6 +245,12 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
             exporter, telemetry.traces_destination = _span_exporter(
                 traces_choice, endpoint, trace_protocol, headers, folder, env)
             telemetry.tracer_provider = _install_tracer_provider(resource, exporter)
+            # (the file and console exporters serve a forked child as they are; a network
+            # exporter's connections would be shared with the parent)
+            _process.span_exporter_remake = (
+                None if isinstance(exporter, OtlpJsonFileSpanExporter | ConsoleSpanExporter)
+                else functools.partial(_remake_span_exporter, traces_choice, endpoint,
+                                       trace_protocol, headers, folder, env))
 
         if _app_has_meter_provider():
             _log.info("adaptive_runtime: keeping the application's meter provider")
@@ -239,6 +295,108 @@ def _at_exit() -> None:
 atexit.register(_at_exit)
 
 
+# ---------------------------------------------------------------------------- forked children
+
+
+def _after_fork_in_child() -> None:
+    """Right after a fork, in the child (registered at import, see ``_forks``)."""
+    global _lock
+    _lock = threading.Lock()  # (another thread may have been configuring at the fork)
+    switch, remake = _process.span_switch, _process.span_exporter_remake
+    if switch is not None and remake is not None and switch.target is not None:
+        # The inherited OTLP exporter's pooled connection (or gRPC channel) is the parent's:
+        # two processes writing requests into one connection read each other's answers.
+        # Kept referenced, never closed or finalised here; the child's own is made on its
+        # first export, on the SDK's export thread rather than inside the fork.
+        _inherited.append(switch.switch(_MadeOnFirstUse(remake)))
+    current = _current
+    if current is not None and current._prometheus_server is not None:
+        # No thread serves it here: shutdown() would wait for one forever. Close this
+        # process's copy of the listening socket (the parent's keeps serving).
+        server, current._prometheus_server = current._prometheus_server, None
+        try:
+            server.server_close()
+        except OSError as exc:
+            _log.debug("adaptive_runtime: closing the inherited Prometheus socket: %r", exc)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        # A multiprocessing child (a DataLoader worker) clears its finalizers as it starts,
+        # then runs the after-fork hooks registered for it: ours registers the exit flush.
+        mp_util.register_after_fork(_process, _at_worker_start)
+
+
+after_fork_in_child(_after_fork_in_child)
+
+
+def _stop_metric_export_in_child() -> None:
+    """A forked child exports no metrics (see the module docstring); registered once the
+    periodic reader exists."""
+    _process.metrics_stopped = True
+    switch = _process.metric_switch
+    if switch is not None:
+        # (the inherited exporter's connection or file is the parent's: dropped, not closed)
+        _inherited.append(switch.switch(None))
+    reader = _process.periodic_reader
+    if reader is not None:
+        try:
+            # Public API only: the SDK restarted the reader's thread in this child; this
+            # stops it (its last collection exports into the dropping switch).
+            reader.shutdown(timeout_millis=_CHILD_READER_STOP_MS)
+        except Exception as exc:  # observability never breaks the caller
+            _log.debug("adaptive_runtime: stopping the metric reader in a child: %r", exc)
+
+
+def _at_worker_start(_process_providers: _ProcessProviders) -> None:
+    from multiprocessing.util import Finalize
+
+    # exitpriority >= 0: run by the worker's exit, before its queues are closed (10)
+    Finalize(None, _flush_at_worker_exit, exitpriority=20)
+
+
+def _flush_at_worker_exit(timeout_s: float = WORKER_EXIT_FLUSH_S) -> None:
+    """A multiprocessing worker ends: hand its queued spans to the SDK and export them,
+    waiting at most ``timeout_s``."""
+    if not instrumentation.is_active():
+        return
+
+    def flush() -> None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            flush_all(timeout_s)
+            provider = _process.tracer_provider or trace.get_tracer_provider()
+            force_flush = getattr(provider, "force_flush", None)
+            if force_flush is not None:
+                force_flush(max(int((deadline - time.monotonic()) * 1000), 0))
+        except Exception as exc:  # never break the worker's exit
+            _log.debug("adaptive_runtime: flushing spans as a worker ends: %r", exc)
+
+    # (on a thread of its own: an exporter's own timeout may be longer than ours, and the
+    # process ends right after, daemon threads and all)
+    thread = threading.Thread(target=flush, name="adaptive-runtime-exit-flush", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+
+
+class _MadeOnFirstUse(SpanExporter):
+    """A span exporter made by ``make()`` on the first export (a forked child's own)."""
+
+    def __init__(self, make: Callable[[], SpanExporter]) -> None:
+        self._make = make
+        self._exporter: SpanExporter | None = None
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._exporter is None:
+            self._exporter = self._make()
+        return self._exporter.export(spans)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._exporter.force_flush(timeout_millis) if self._exporter else True
+
+    def shutdown(self) -> None:
+        if self._exporter is not None:
+            self._exporter.shutdown()
+
+
 # ---------------------------------------------------------------------------- providers
 
 
@@ -265,10 +423,12 @@ def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
     if _process.meter_provider is None:
         switch = None
         readers: list[MetricReader] = []
+        periodic = None
         if exporter is not None:
             switch = SwitchableMetricExporter(exporter, destination)
-            readers.append(PeriodicExportingMetricReader(
-                switch, export_interval_millis=interval_s * 1000.0))
+            periodic = PeriodicExportingMetricReader(
+                switch, export_interval_millis=interval_s * 1000.0)
+            readers.append(periodic)
         if prometheus:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
@@ -281,6 +441,11 @@ def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
                                  shutdown_on_exit=False)
         metrics.set_meter_provider(provider)
         _process.meter_provider, _process.metric_switch = provider, switch
+        _process.periodic_reader = periodic
+        # Registered after the SDK's own fork hooks of the reader and the provider (made just
+        # now), so it runs after them: the reader's thread the SDK restarts in a child is
+        # there to be stopped. (Once per process: the provider is made once.)
+        after_fork_in_child(_stop_metric_export_in_child)
         _process.metrics_interval_s, _process.prometheus = interval_s, prometheus
         if _process.resource is None:
             _process.resource = resource
@@ -363,6 +528,12 @@ def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | N
         return endpoint
     base = endpoint.rstrip("/")
     return base if base.endswith(path) else base + path
+
+
+def _remake_span_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                          headers: dict[str, str] | None, folder: str,
+                          env: Any) -> SpanExporter:
+    return _span_exporter(choice, endpoint, protocol, headers, folder, env)[0]
 
 
 def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,

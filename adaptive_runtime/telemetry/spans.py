@@ -14,6 +14,11 @@ Spans (DESIGN.md, "Telemetry contract"):
 ``select`` and ``execute`` are siblings under the caller's active span (a training step); with
 no active span, ``execute`` is the child of ``select`` so the pair stays in one trace.
 
+In a forked child (a DataLoader worker) a recorder starts afresh: an empty buffer (what the
+parent had queued is the parent's to export) and, at its first record, one worker thread of its
+own. The child shares its parent's resource, so its spans also carry ``process.pid`` and
+``process.parent_pid``: which worker made them.
+
 A select span that commits to an arm (exploit), switches away from one (drift) or falls back
 links to its evidence: the latest traced execute span of each arm whose estimate it weighed, so
 in Jaeger a decision leads to the measurements behind it. The worker remembers those spans per
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
     from .._dispatch import CallRecord
     from ..gating import HotPathTransition
 
-__all__ = ["DEFAULT_CAPACITY", "SpanRecorder"]
+__all__ = ["DEFAULT_CAPACITY", "SpanRecorder", "flush_all"]
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +108,8 @@ class SpanRecorder:
         self._pid = os.getpid()
         self._start_lock = threading.Lock()
         self._rank_attrs: dict[str, int] = {}
+        # the span attributes saying a forked child made the spans (none in the first process)
+        self._process_attrs: dict[str, int] = {}
         # (operation, size bucket) -> arm -> the latest execute span made for it (worker only)
         self._evidence: OrderedDict[tuple[str, int], dict[Backend, trace.SpanContext]] = (
             OrderedDict())
@@ -183,7 +190,9 @@ class SpanRecorder:
     def _after_fork(self) -> None:
         # In a forked child (a DataLoader worker) the parent's worker thread does not exist:
         # start afresh with an empty buffer (the parent exports what it had queued).
-        self._pid = os.getpid()
+        parent, self._pid = self._pid, os.getpid()
+        if parent != self._pid:
+            self._process_attrs = {"process.pid": self._pid, "process.parent_pid": parent}
         self._buffer = deque()
         self._thread = None
         self._wake = threading.Event()
@@ -231,7 +240,7 @@ class SpanRecorder:
         self._idle.clear()
         tracer = self._tracer()
         # (a distributed job's rank, read per batch: the process group may come up later)
-        self._rank_attrs = rank_attributes()
+        self._rank_attrs = {**rank_attributes(), **self._process_attrs}
         try:
             while buffer:
                 item = buffer.popleft()
@@ -470,6 +479,16 @@ def _track(recorder: SpanRecorder) -> None:
             live.flush(timeout_s=5.0)
 
     atexit.register(flush_at_exit)
+
+
+def flush_all(timeout_s: float) -> bool:
+    """Make the spans of every live recorder's queued records (``False``: ``timeout_s`` ran
+    out first). What the SDK then does with them is the tracer provider's business."""
+    deadline = time.monotonic() + timeout_s
+    flushed = True
+    for recorder in list(_recorders):
+        flushed = recorder.flush(max(deadline - time.monotonic(), 0.0)) and flushed
+    return flushed
 
 
 def _reinit_after_fork() -> None:

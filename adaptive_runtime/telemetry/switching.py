@@ -24,6 +24,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .._forks import renew_after_fork
+
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
            "note_http_status", "quiet_repeated_exporter_logs", "spans_lost_in_export"]
 
@@ -60,6 +62,12 @@ class _Switch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.target: Any = None
+        # (the metric reader's thread takes it when an endpoint refuses metrics: a forked
+        # child gets its own, see adaptive_runtime._forks)
+        renew_after_fork(self, _Switch._renew_lock)
+
+    def _renew_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def switch(self, target: Any) -> Any:
         """Send to ``target`` from now on; return the previous target (not shut down)."""
