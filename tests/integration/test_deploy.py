@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -69,27 +70,7 @@ def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
                           **kwargs)
 
 
-_TO_JSON = "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"
-
-
-def _yaml_with_composes_python(text: str) -> Any:
-    # PyYAML is not among the test dependencies; docker-compose (Python) is installed for these
-    # tests and cannot run without PyYAML, so its interpreter parses for us.
-    compose = Path(_tool("docker-compose", "docker-compose"))
-    first_line = compose.read_text(errors="replace").splitlines()[0]
-    if not first_line.startswith("#!"):
-        pytest.fail(f"{compose} is not a script; cannot find a Python with PyYAML")
-    interpreter = first_line[2:].split()
-    result = _run([*interpreter, "-c", _TO_JSON], input=text)
-    assert result.returncode == 0, f"YAML parse failed:\n{result.stderr}"
-    return json.loads(result.stdout)
-
-
 def parse_yaml(text: str) -> Any:
-    try:
-        import yaml
-    except ImportError:
-        return _yaml_with_composes_python(text)
     return yaml.safe_load(text)
 
 
