@@ -32,11 +32,12 @@ DEMO_ARGS ?=
 LINT_PATHS := adaptive_runtime tests benchmarks $(wildcard examples)
 BENCHMARKS := $(filter-out benchmarks/_%,$(wildcard benchmarks/*.py))
 
-.PHONY: help venv deps-apt demo test bench lint clean distclean
+.PHONY: help venv deps-apt demo test reliability bench lint clean distclean
 
 help:
 	@echo "make demo   run the demo workload (sets everything up on first use)"
 	@echo "make test   run the test suite"
+	@echo "make reliability  run the reliability tests, rewrite RELIABILITY.md's table"
 	@echo "make bench  run the benchmarks"
 	@echo "make lint   ruff check"
 	@echo "make venv   only create .venv and install the package"
@@ -71,6 +72,10 @@ test: deps-apt $(STAMP)
 	@rc=0; $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo 'make test: no tests collected (pytest exit 5) - failing' >&2; exit 1; fi; \
 	exit $$rc
+
+# The reliability tests alone; rewrites RELIABILITY.md's measured table from this run.
+reliability: deps-apt $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/reliability --write-reliability
 
 bench: $(STAMP)
 	@if [ -z "$(BENCHMARKS)" ]; then echo 'make bench: no benchmarks/*.py found' >&2; exit 1; fi
