@@ -457,14 +457,9 @@ class Dispatcher:
             entry.timed_exploits += 1  # (see _Entry)
         else:
             self._selections[(op.name, decision.backend, decision.reason)] += 1
-        rate = entry.rate
-        rate.window_calls += calls
-        if rate.hot:
-            rate.suppressed += calls
-        if now - rate.window_start >= rate.detector.window_s:  # (OperationRate.add, inlined)
-            transition = rate.close_window(now)
-            if transition is not None and self.hot_sink is not None:
-                self._pending_transitions.append(transition)
+        transition = entry.rate.add(calls, now)
+        if transition is not None and self.hot_sink is not None:
+            self._pending_transitions.append(transition)
         key = entry.key
         if not key.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough

@@ -43,41 +43,60 @@ class HotPathTransition:
 class OperationRate:
     """Call-rate window and hot state of one operation (see :class:`HotPathDetector`)."""
 
-    __slots__ = ("detector", "hot", "operation", "rate", "suppressed", "window_calls",
-                 "window_start")
+    __slots__ = ("detector", "hot", "last_call_s", "operation", "rate", "suppressed",
+                 "window_calls", "window_start")
 
     def __init__(self, detector: HotPathDetector, operation: str, now_s: float) -> None:
         self.detector = detector
         self.operation = operation
         self.window_start = now_s
         self.window_calls = 0
+        self.last_call_s = now_s
         self.rate = 0.0
         self.hot = False
         self.suppressed = 0
 
     def add(self, calls: int, now_s: float) -> HotPathTransition | None:
-        """Count ``calls`` calls at ``now_s``; return a transition if one happened."""
-        self.window_calls += calls
+        """Count ``calls`` calls made up to ``now_s``; return a transition if one happened."""
         if self.hot:
             self.suppressed += calls  # nothing of a hot operation is traced
-        if now_s - self.window_start < self.detector.window_s:
-            return None
+        gap = now_s - self.last_call_s
+        self.last_call_s = now_s
+        if gap >= self.detector.window_s:
+            # Nothing was counted for a whole window: what the window holds is older than one
+            # window, and these calls (a batch: the fast calls since the key's previous timed
+            # call) were spread over the gap; their rate over it is the most recent rate.
+            self.window_calls = 0
+            return self._close(now_s, calls / gap)
+        self.window_calls += calls
         return self.close_window(now_s)
 
     def close_window(self, now_s: float) -> HotPathTransition | None:
+        """Close the window if it is over: its rate decides whether the operation is hot.
+
+        The rate that counts is that of the most recent ``window_s``: after a whole window
+        without a call it is zero, however busy the window before the silence was (its calls
+        averaged over the silence would keep a quiet operation hot for several windows).
+        """
+        window_s = self.detector.window_s
+        if now_s - self.last_call_s >= window_s:
+            return self._close(now_s, 0.0)
         elapsed = now_s - self.window_start
-        if elapsed < self.detector.window_s:
+        if elapsed < window_s:
             return None
-        self.rate = self.window_calls / elapsed
+        return self._close(now_s, self.window_calls / elapsed)
+
+    def _close(self, now_s: float, rate: float) -> HotPathTransition | None:
+        self.rate = rate
         self.window_start = now_s
         self.window_calls = 0
-        if not self.hot and self.rate > self.detector.enter_calls_per_sec:
+        if not self.hot and rate > self.detector.enter_calls_per_sec:
             self.hot = True
             self.suppressed = 0
-            return HotPathTransition(self.operation, True, self.rate, 0)
-        if self.hot and self.rate < self.detector.leave_calls_per_sec:
+            return HotPathTransition(self.operation, True, rate, 0)
+        if self.hot and rate < self.detector.leave_calls_per_sec:
             self.hot = False
-            return HotPathTransition(self.operation, False, self.rate, self.suppressed)
+            return HotPathTransition(self.operation, False, rate, self.suppressed)
         return None
 
 
