@@ -499,7 +499,7 @@ class Dispatcher:
             return None
         verdict = self._gate.admit(
             key.id, decision.reason, math.inf if duration_us is None else duration_us,
-            rate.hot, key.samples + key.failures <= 1, failed, calls, now)
+            entry.rate.hot, key.samples + key.failures <= 1, failed, calls, now)
         return verdict if verdict.export else None
 
     def _recover(self, op: Operation, entry: _Entry, n: int, decision: Decision,
