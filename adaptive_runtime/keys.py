@@ -3,20 +3,25 @@
 Sizes ``n`` and ``m`` share learned history exactly when ``size_bucket(n) == size_bucket(m)``.
 Buckets are powers of two (``n.bit_length()``): bucket 0 holds size 0, bucket 1 holds 1,
 bucket 2 holds 2-3, bucket k holds ``2**(k-1) .. 2**k - 1``. Kernel cost changes smoothly with
-size, so one bucket per doubling keeps history small (at most 64 keys per operation for 64-bit
-sizes) while separating sizes whose best arm differs.
+size, so one bucket per doubling keeps history small (at most 65 keys per operation: sizes are
+below ``MAX_SIZE`` = ``2**64``) while separating sizes whose best arm differs.
 """
 
 from __future__ import annotations
 
-__all__ = ["bucket_bounds", "reference_size", "size_bucket"]
+__all__ = ["MAX_SIZE", "bucket_bounds", "reference_size", "size_bucket"]
+
+#: Sizes are element counts below this (no array holds more; torch and numpy sizes are
+#: 64-bit). Larger ones are rejected: they would each make a bucket of their own, without bound,
+#: and their reference sizes overflow a float.
+MAX_SIZE = 1 << 64
 
 
 def size_bucket(n: int) -> int:
     """Return the size bucket of an input of ``n`` elements (``n.bit_length()``).
 
     Raises ``TypeError`` for a non-integer (``bool`` included) and ``ValueError`` for a negative
-    size.
+    size or one of ``MAX_SIZE`` (``2**64``) or more.
     """
     if type(n) is not int:
         # numpy integers are accepted (they are sizes people naturally pass); bools are not.
@@ -25,6 +30,8 @@ def size_bucket(n: int) -> int:
         n = n.__index__()
     if n < 0:
         raise ValueError(f"input_size must be >= 0, got {n}")
+    if n >= MAX_SIZE:
+        raise ValueError(f"input_size must be < 2**64, got an int of {n.bit_length()} bits")
     return n.bit_length()
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Operation",
     "OperationRegistry",
     "infer_kind",
+    "utf8_encodable",
 ]
 
 _log = logging.getLogger(__name__)
@@ -40,6 +41,16 @@ FAMILY_SEPARATOR = "@"
 DEVICE_FAMILY = "device"
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
+
+
+def utf8_encodable(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate): operation names travel in
+    OTLP protobuf strings, which must be valid UTF-8, or the whole export fails."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Kind(str, enum.Enum):
@@ -328,10 +339,11 @@ class OperationRegistry:
                  kind: Kind | str = Kind.OTHER, owner: AdaptiveRuntime | None = None,
                  on_device: Callable[..., bool] | None = None,
                  family: Callable[..., str] | None = None) -> Operation:
-        if not isinstance(name, str) or not name.strip() or name != name.strip():
+        if (not isinstance(name, str) or not name.strip() or name != name.strip()
+                or not utf8_encodable(name)):
             raise RegistrationError(
-                f"operation name must be a non-empty string without surrounding spaces, "
-                f"got {name!r}")
+                f"operation name must be a non-empty string (valid UTF-8) without surrounding "
+                f"spaces, got {name!r}")
         if size is not None and not callable(size):
             raise RegistrationError(
                 f"size= of operation {name!r} must be a callable returning the element count, "

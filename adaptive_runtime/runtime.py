@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import numbers
 import os
 import pickle
 import sys
@@ -35,7 +36,14 @@ from .history import (
     write_history_file,
 )
 from .keys import size_bucket
-from .operations import DeviceProbe, Implementation, Kind, Operation, OperationRegistry
+from .operations import (
+    DeviceProbe,
+    Implementation,
+    Kind,
+    Operation,
+    OperationRegistry,
+    utf8_encodable,
+)
 from .policy import Decision, Policy, PolicyConfig
 from .telemetry import instrumentation
 from .telemetry.metrics import RuntimeMetrics
@@ -252,6 +260,12 @@ class AdaptiveRuntime:
 
         Works for any operation name, registered or not. Code that runs its own kernels and
         reports with :meth:`record_performance` learns exactly as :meth:`run` does.
+
+        Raises ``TypeError`` for an operation that is not a non-empty ``str`` or a non-integer
+        size (``bool`` included), ``ValueError`` for a name that is not valid UTF-8 or a size
+        out of ``0 .. 2**64 - 1``, and :class:`BackendUnavailableError` when no enabled arm can run
+        here. A rejected call changes nothing. :meth:`decide`, :meth:`get_best_backend` and
+        :meth:`is_hot_path` check their arguments alike.
         """
         return self._dispatcher.select(_name(operation), input_size).backend
 
@@ -263,18 +277,23 @@ class AdaptiveRuntime:
                            duration_us: float) -> None:
         """Learn one timing of ``operation`` at ``input_size`` on ``backend``.
 
-        Every sample counts (none is dropped for being short). Raises ``TypeError`` for a
-        non-integer size or non-numeric duration, ``ValueError`` for a negative size, an
-        unknown backend, or a negative, NaN or infinite duration.
+        Every sample counts (none is dropped for being short). Raises ``TypeError`` for an
+        operation that is not a non-empty ``str``, a non-integer size or a non-numeric
+        duration, ``ValueError`` for a name that is not valid UTF-8, a size out of
+        ``0 .. 2**64 - 1``, an unknown backend, or a negative, NaN, infinite (or too large for
+        a float) duration. A rejected call changes nothing.
         """
         operation = _name(operation)
         size_bucket(input_size)  # validates
         arm = Backend.parse(backend)
-        if isinstance(duration_us, bool) or not isinstance(duration_us, int | float):
+        if isinstance(duration_us, bool) or not isinstance(duration_us, numbers.Real):
             raise TypeError(f"duration_us must be a number of microseconds, "
                             f"got {type(duration_us).__name__}: {duration_us!r}")
-        duration = float(duration_us)
-        if not (0.0 <= duration < float("inf")):
+        try:
+            duration = float(duration_us)
+        except OverflowError:  # an int beyond a float's range: as infinite as it gets
+            duration = math.inf
+        if not (0.0 <= duration < math.inf):
             raise ValueError(f"duration_us must be finite and >= 0, got {duration_us!r}")
         self._dispatcher.record(operation, input_size, arm, duration)
 
@@ -284,7 +303,7 @@ class AdaptiveRuntime:
 
     def is_hot_path(self, operation: str) -> bool:
         """Whether ``operation`` is called above ``hot_path_calls_per_sec`` (tracing off)."""
-        return self._dispatcher.is_hot(operation)
+        return self._dispatcher.is_hot(_name(operation))
 
     def reset_history(self) -> None:
         """Forget all learned history and hot-path state (counters are kept)."""
@@ -407,6 +426,10 @@ class AdaptiveRuntime:
 def _name(operation: object) -> str:
     if not isinstance(operation, str) or not operation:
         raise TypeError(f"operation must be a non-empty str, got {operation!r}")
+    if not (operation.isascii() or utf8_encodable(operation)):
+        # (a lone surrogate would make every later OTLP export of its metrics fail)
+        raise ValueError(f"operation must be valid Unicode text (encodable as UTF-8), "
+                         f"got {operation!r}")
     return operation
 
 
