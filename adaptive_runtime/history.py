@@ -17,9 +17,14 @@ per (operation, size bucket, arm). Written atomically and durably; read bounded 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import re
+import socket
+import stat
+import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -40,6 +45,13 @@ LEGACY_HISTORY_FORMAT = "adaptive_runtime.history/1"
 # A history file larger than this is refused unread (as a corrupt one is): 16,384 keys of three
 # arms take about 7 MiB.
 MAX_HISTORY_FILE_BYTES = 64 * 1024 * 1024
+# A number in a history file has at most this many characters: counts are int64 (19 digits
+# and a sign). A longer one is corrupt or hostile, refused before it becomes an int.
+_MAX_INT_CHARS = 20
+_MAX_COUNT = 2**63 - 1
+# Latencies above this (about 31 years) are not measurements; the bound keeps the arithmetic
+# of a merge (squared differences, products with counts) finite.
+_MAX_LATENCY_US = 1e15
 
 
 class HistoryWarning(UserWarning):
@@ -621,11 +633,14 @@ def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRe
     """Write ``records`` to ``path`` with ``fingerprint`` (default: this process's), atomically
     and durably.
 
-    A temporary file in the same directory is written, flushed and fsync'ed, then renamed over
-    ``path`` (``os.replace``), and the directory is fsync'ed (where the platform allows it), so
-    a crash or a failure at any step leaves either the previous file or the new one, whole —
-    and no temporary file. An existing file's permissions are kept. ``ValueError`` if the file
-    would be over ``MAX_HISTORY_FILE_BYTES`` (it could not be read back).
+    A temporary file in the same directory (``.<name>.<host>.<pid>.<random>.tmp``) is
+    written, flushed and fsync'ed, then renamed over ``path`` (``os.replace``), and the
+    directory is fsync'ed (where the platform allows it), so a crash or a failure at any step
+    leaves either the previous file or the new one, whole. A failure removes its temporary
+    file; one left by a process killed mid-save is removed by the next save on the same host
+    (once that process is gone), and is never read. An existing file's permissions are kept.
+    ``ValueError`` if the file would be over ``MAX_HISTORY_FILE_BYTES`` (it could not be read
+    back).
     """
     path = os.fspath(path)
     if fingerprint is None:
@@ -642,8 +657,9 @@ def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRe
                          "max_history_keys)")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=directory)
+    _remove_stale_temporaries(directory, os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(os.path.basename(path)),
+                               suffix=".tmp", dir=directory)
     try:
         fchmod = getattr(os, "fchmod", None)
         if fchmod is not None:
@@ -664,6 +680,49 @@ def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRe
             os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def _host() -> str:
+    """This host's name as it goes into a temporary file's name (letters, digits, '-')."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:64] or "host"
+
+
+def _temporary_prefix(name: str) -> str:
+    # The writer's host and pid in the name let a later save tell a temporary file left by a
+    # killed process (removable) from one another process is writing right now (left alone).
+    return f".{name}.{_host()}.{os.getpid()}."
+
+
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    """Remove the temporary files of saves to ``name`` that a process on this host started
+    and never finished (it was killed mid-save): their writer no longer runs. Files of live
+    processes, of other hosts (a shared file system) or not named as :func:`write_history_file`
+    names them are left. Best effort: a failure here never stops the save."""
+    prefix = f".{name}.{_host()}."
+    try:
+        entries = [e.name for e in os.scandir(directory)
+                   if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for entry in entries:
+        pid_text = entry[len(prefix):].partition(".")[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue  # (this process's own: a save in another thread may be writing it)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, entry))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (``True`` when that cannot be told)."""
+    if pid <= 0 or not hasattr(os, "kill") or sys.platform == "win32":
+        return True  # (os.kill on Windows terminates: never probe there; keep the file)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # (another user's process, or a pid this platform cannot name)
+    return True
 
 
 def _umask() -> int:
@@ -696,47 +755,160 @@ def _fsync_directory(directory: str) -> None:
 def read_history_file(path: str | os.PathLike[str]) -> HistoryFile:
     """Read and validate a history file (format ``/2``, or ``/1`` with no fingerprint).
 
-    ``ValueError`` naming the file when it is over ``MAX_HISTORY_FILE_BYTES``, truncated, not
-    JSON, in another format, or holds a malformed fingerprint or record; ``OSError`` (e.g.
-    ``FileNotFoundError``) when it cannot be read. Nothing in the file is executed: it is
-    parsed as JSON and every field is checked.
+    ``ValueError`` with one message naming the file and what is wrong when it is over
+    ``MAX_HISTORY_FILE_BYTES`` (refused from its size, unread), not a regular file, empty,
+    not UTF-8, not JSON (truncated or corrupt), nested too deeply, holds a number of more than
+    20 digits, repeats a key in an object, is in another format, or holds a malformed
+    fingerprint or record (a field missing, of the wrong type or out of range; a record
+    repeated). ``OSError`` (e.g. ``FileNotFoundError``, ``IsADirectoryError``) when it cannot
+    be read. Nothing in the file is executed: it is parsed as JSON and every field is checked.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        raw = f.read(MAX_HISTORY_FILE_BYTES + 1) if size <= MAX_HISTORY_FILE_BYTES else b""
-    if size > MAX_HISTORY_FILE_BYTES or len(raw) > MAX_HISTORY_FILE_BYTES:
-        raise ValueError(f"history file {path!r} is over {MAX_HISTORY_FILE_BYTES} bytes, "
-                         "the most a history file may hold")
-    if not raw.strip():
-        raise ValueError(f"history file {path!r} is empty")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError, JSONDecodeError too)
-        raise ValueError(f"history file {path!r} is not valid JSON (truncated or corrupt): "
-                         f"{exc}") from None
+    doc = _parse_json(path, _read_bounded(path))
     if not isinstance(doc, dict):
         raise ValueError(f"history file {path!r} is not a history file (a JSON object with a "
-                         f"'format'), it holds a {type(doc).__name__}")
-    fmt = doc.get("format")
-    if fmt not in (HISTORY_FORMAT, LEGACY_HISTORY_FORMAT):
-        raise ValueError(f"history file {path!r} is in format {fmt!r}, not "
+                         f"'format'): it holds {_brief(doc)}")
+    if "format" not in doc:
+        raise ValueError(f"history file {path!r} is not a history file: its JSON object has "
+                         "no 'format'")
+    fmt = doc["format"]
+    if not isinstance(fmt, str) or fmt not in (HISTORY_FORMAT, LEGACY_HISTORY_FORMAT):
+        raise ValueError(f"history file {path!r} is in format {_brief(fmt)}, not "
                          f"{HISTORY_FORMAT!r} (or {LEGACY_HISTORY_FORMAT!r})")
     fingerprint = None
     if fmt == HISTORY_FORMAT:
         fingerprint = doc.get("fingerprint")
-        if not isinstance(fingerprint, dict) or not all(
-                isinstance(v, str | None) or type(v) is int for v in fingerprint.values()):
+        fault = _fingerprint_fault(fingerprint)
+        if fault:
             raise ValueError(f"history file {path!r} has no valid fingerprint (an object of "
-                             f"strings and integers), got {fingerprint!r:.200}")
+                             f"strings and integers): {fault}")
     rows = doc.get("records")
     if not isinstance(rows, list):
-        raise ValueError(f"history file {path!r} has no list of records")
+        raise ValueError(f"history file {path!r} has no list of records: 'records' is "
+                         f"{_brief(rows) if 'records' in doc else 'missing'}")
+    records = []
+    seen: set[tuple[str, int, Backend]] = set()
+    for i, row in enumerate(rows):
+        try:
+            record = record_from_json(row)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"history file {path!r} has a malformed record (#{i}): "
+                             f"{exc!s:.300}") from None
+        key = (record.operation, record.size_bucket, record.backend)
+        if key in seen:
+            raise ValueError(f"history file {path!r} has a malformed record (#{i}): it repeats "
+                             f"{_brief(record.operation)} bucket {record.size_bucket} "
+                             f"{record.backend.value}")
+        seen.add(key)
+        records.append(record)
+    return HistoryFile(path, fmt, fingerprint, tuple(records))
+
+
+def _read_bounded(path: str) -> bytes:
+    """The bytes of the file at ``path``: refused unread when its size is over the bound, and
+    never more than the bound plus one byte read (a file growing meanwhile)."""
+    # O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever (no effect on a
+    # regular file's reads).
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"history file {path!r} is not a regular file (it is "
+                             f"{_file_kind(st.st_mode)})")
+        if st.st_size > MAX_HISTORY_FILE_BYTES:
+            raise ValueError(f"history file {path!r} is over {MAX_HISTORY_FILE_BYTES} bytes "
+                             f"({st.st_size}), the most a history file may hold; not read")
+        raw = f.read(MAX_HISTORY_FILE_BYTES + 1)
+    if len(raw) > MAX_HISTORY_FILE_BYTES:
+        raise ValueError(f"history file {path!r} is over {MAX_HISTORY_FILE_BYTES} bytes, "
+                         "the most a history file may hold")
+    if not raw.strip():
+        raise ValueError(f"history file {path!r} is empty")
+    return raw
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
+
+
+class _Refused(ValueError):
+    """What a JSON parsing hook refused (raised through ``json.loads``)."""
+
+
+def _parse_int(text: str) -> int:
+    # Refused before int() sees it: converting a long digit string costs time quadratic in
+    # its length (why Python 3.11 refuses over 4,300 digits, with advice not meant for a
+    # file's reader), and no count in a history file needs more than 20 characters.
+    if len(text) > _MAX_INT_CHARS:
+        raise _Refused(f"holds a number of {len(text.lstrip('-'))} digits "
+                       f"({text[:12]}...), longer than any value of a history file")
+    return int(text)
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # A repeated key is read by parsers differently (first or last wins): refused, so the file
+    # means one thing. (The writer never repeats one.)
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"repeats the key {_brief(key)} in one JSON object")
+            seen.add(key)
+    return obj
+
+
+def _parse_json(path: str, raw: bytes) -> object:
     try:
-        records = tuple(record_from_json(row) for row in rows)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"history file {path!r} has a malformed record: {exc!s:.300}") from None
-    return HistoryFile(path, fmt, fingerprint, records)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"history file {path!r} is not UTF-8 text (byte "
+                         f"{raw[exc.start]:#04x} at offset {exc.start}): corrupt, or not a "
+                         "history file") from None
+    try:
+        return json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_keys)
+    except _Refused as exc:
+        raise ValueError(f"history file {path!r} {exc}") from None
+    except RecursionError:
+        # (json recurses per nesting level; a history file nests three levels)
+        raise ValueError(f"history file {path!r} nests JSON arrays or objects too deeply "
+                         "(corrupt, or not a history file)") from None
+    except ValueError as exc:  # json.JSONDecodeError: says where
+        raise ValueError(f"history file {path!r} is not valid JSON (truncated or corrupt): "
+                         f"{exc}") from None
+
+
+def _fingerprint_fault(fingerprint: object) -> str:
+    """What is wrong with a file's fingerprint, or ``""``."""
+    if not isinstance(fingerprint, dict):
+        return f"got {_brief(fingerprint)}"
+    for name, value in fingerprint.items():
+        if not (value is None or isinstance(value, str) or type(value) is int):
+            return f"{_brief(name)} is {_brief(value)}"
+    return ""
+
+
+def _brief(value: object) -> str:
+    """``value`` for a message: short, and never recursing into nested containers (a hostile
+    file's nesting must not raise ``RecursionError`` while its error is being worded)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value)} characters)"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        bits = value.bit_length()
+        return repr(value) if bits <= 64 else f"an integer of {bits} bits"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} key{'s' if len(value) != 1 else ''}"
+    return f"a {type(value).__name__}"
 
 
 def move_aside(path: str | os.PathLike[str]) -> str:
@@ -772,40 +944,61 @@ def record_to_json(r: HistoryRecord) -> dict[str, object]:
     return row
 
 
-def _float(row: Mapping[str, object], name: str, default: float | None = None) -> float:
-    value = row.get(name, default) if default is not None else row[name]
+def _field(row: Mapping[str, object], name: str) -> object:
+    if name not in row:
+        raise ValueError(f"{name} is missing")
+    return row[name]
+
+
+def _number(row: Mapping[str, object], name: str, *, default: float | None = None,
+            nan: bool = False, most: float = _MAX_LATENCY_US) -> float:
+    """Field ``name`` as a float from 0 to ``most`` (NaN too where ``nan``)."""
+    value = row.get(name, default) if default is not None else _field(row, name)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {value!r:.100}")
-    return float(value)
+        raise TypeError(f"{name} must be a number, got {_brief(value)}")
+    number = float(value)  # (ints are at most 20 digits in a file; OverflowError in code)
+    if math.isnan(number) and nan:
+        return number
+    if not (0.0 <= number <= most):
+        raise ValueError(f"{name} {_brief(value)} is out of range (0 to {most:g})")
+    return number
+
+
+def _count(row: Mapping[str, object], name: str) -> int:
+    value = _field(row, name)
+    if type(value) is not int or not 0 <= value <= _MAX_COUNT:
+        raise ValueError(f"{name} must be a count (an integer from 0 to 2**63-1), got "
+                         f"{_brief(value)}")
+    return value
 
 
 def record_from_json(row: object) -> HistoryRecord:
-    """A record from a JSON object; ``ValueError`` / ``TypeError`` / ``KeyError`` if bad."""
+    """A record from a JSON object; ``ValueError`` / ``TypeError`` naming the field (missing,
+    of the wrong type or out of range) if it is malformed."""
     if not isinstance(row, dict):
-        raise TypeError(f"a record must be a JSON object, got {row!r:.100}")
-    operation = row["operation"]
-    bucket = row["size_bucket"]
-    samples = row["samples"]
-    failures = row["failures"]
+        raise TypeError(f"a record must be a JSON object, got {_brief(row)}")
+    operation = _field(row, "operation")
     if not isinstance(operation, str) or not operation:
-        raise ValueError(f"operation must be a non-empty string, got {operation!r:.100}")
+        raise ValueError(f"operation must be a non-empty string, got {_brief(operation)}")
+    bucket = _field(row, "size_bucket")
     if type(bucket) is not int or bucket < 0 or bucket > 128:
-        raise ValueError(f"size_bucket {bucket!r:.100} is not a bucket number")
-    if type(samples) is not int or samples < 0 or type(failures) is not int or failures < 0:
-        raise ValueError(f"samples/failures must be counts, got {samples!r:.50}/"
-                         f"{failures!r:.50}")
-    mean = _float(row, "mean_us")  # (NaN: no estimate in the arm's current epoch)
-    if mean < 0 or math.isinf(mean):
-        raise ValueError(f"mean_us {mean!r} is not a latency")
-    last_update = _float(row, "last_update")
-    if not (0.0 <= last_update < math.inf):
-        raise ValueError(f"last_update {last_update!r} is not a time")
-    variance = _float(row, "variance_us2", 0.0)
+        raise ValueError(f"size_bucket {_brief(bucket)} is not a bucket number (0 to 128)")
+    backend = _field(row, "backend")
+    if not isinstance(backend, str) or len(backend) > 20:
+        raise ValueError(f"backend must be one of gpu, simd, scalar; got {_brief(backend)}")
+    samples = _count(row, "samples")
+    failures = _count(row, "failures")
+    try:
+        # (NaN: no estimate in the arm's current epoch)
+        mean = _number(row, "mean_us", nan=True)
+        last_update = _number(row, "last_update")
+        variance = _number(row, "variance_us2", default=0.0, nan=True,
+                           most=_MAX_LATENCY_US**2)
+    except OverflowError:  # (an int too large for a float: only from code, not from a file)
+        raise ValueError("a number is out of range") from None
     if math.isnan(variance):
         variance = 0.0
-    if not (0.0 <= variance < math.inf):
-        raise ValueError(f"variance_us2 {variance!r} is not a variance")
     return HistoryRecord(
-        operation=operation, size_bucket=bucket, backend=Backend.parse(row["backend"]),
+        operation=operation, size_bucket=bucket, backend=Backend.parse(backend),
         samples=samples, mean_us=mean, failures=failures, last_update=last_update,
         variance_us2=variance)
