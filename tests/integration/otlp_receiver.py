@@ -26,6 +26,13 @@ Knobs, settable at any time (also as constructor keywords):
   short by :meth:`stop`. A delayed export is still stored when the delay ends, even if the
   client gave up waiting — as a real slow collector would have processed it.
 
+Constructor only: ``tls``, a :class:`TlsFiles` (server certificate and key, PEM) that makes both
+servers speak TLS only — gRPC through ``grpc.ssl_server_credentials``, HTTP through an
+``ssl.SSLContext`` whose handshake runs on the connection's own handler thread (a client that
+rejects the certificate, or never finishes its handshake, holds up no one else). The endpoints
+then start ``https://``; every request records whether it came over TLS (``ReceivedRequest.tls``,
+as the connection itself reports it). Without ``tls`` nothing changes: plaintext, ``http://``.
+
 Constructor only: ``signals``, the services the receiver implements (default both). A receiver
 built with ``signals=("traces",)`` behaves as a traces-only backend such as Jaeger does: gRPC
 has no ``MetricsService`` (calls to it end ``UNIMPLEMENTED``, from grpc itself) and HTTP answers
@@ -47,7 +54,9 @@ import gzip
 import json
 import logging
 import math
+import os
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -77,6 +86,7 @@ __all__ = [
     "ReceivedEvent",
     "ReceivedRequest",
     "ReceivedSpan",
+    "TlsFiles",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -148,10 +158,20 @@ class ReceivedRequest:
     headers: Mapping[str, str]  # lower-case names; gRPC metadata or HTTP headers
     status: str  # "OK" or the gRPC status code name it was answered with ("UNAVAILABLE", …)
     items: int  # spans or data points it carried (0 if rejected before decoding)
+    tls: bool = False  # whether the connection it came over was TLS
 
     @property
     def accepted(self) -> bool:
         return self.status == "OK"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files that make an :class:`OtlpReceiver` serve TLS: its certificate (chain) and its
+    unencrypted private key."""
+
+    certificate: str | os.PathLike[str]
+    private_key: str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
@@ -402,6 +422,11 @@ class _Outcome:
         return self.code is grpc.StatusCode.OK
 
 
+def _grpc_tls(context: grpc.ServicerContext) -> bool:
+    # (what the connection negotiated, as grpc reports it: b"ssl" over TLS, b"insecure" not)
+    return b"ssl" in context.auth_context().get("transport_security_type", ())
+
+
 def _grpc_metadata(context: grpc.ServicerContext) -> dict[str, str]:
     return {
         key.lower(): value
@@ -433,7 +458,8 @@ class _TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):
 
     def Export(self, request, context):
         outcome = self._receiver._receive(
-            "traces", "grpc", "protobuf", None, _grpc_metadata(context), lambda: request
+            "traces", "grpc", "protobuf", None, _grpc_metadata(context), lambda: request,
+            tls=_grpc_tls(context),
         )
         if not outcome.ok:
             _abort(context, outcome)
@@ -446,7 +472,8 @@ class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
 
     def Export(self, request, context):
         outcome = self._receiver._receive(
-            "metrics", "grpc", "protobuf", None, _grpc_metadata(context), lambda: request
+            "metrics", "grpc", "protobuf", None, _grpc_metadata(context), lambda: request,
+            tls=_grpc_tls(context),
         )
         if not outcome.ok:
             _abort(context, outcome)
@@ -467,7 +494,9 @@ class _Unimplemented(grpc.GenericRpcHandler):
             metadata = {key.lower(): value
                         for key, value in (handler_call_details.invocation_metadata or ())
                         if isinstance(value, str)}
-            self._receiver._refused(signal, "grpc", metadata)
+            # (no servicer context here: on a TLS receiver every connection is TLS)
+            self._receiver._refused(signal, "grpc", metadata,
+                                    tls=self._receiver.tls is not None)
         return None
 
 
@@ -479,11 +508,22 @@ class _HttpServer(ThreadingHTTPServer):
     block_on_close = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], receiver: OtlpReceiver) -> None:
+    def __init__(self, address: tuple[str, int], receiver: OtlpReceiver,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.receiver = receiver
+        self._tls = tls
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _OtlpHttpHandler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        if self._tls is not None:
+            # The handshake is left to the handler's thread (see _OtlpHttpHandler.setup): in
+            # accept() it would stall every other client behind a slow or refusing one.
+            connection = self._tls.wrap_socket(connection, server_side=True,
+                                               do_handshake_on_connect=False)
+        return connection, address
 
     def process_request(self, request, client_address):
         with self._connections_lock:
@@ -510,6 +550,12 @@ class _OtlpHttpHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like a real collector
     timeout = 30  # an idle keep-alive connection is dropped after this
     server: _HttpServer
+
+    def setup(self) -> None:
+        super().setup()  # (sets the connection's timeout, which bounds the handshake too)
+        if isinstance(self.connection, ssl.SSLSocket):
+            # A client that rejects the certificate fails here; handle_error logs it (debug).
+            self.connection.do_handshake()
 
     def log_message(self, format: str, *args: Any) -> None:
         _logger.debug("otlp http %s: " + format, self.address_string(), *args)
@@ -555,7 +601,8 @@ class _OtlpHttpHandler(BaseHTTPRequestHandler):
         if signal not in self.server.receiver.signals:
             # (a collector without a pipeline for this signal has no route for it: 404)
             self.server.receiver._refused(
-                signal, "http", {name.lower(): value for name, value in self.headers.items()})
+                signal, "http", {name.lower(): value for name, value in self.headers.items()},
+                tls=isinstance(self.connection, ssl.SSLSocket))
             self._send_status(HTTPStatus.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED,
                               f"this receiver does not implement OTLP {signal}")
             return
@@ -597,7 +644,8 @@ class _OtlpHttpHandler(BaseHTTPRequestHandler):
             return message
 
         outcome = self.server.receiver._receive(
-            signal, "http", encoding, content_encoding, headers, parse
+            signal, "http", encoding, content_encoding, headers, parse,
+            tls=isinstance(self.connection, ssl.SSLSocket),
         )
         if not outcome.ok:
             extra = {}
@@ -640,6 +688,7 @@ class OtlpReceiver:
         delay_s: float = 0.0,
         grpc_workers: int = 4,
         signals: Collection[Signal] = ("traces", "metrics"),
+        tls: TlsFiles | None = None,
     ) -> None:
         if not isinstance(grpc_workers, int) or grpc_workers < 1:
             raise ValueError(f"grpc_workers must be an int >= 1, got {grpc_workers!r}")
@@ -647,6 +696,9 @@ class OtlpReceiver:
             raise ValueError(f"signals must be a non-empty collection of 'traces' and "
                              f"'metrics', got {signals!r}")
         self.signals: frozenset[Signal] = frozenset(signals)
+        if tls is not None and not isinstance(tls, TlsFiles):
+            raise ValueError(f"tls must be a TlsFiles or None, got {tls!r}")
+        self.tls = tls
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._lifecycle_lock = threading.Lock()  # serialises start()/stop()
@@ -733,16 +785,22 @@ class OtlpReceiver:
         return self._running
 
     @property
+    def _scheme(self) -> str:
+        return "http" if self.tls is None else "https"
+
+    @property
     def grpc_endpoint(self) -> str:
-        """``http://127.0.0.1:PORT`` for the SDK's gRPC exporters (with ``insecure=True``)."""
+        """``http://127.0.0.1:PORT`` for the SDK's gRPC exporters (with ``insecure=True``);
+        ``https://`` with ``tls`` (the exporters then trust ``OTEL_EXPORTER_OTLP_CERTIFICATE``)."""
         self._require_bound()
-        return f"http://{_LOOPBACK}:{self._grpc_port}"
+        return f"{self._scheme}://{_LOOPBACK}:{self._grpc_port}"
 
     @property
     def http_endpoint(self) -> str:
-        """``http://127.0.0.1:PORT``; the signal paths are ``/v1/traces`` and ``/v1/metrics``."""
+        """``http://127.0.0.1:PORT`` (``https://`` with ``tls``); the signal paths are
+        ``/v1/traces`` and ``/v1/metrics``."""
         self._require_bound()
-        return f"http://{_LOOPBACK}:{self._http_port}"
+        return f"{self._scheme}://{_LOOPBACK}:{self._http_port}"
 
     @property
     def http_traces_url(self) -> str:
@@ -777,10 +835,16 @@ class OtlpReceiver:
                 )
             server.add_generic_rpc_handlers((_Unimplemented(self),))  # after the servicers
             try:
-                grpc_port = server.add_insecure_port(f"{_LOOPBACK}:{self._grpc_port}")
+                address = f"{_LOOPBACK}:{self._grpc_port}"
+                if self.tls is None:
+                    grpc_port = server.add_insecure_port(address)
+                    http_tls = None
+                else:
+                    grpc_port = server.add_secure_port(address, self._grpc_credentials())
+                    http_tls = self._http_tls_context()
                 if not grpc_port:
                     raise OSError(f"could not bind gRPC to {_LOOPBACK}:{self._grpc_port}")
-                http_server = _HttpServer((_LOOPBACK, self._http_port), self)
+                http_server = _HttpServer((_LOOPBACK, self._http_port), self, http_tls)
             except BaseException:
                 server.stop(None).wait()
                 executor.shutdown(wait=True)
@@ -799,6 +863,17 @@ class OtlpReceiver:
             _logger.debug("OTLP receiver up: grpc %s, http %s",
                           self.grpc_endpoint, self.http_endpoint)
             return self
+
+    def _grpc_credentials(self) -> grpc.ServerCredentials:
+        assert self.tls is not None
+        with open(self.tls.private_key, "rb") as key, open(self.tls.certificate, "rb") as cert:
+            return grpc.ssl_server_credentials([(key.read(), cert.read())])
+
+    def _http_tls_context(self) -> ssl.SSLContext:
+        assert self.tls is not None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS 1.2+, no client certificate
+        context.load_cert_chain(self.tls.certificate, self.tls.private_key)
+        return context
 
     def stop(self) -> None:
         """Stop both servers and close every connection; idempotent."""
@@ -834,7 +909,7 @@ class OtlpReceiver:
 
     def _receive(self, signal: Signal, transport: Transport, encoding: Encoding,
                  compression: str | None, headers: Mapping[str, str],
-                 parse: Callable[[], Message]) -> _Outcome:
+                 parse: Callable[[], Message], *, tls: bool = False) -> _Outcome:
         with self._lock:
             failure: _Outcome | None = None
             if not self._running:
@@ -872,17 +947,18 @@ class OtlpReceiver:
                     self._points.extend(flat)
             self._requests.append(ReceivedRequest(
                 signal, transport, encoding, compression, dict(headers),
-                "OK" if failure is None else failure.code.name, items,
+                "OK" if failure is None else failure.code.name, items, tls,
             ))
             self._generation += 1
             self._cond.notify_all()
         return failure or _Outcome(grpc.StatusCode.OK)
 
-    def _refused(self, signal: Signal, transport: Transport, headers: Mapping[str, str]) -> None:
+    def _refused(self, signal: Signal, transport: Transport, headers: Mapping[str, str], *,
+                 tls: bool = False) -> None:
         """Log an export of a signal this receiver does not implement (see ``signals``)."""
         with self._cond:
             self._requests.append(ReceivedRequest(
-                signal, transport, "protobuf", None, dict(headers), "UNIMPLEMENTED", 0))
+                signal, transport, "protobuf", None, dict(headers), "UNIMPLEMENTED", 0, tls))
             self._generation += 1
             self._cond.notify_all()
 

@@ -52,7 +52,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from otlp_receiver import HTTP_STATUS_FOR_GRPC_CODE, OtlpReceiver
+from otlp_receiver import HTTP_STATUS_FOR_GRPC_CODE, OtlpReceiver, TlsFiles
+from tls_certs import make_ca
 
 TRANSPORTS = ("grpc", "http")
 RESOURCE = Resource.create({"service.name": "otlp-receiver-test", "deployment.environment": "ci"})
@@ -597,3 +598,39 @@ def test_context_manager_and_knob_validation():
         OtlpReceiver(delay_s=-1)
     with pytest.raises(ValueError, match="retry_after_s"):
         OtlpReceiver(retry_after_s=float("nan"))
+
+
+# ---- TLS mode -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_tls_mode_serves_exporters_that_trust_its_ca_and_nothing_in_plaintext(
+        tmp_path, monkeypatch, pipelines, transport):
+    # (requests lets these override a session's own CA file: the exporter must use ours)
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    ca = make_ca(tmp_path / "ca")
+    server = ca.issue_server()
+    with OtlpReceiver(tls=TlsFiles(server.certificate, server.private_key)) as receiver:
+        assert receiver.grpc_endpoint.startswith("https://")
+        assert receiver.http_endpoint.startswith("https://")
+        if transport == "grpc":
+            credentials = grpc.ssl_channel_credentials(ca.certificate.read_bytes())
+            exporter = GrpcSpanExporter(endpoint=receiver.grpc_endpoint,
+                                        credentials=credentials, timeout=EXPORT_TIMEOUT_S)
+        else:
+            exporter = HttpSpanExporter(endpoint=receiver.http_traces_url,
+                                        certificate_file=str(ca.certificate),
+                                        timeout=EXPORT_TIMEOUT_S)
+        emit_parent_child(pipelines(exporter).tracer)
+        assert_parent_child(receiver)
+        assert [(r.transport, r.tls, r.accepted) for r in receiver.requests()] == \
+            [(transport, True, True)] * 2
+
+        # a plaintext client gets no request in (HTTP: the TLS handshake fails on the
+        # server's side and the connection is dropped)
+        plain_url = receiver.http_traces_url.replace("https://", "http://")
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(urllib.request.Request(plain_url, data=b"", method="POST"),
+                                   timeout=5).close()
+        assert receiver.request_count == 2
