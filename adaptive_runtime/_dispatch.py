@@ -27,9 +27,21 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ._forks import renew_after_fork
+from ._results import (
+    compare_values,
+    describe_signature,
+    input_signature,
+    result_signature,
+    signatures_agree,
+)
 from .backend import Backend
 from .config import RuntimeConfig
-from .errors import AllBackendsFailedError, BackendUnavailableError, RegistrationError
+from .errors import (
+    AllBackendsFailedError,
+    BackendUnavailableError,
+    RegistrationError,
+    ResultMismatchError,
+)
 from .gating import (
     TIMED_CALL_COST_US,
     HotPathDetector,
@@ -82,6 +94,10 @@ _FLOOR_LOOKBACK = 8
 # between the memoised exploit decision is reused (drift, re-checks and failures still act
 # immediately, and a timing of any other arm clears the memo).
 _MEMO_DECISIONS = 16
+# Input signatures (argument shapes and dtypes) per key whose expected result signature is
+# kept for the wrong-shape check (see Dispatcher._check_result); calls of further signatures
+# on the key are not checked.
+_MAX_SIGNATURES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +140,9 @@ class _Entry:
     is between its two ``next()``; :meth:`Dispatcher._flush` adds them to the counters.
     """
 
-    __slots__ = ("backend", "bucket", "candidates", "fast_flushed", "fast_label", "impl",
-                 "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks", "timed",
-                 "timed_exploits", "timing_cost_us")
+    __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
+                 "impl", "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks",
+                 "timed", "timed_exploits", "timing_cost_us")
 
     def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
         self.key = key
@@ -153,6 +169,9 @@ class _Entry:
         # the kernel's end to the lock's release): sets the fast path's timing period.
         # Updated outside the lock: a lost update only delays the estimate.
         self.timing_cost_us = TIMED_CALL_COST_US
+        # input signature -> (result signature, the arm that answered first): what every
+        # arm must return for such inputs (see Dispatcher._check_result)
+        self.expected: dict[Any, tuple[tuple[Any, Any], Backend]] = {}
 
     def fast_calls(self) -> int:
         """Calls that took the fast path so far, and timed plain exploits of its arm."""
@@ -184,6 +203,13 @@ def _warmed(op: Operation, backend: Backend) -> bool:
     from this call."""
     op.warmed.add(backend)
     return False
+
+
+def _relabelled(transition: HotPathTransition, label: str) -> HotPathTransition:
+    """``transition`` under the counter label of its operation: a ``select()`` name past the
+    label cap becomes ``OTHER_LABEL`` in the hot-path span too (bounded span names)."""
+    return HotPathTransition(label, transition.entered, transition.calls_per_sec,
+                             transition.suppressed)
 
 
 def _default_family(*_args: Any) -> str:
@@ -249,6 +275,11 @@ class Dispatcher:
         self._drift_threshold = policy.config.drift_threshold
         self._min_samples = policy.config.min_samples
         self._enabled = tuple(b for b in Backend if b not in config.disabled_backends)
+        # validation mode: calls whose ticket is a multiple of 2**k are re-run on another arm
+        # and compared (-1: off). Such calls are always timed, so the fast path is unchanged.
+        rate = config.validate_sample_rate
+        self._validate_mask = (1 << max(0, round(-math.log2(rate)))) - 1 if rate > 0 else -1
+        self._reported: set[tuple[str, Backend]] = set()  # wrong results logged (once each)
 
     # ------------------------------------------------------------------ the call
 
@@ -339,6 +370,10 @@ class Dispatcher:
             return self._recover(op, entry, n, decision, args, ticket, exc, select_ns, start_ns,
                                  timer())
         end_ns = timer()
+        wrong = self._check_result(op, entry, backend, args, result, ticket)
+        if wrong is not None:  # a wrong result is the arm's failure
+            return self._recover(op, entry, n, decision, args, ticket, wrong, select_ns,
+                                 start_ns, end_ns)
         duration_us = (end_ns - start_ns) / 1000.0
         if impl.surcharge_us is not None:  # what the arm costs later (its backward pass)
             duration_us += impl.surcharge_us(*args)
@@ -559,6 +594,10 @@ class Dispatcher:
                 exc = next_exc
                 continue
             end_ns = timer()
+            wrong = self._check_result(op, entry, nxt, args, result, -1)
+            if wrong is not None:
+                exc = wrong
+                continue
             duration_us = (end_ns - start_ns) / 1000.0
             if impl.surcharge_us is not None:
                 duration_us += impl.surcharge_us(*args)
@@ -572,6 +611,144 @@ class Dispatcher:
                 self._emit(op.name, n, entry.bucket, decision, nxt, select_ns, start_ns, end_ns,
                            None, None, verdict)
             return result
+
+    # ------------------------------------------------------------------ wrong results
+
+    def _check_result(self, op: Operation, entry: _Entry, backend: Backend,
+                      args: tuple[Any, ...], result: Any,
+                      ticket: int) -> ResultMismatchError | None:
+        """The error of a wrong result of ``backend`` on a timed call, else ``None``.
+
+        Every timed call (never a fast-path one) compares its result's shape and dtype with
+        what the first arm to answer inputs of the same shapes and dtypes on this key
+        returned: a few attribute reads and a dict lookup, inside the measured cost of a
+        timed call that sets the fast path's timing period. In validation mode a sample of
+        calls is also re-run on another arm and the values compared (:meth:`_validate`).
+        """
+        try:
+            in_sig = input_signature(args)
+            seen = entry.expected.get(in_sig)
+        except TypeError:  # a shape or dtype that cannot be hashed: not checked
+            in_sig = seen = None
+        if in_sig is not None:
+            out_sig = result_signature(result)
+            if seen is None:
+                if len(entry.expected) < _MAX_SIGNATURES:
+                    entry.expected[in_sig] = (out_sig, backend)
+            elif not signatures_agree(seen[0], out_sig):
+                wrong = self._settle_signatures(op, entry, backend, args, in_sig, out_sig,
+                                                seen)
+                if wrong is not None:
+                    return wrong
+        if self._validate_mask >= 0 and ticket >= 0 and not ticket & self._validate_mask:
+            return self._validate(op, entry, backend, args, result)
+        return None
+
+    def _settle_signatures(self, op: Operation, entry: _Entry, ran: Backend,
+                           args: tuple[Any, ...], in_sig: Any, out_sig: tuple[Any, Any],
+                           seen: tuple[tuple[Any, Any], Backend]) -> ResultMismatchError | None:
+        """``ran`` answered with another signature than ``seen`` (the first answer to such
+        inputs): a third arm, where one can run, says which is wrong; else the first answer
+        stands (two arms alone cannot tell)."""
+        ref_sig, ref_arm = seen
+        third = self._witness(entry, (ran, ref_arm))
+        if third is not None:
+            ok, other = self._run_aside(entry, third, args)
+            other_sig = result_signature(other)
+            if ok and signatures_agree(other_sig, out_sig) and not signatures_agree(other_sig,
+                                                                                   ref_sig):
+                # the first answer was the wrong one: what ``ran`` returned is expected now
+                entry.expected = {k: v for k, v in entry.expected.items() if v[1] is not ref_arm}
+                entry.expected[in_sig] = (out_sig, ran)
+                if ref_arm is not ran:
+                    self._quarantine(op, entry, ResultMismatchError(
+                        op.name, ref_arm, ran,
+                        f"{describe_signature(ref_sig)} where the {ran.value} and "
+                        f"{third.value} arms return {describe_signature(out_sig)}"))
+                return None
+        return self._reported_error(ResultMismatchError(
+            op.name, ran, ref_arm, f"{describe_signature(out_sig)} where the {ref_arm.value} "
+            f"arm returned {describe_signature(ref_sig)} for inputs of the same shapes"))
+
+    def _validate(self, op: Operation, entry: _Entry, ran: Backend, args: tuple[Any, ...],
+                  result: Any) -> ResultMismatchError | None:
+        """Validation mode: re-run this call on another arm and compare the values. On a
+        mismatch, the side with NaN the other has none of is wrong; otherwise a third arm
+        decides where one can run, else the arm being validated is taken to be wrong."""
+        ref = self._witness(entry, (ran,))
+        if ref is None:
+            return None
+        ok, expected = self._run_aside(entry, ref, args)
+        if not ok:
+            return None  # (the reference's own failures are found when it is chosen)
+        mismatch = compare_values(result, expected)
+        if mismatch is None:
+            return None
+        suspect = mismatch.suspect
+        if not suspect:
+            third = self._witness(entry, (ran, ref))
+            ok, other = self._run_aside(entry, third, args) if third else (False, None)
+            suspect = ("reference" if ok and compare_values(result, other) is None
+                       and compare_values(expected, other) is not None else "result")
+        if suspect == "reference":
+            reverse = compare_values(expected, result)
+            self._quarantine(op, entry, ResultMismatchError(
+                op.name, ref, ran, reverse.detail if reverse else mismatch.detail))
+            return None
+        return self._reported_error(ResultMismatchError(op.name, ran, ref, mismatch.detail))
+
+    def _witness(self, entry: _Entry, exclude: tuple[Backend, ...]) -> Backend | None:
+        """The arm to compare a result with: the fastest known candidate not in ``exclude``
+        and not quarantined, or ``None``."""
+        key = entry.key
+        with self._lock:
+            now = self._clock()
+            barred = {b: None for b in entry.candidates
+                      if b in exclude or b not in entry.impls
+                      or (b in key.arms and key.arms[b].quarantined_until_s > now)}
+            return self._fallback_after(key, entry.candidates, barred)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _run_aside(entry: _Entry, backend: Backend, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """Run ``backend`` on a call's arguments to compare results: untimed, not learned from,
+        its failure only means there is nothing to compare with."""
+        impl = entry.impls[backend]
+        try:
+            if impl.sync is not None:
+                impl.sync(args)
+            result = impl.fn(*args)
+            if impl.sync is not None:
+                impl.sync(result)
+        except Exception as exc:
+            _log.debug("no result from %s to compare with: %r", backend.value, exc)
+            return False, None
+        return True, result
+
+    def _quarantine(self, op: Operation, entry: _Entry, error: ResultMismatchError) -> None:
+        """An arm other than the one that ran this call was found wrong: count its failure
+        (quarantine with back-off) as if it had raised."""
+        backend: Backend = error.backend  # type: ignore[assignment]
+        key = entry.key
+        with self._lock:
+            stats = key.arm(backend)
+            self._history.record_failure(key, backend, self._clock())
+            if key.incumbent is backend:
+                key.incumbent = None
+                stats.disarm_drift_detection()
+            entry.next = None
+            entry.plan = ()
+            self._refresh(entry, key)
+        self._reported_error(error)
+
+    def _reported_error(self, error: ResultMismatchError) -> ResultMismatchError:
+        """Log a wrong result, once per operation and arm (its failures are counted, its
+        fallbacks counted and traced as any failure's)."""
+        tag = (error.operation, error.backend)
+        if tag not in self._reported:
+            self._reported.add(tag)  # (bounded: registered operations x three arms)
+            _log.warning("%s; the arm is quarantined with back-off (logged once per operation "
+                         "and arm)", error)
+        return error
 
     def _deliver_transitions(self) -> None:
         with self._lock:
@@ -595,7 +772,9 @@ class Dispatcher:
         window may produce (delivered after the lock). Caller holds the lock."""
         hot, transition = self._hot.check(operation, now)
         if transition is not None and self.hot_sink is not None:
-            self._pending_transitions.append(transition)
+            label = self._label(operation)
+            self._pending_transitions.append(
+                transition if label is operation else _relabelled(transition, label))
         return hot
 
     # ------------------------------------------------------------------ decisions
@@ -703,10 +882,13 @@ class Dispatcher:
         # (never below the warm cost of a timed call: the measurement leaves out its clock
         # reads and the steps before the kernel)
         cost_us = entry.timing_cost_us
-        entry.mask = measure_period(
+        mask = measure_period(
             stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
             self._config.max_measure_period, slow_call_us=self._config.sampling_threshold_us,
             suspect=stats.drift_score > _SUSPECT_DRIFT) - 1
+        if mask > self._validate_mask >= 0:  # validation mode: sampled calls take this path
+            mask = self._validate_mask
+        entry.mask = mask
 
     def _emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
               select_ns: int, start_ns: int, end_ns: int, error: BaseException | None,
@@ -762,6 +944,10 @@ class Dispatcher:
         if self._forced is not None:
             return (self._forced,)
         usable = [b for b in self._enabled if self._devices.available(b)]
+        if not usable:  # (checked before anything is touched: a rejected call changes nothing)
+            raise BackendUnavailableError(
+                f"no arm can run operation {operation!r} here: every enabled arm "
+                f"({', '.join(b.value for b in self._enabled)}) is unavailable on this machine")
         kind = op.kind if op is not None and op.kind is not Kind.OTHER else infer_kind(operation)
         return heuristic_order(kind, n, usable)
 
@@ -775,8 +961,11 @@ class Dispatcher:
             key = self._history.key(operation, bucket)
             transition = self._hot.observe(operation, 1, now)
             decision = self._decide(key, candidates, now)
-            self._selections[(self._label(operation), decision.backend, decision.reason)] += 1
+            label = self._label(operation)
+            self._selections[(label, decision.backend, decision.reason)] += 1
             self._refresh_route(operation, bucket, key)
+            if transition is not None and label is not operation:
+                transition = _relabelled(transition, label)
         if transition is not None and self.hot_sink is not None:
             self.hot_sink(transition)
         return decision

@@ -59,6 +59,12 @@ class RuntimeConfig:
         thread; 0: only at exit).
       history_force: apply history files written on other hardware or library versions (or
         before files carried a fingerprint) instead of ignoring them with a warning.
+    Kernel faults
+      validate_sample_rate: share of calls (rounded to 1 in a power of two, per key) re-run
+        on another arm and compared: NaN where the other arm has none, or values outside the
+        dtype's tolerance, quarantine the arm and the caller gets the other arm's result.
+        0 (the default): off, at no cost. Env ``ADAPTIVE_RUNTIME_VALIDATE`` (a rate, or
+        on = 0.001 / off).
     """
 
     force_backend: Backend | None = None
@@ -79,6 +85,7 @@ class RuntimeConfig:
     trace_cpu_share: float = 0.005
     history_save_interval_s: float = 60.0
     history_force: bool = False
+    validate_sample_rate: float = 0.0
 
     def __post_init__(self) -> None:
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
@@ -104,6 +111,7 @@ class RuntimeConfig:
         _number(self, "spans_per_sec_per_key", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
         _number(self, "history_save_interval_s", low=0.0)
+        _number(self, "validate_sample_rate", low=0.0, high=1.0)
         _integer(self, "max_history_keys", low=1)
         _integer(self, "min_samples_per_arm", low=1, high=1000)
         _integer(self, "recheck_interval", low=1)
@@ -155,7 +163,10 @@ class RuntimeConfig:
 
 
 # Environment names that differ from the upper-cased field name.
-_ENV_NAMES = {"disabled_backends": "DISABLE_BACKENDS", "history_path": "HISTORY"}
+_ENV_NAMES = {"disabled_backends": "DISABLE_BACKENDS", "history_path": "HISTORY",
+              "validate_sample_rate": "VALIDATE"}
+# ADAPTIVE_RUNTIME_VALIDATE=on: validate about one call in a thousand (1 in 1,024) per key.
+DEFAULT_VALIDATE_RATE = 0.001
 
 
 def _parse_bool(raw: str) -> bool:
@@ -178,7 +189,19 @@ _PARSERS = {
     "tracing": _parse_bool,
     "history_force": _parse_bool,
     "history_path": str,
+    "validate_sample_rate": lambda raw: _parse_rate(raw, DEFAULT_VALIDATE_RATE),
 }
+
+
+def _parse_rate(raw: str, on: float) -> float:
+    """A share in [0, 1], or on/off (``on`` gives ``on``)."""
+    try:
+        return float(raw)
+    except ValueError:
+        try:
+            return on if _parse_bool(raw) else 0.0
+        except ValueError:
+            raise ValueError("accepted values are a number from 0 to 1, or on/off") from None
 
 
 def _parse_by_type(field: dataclasses.Field) -> Any:

@@ -10,6 +10,7 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "RegistrationError",
+    "ResultMismatchError",
     "UnknownOperationError",
 ]
 
@@ -57,3 +58,24 @@ class AllBackendsFailedError(AdaptiveRuntimeError, RuntimeError):
         detail = "; ".join(f"{getattr(b, 'value', b)}: {type(e).__name__}: {e}"
                            for b, e in self.errors.items())
         super().__init__(f"every backend of operation {operation!r} failed ({detail})")
+
+
+class ResultMismatchError(AdaptiveRuntimeError, RuntimeError):
+    """An arm returned a wrong result: a shape or dtype other than another arm's for the same
+    inputs, or (validation mode) values another arm does not agree with — NaN where it has
+    none, or outside the dtype's tolerance. Treated as that arm's failure: the call falls
+    back and the arm is quarantined. ``operation``, ``backend`` (the arm at fault),
+    ``reference`` (the arm it was compared with) and ``detail`` say what differed.
+    """
+
+    def __init__(self, operation: str, backend: object, reference: object, detail: str) -> None:
+        self.operation = operation
+        self.backend = backend
+        self.reference = reference
+        self.detail = detail
+        super().__init__(f"operation {operation!r}: the {getattr(backend, 'value', backend)} "
+                         f"arm returned a wrong result ({detail}; compared with the "
+                         f"{getattr(reference, 'value', reference)} arm)")
+
+    def __reduce__(self) -> tuple[object, ...]:  # (args holds the message only)
+        return (type(self), (self.operation, self.backend, self.reference, self.detail))
