@@ -62,7 +62,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +105,7 @@ DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
 DEFAULT_SERVICE_NAME = "adaptive_runtime"
 DEFAULT_PROMETHEUS_PORT = 9464  # the port opentelemetry-exporter-prometheus documents
 _PROTOCOLS = ("grpc", "http/protobuf")
+_MAX_METRICS_INTERVAL_S = 365 * 24 * 3600.0
 _EXPORTERS = ("otlp", "console", "none")  # the values of OTEL_{TRACES,METRICS}_EXPORTER we take
 # where `otlp` sends when no endpoint is configured (the OTLP exporter specification's defaults)
 _DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
@@ -209,9 +210,9 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
     """
     global _current
     env = os.environ if environ is None else environ
-    if metrics_interval_s <= 0:
-        raise ConfigError(f"metrics_interval_s must be > 0, got {metrics_interval_s}",
-                          field="metrics_interval_s")
+    _check_arguments(service_name=service_name, endpoint=endpoint, headers=headers,
+                     directory=directory, prometheus_host=prometheus_host,
+                     metrics_interval_s=metrics_interval_s)
     disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
     if not disabled:  # validate everything first: a bad setting installs nothing
         trace_protocol = _protocol("TRACES", protocol, env)
@@ -486,16 +487,43 @@ def _endpoint(signal: str, endpoint: str | None, env: Any) -> str | None:
             or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
 
 
+def _check_arguments(*, metrics_interval_s: object, headers: object,
+                     **texts: object) -> None:
+    """:class:`ConfigError` naming the first argument of ``configure()`` of the wrong type or
+    out of range (checked before anything is set up)."""
+    for name, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name} must be a str (or None), got {value!r}", field=name)
+    if headers is not None and not (
+            isinstance(headers, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+        # (the values are secrets: never shown)
+        raise ConfigError("headers must be a dict of str names to str values",
+                          field="headers")
+    interval = metrics_interval_s
+    # (at most a year: the SDK's reader thread waits this long, and a wait past what the
+    # platform's clock can hold raises on that thread)
+    if (isinstance(interval, bool) or not isinstance(interval, int | float)
+            or not 0 < interval <= _MAX_METRICS_INTERVAL_S):
+        shown = f"an int of {interval.bit_length()} bits" if isinstance(interval, int) \
+            and interval.bit_length() > 1000 else repr(interval)
+        raise ConfigError(f"metrics_interval_s must be a number > 0 and <= "
+                          f"{_MAX_METRICS_INTERVAL_S:g} (a year), got {shown}",
+                          field="metrics_interval_s")
+
+
 def _exporter_choice(signal: str, argument: str | None, env: Any) -> str | None:
     """``otlp``, ``console`` or ``none`` from the argument, else ``OTEL_{signal}_EXPORTER``;
     ``None`` when neither is set (today's default: an endpoint → OTLP, else the files)."""
     accepted = ", ".join(_EXPORTERS)
     for source, raw in ((f"{signal.lower()}_exporter={argument!r}", argument),
                         (f"OTEL_{signal}_EXPORTER", env.get(f"OTEL_{signal}_EXPORTER"))):
+        if raw is not None and not isinstance(raw, str):
+            raise ConfigError(f"{source}: the exporter must be one of {accepted}, a str")
         if raw is None or not raw.strip():
             continue
         values = [value.strip().lower() for value in raw.split(",") if value.strip()]
-        if len(values) > 1:
+        if len(values) != 1:
             raise ConfigError(f"{source}: one exporter per signal is supported, one of "
                               f"{accepted}; got the list {raw!r}")
         if values[0] not in _EXPORTERS:
@@ -513,7 +541,7 @@ def _protocol(signal: str, protocol: str | None, env: Any) -> str:
                            env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")),
                           ("OTEL_EXPORTER_OTLP_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL"))):
         if value:
-            value = value.strip().lower()
+            value = value.strip().lower() if isinstance(value, str) else value
             if value not in _PROTOCOLS:
                 raise ConfigError(f"{source}: the OTLP protocol must be one of "
                                   f"{', '.join(_PROTOCOLS)}, got {value!r}")
