@@ -107,6 +107,7 @@ class SpanRecorder:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._start_lock = threading.Lock()
+        self._append_lock = threading.Lock()
         self._rank_attrs: dict[str, int] = {}
         # the span attributes saying a forked child made the spans (none in the first process)
         self._process_attrs: dict[str, int] = {}
@@ -138,7 +139,16 @@ class SpanRecorder:
         if len(buffer) >= self.capacity:
             next(self._dropped)  # full: drop and count, never block the loop
             return
-        buffer.append(item)
+        # Look again under a lock: look-then-append is not atomic, and producers on other
+        # threads overtaking each other between the two took the buffer past its bound (by
+        # up to one record per thread). Only the worker's pops run outside it, and they only
+        # shorten the buffer. (Taken per admitted record, not per call: the trace gate
+        # admits a few hundred a second; a full buffer is refused above without it.)
+        with self._append_lock:
+            if len(buffer) >= self.capacity:
+                next(self._dropped)
+                return
+            buffer.append(item)
         if self._thread is None:  # first use, or a forked child (see _after_fork)
             self._start_worker()
         elif self._parked:  # the first record after a quiet spell wakes the worker, once
@@ -200,6 +210,7 @@ class SpanRecorder:
         self._idle = threading.Event()
         self._idle.set()
         self._start_lock = threading.Lock()
+        self._append_lock = threading.Lock()
 
     def _run(self) -> None:
         # The worker's whole CPU time is charged to the spans it makes, waking up included:
