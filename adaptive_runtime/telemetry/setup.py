@@ -4,7 +4,10 @@
   ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``) → OTLP exporters,
   over gRPC or HTTP/protobuf (``protocol`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``; default
   ``http/protobuf`` as the specification says). Headers and certificate come from the
-  argument or the standard ``OTEL_EXPORTER_OTLP_HEADERS`` / ``_CERTIFICATE`` variables.
+  argument or the standard ``OTEL_EXPORTER_OTLP_HEADERS`` / ``_CERTIFICATE`` variables; a
+  malformed header setting is a ``ConfigError`` that never shows a value (see
+  :mod:`~adaptive_runtime.telemetry.credentials`), and the CA file wins over
+  ``REQUESTS_CA_BUNDLE`` for OTLP/HTTP.
 - No endpoint → the embedded default: OTLP/JSON lines files ``traces.jsonl`` and
   ``metrics.jsonl`` under ``directory`` (argument, ``ADAPTIVE_RUNTIME_TELEMETRY_DIR``, else
   ``./adaptive-runtime-telemetry``) — what the Collector's ``otlpjsonfile`` receiver reads, so
@@ -87,6 +90,7 @@ from .._forks import after_fork_in_child
 from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
+from .credentials import check_header_settings, otlp_http_session, quiet_grpc_handshake_logs
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 from .spans import flush_all
 from .switching import (
@@ -173,8 +177,9 @@ class _ProcessProviders:
     metrics_interval_s: float | None = None
     prometheus: bool = False  # whether the meter provider has a Prometheus reader
     periodic_reader: PeriodicExportingMetricReader | None = None
-    # makes the span exporter afresh in a forked child (None: the inherited one serves there)
-    span_exporter_remake: Callable[[], SpanExporter] | None = None
+    # makes the span exporter afresh in a forked child (None: the inherited one serves there);
+    # not in repr: it holds the headers (credentials) and the environment
+    span_exporter_remake: Callable[[], SpanExporter] | None = field(default=None, repr=False)
     metrics_stopped: bool = False  # a forked child: the meter provider exports nothing
 
     def shutdown(self) -> None:
@@ -220,6 +225,7 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
         traces_choice = _exporter_choice("TRACES", traces_exporter, env)
         metrics_choice = _exporter_choice("METRICS", metrics_exporter, env)
         port = _prometheus_port(prometheus_port, env)
+        check_header_settings(headers, env)  # (its errors never show a header's value)
     with _lock:
         if _current is not None:
             _current.shutdown()
@@ -576,6 +582,7 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
         path = os.path.join(folder, "traces.jsonl")
         return OtlpJsonFileSpanExporter(path), path
     if protocol == "grpc":
+        quiet_grpc_handshake_logs()
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
@@ -587,7 +594,10 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
     )
 
     full = _http_url(url, "/v1/traces", "TRACES", env, endpoint)
-    return HttpSpanExporter(endpoint=full, headers=headers), full
+    # (our session lets OTEL_EXPORTER_OTLP_CERTIFICATE win over REQUESTS_CA_BUNDLE; not when
+    # a credential provider supplies the session: the SDK reads that variable and it must win)
+    session = None if _credential_provider_set("TRACES") else otlp_http_session()
+    return HttpSpanExporter(endpoint=full, headers=headers, session=session), full
 
 
 def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
@@ -602,6 +612,7 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
         path = os.path.join(folder, "metrics.jsonl")
         return OtlpJsonFileMetricExporter(path), path
     if protocol == "grpc":
+        quiet_grpc_handshake_logs()
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
         )
@@ -615,15 +626,18 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
     full = _http_url(url, "/v1/metrics", "METRICS", env, endpoint)
     session = None
     # Our own requests session, whose response hook tells the switch the HTTP status of a
-    # failed export (404: no metrics service there). Not when a credential provider
-    # supplies the session: the SDK reads that variable and it must win.
-    if not any(os.environ.get(f"OTEL_PYTHON_EXPORTER_OTLP_HTTP{kind}_CREDENTIAL_PROVIDER")
-               for kind in ("", "_METRICS")):
-        import requests
-
-        session = requests.Session()
+    # failed export (404: no metrics service there), and which lets the configured CA win
+    # over REQUESTS_CA_BUNDLE. Not when a credential provider supplies the session: the SDK
+    # reads that variable and it must win.
+    if not _credential_provider_set("METRICS"):
+        session = otlp_http_session()
         session.hooks["response"].append(note_http_status)
     return HttpMetricExporter(endpoint=full, headers=headers, session=session), full
+
+
+def _credential_provider_set(signal: str) -> bool:
+    return any(os.environ.get(f"OTEL_PYTHON_EXPORTER_OTLP_HTTP{kind}_CREDENTIAL_PROVIDER")
+               for kind in ("", f"_{signal}"))
 
 
 def _app_has_tracer_provider() -> bool:
