@@ -56,7 +56,7 @@ class RuntimeConfig:
       history_path: history file loaded at start-up, saved every history_save_interval_s
         while it changed, and at exit (see ``AdaptiveRuntime.load_history``).
       history_save_interval_s: seconds between periodic saves of history_path (a background
-        thread; 0: only at exit).
+        thread; 0: only at exit; at most a year).
       history_force: apply history files written on other hardware or library versions (or
         before files carried a fingerprint) instead of ignoring them with a warning.
     Kernel faults
@@ -110,7 +110,7 @@ class RuntimeConfig:
         _number(self, "spans_per_sec", low=0.0)
         _number(self, "spans_per_sec_per_key", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
-        _number(self, "history_save_interval_s", low=0.0)
+        _number(self, "history_save_interval_s", low=0.0, high=_MAX_INTERVAL_S)
         _number(self, "validate_sample_rate", low=0.0, high=1.0)
         _integer(self, "max_history_keys", low=1)
         _integer(self, "min_samples_per_arm", low=1, high=1000)
@@ -123,7 +123,7 @@ class RuntimeConfig:
             raise ConfigError(f"tracing must be True or False, got {self.tracing!r}",
                               field="tracing")
         if self.history_path is not None:
-            object.__setattr__(self, "history_path", os.fspath(self.history_path))
+            object.__setattr__(self, "history_path", _path(self.history_path))
         if not isinstance(self.history_force, bool):
             raise ConfigError(f"history_force must be True or False, got {self.history_force!r}",
                               field="history_force")
@@ -230,11 +230,41 @@ def _iterable(value: object) -> Iterable[object]:
                       field="disabled_backends")
 
 
+# The longest wait a background thread can be given (threading.TIMEOUT_MAX is ~292 years,
+# but a timestamp that far overflows): a year, far beyond any useful save interval.
+_MAX_INTERVAL_S = 365 * 24 * 3600.0
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, except for an int too long to print (Python refuses past 4300 digits)."""
+    if isinstance(value, int) and value.bit_length() > 1000:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
+def _path(value: object) -> str:
+    try:
+        path = os.fspath(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise ConfigError(f"history_path must be a path (str or os.PathLike), got {value!r}",
+                          field="history_path") from None
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ConfigError(f"history_path must be a non-empty str path without NUL characters, "
+                          f"got {value!r}", field="history_path")
+    return path
+
+
 def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf,
             low_open: bool = False, infinite: bool = False) -> None:
     value = getattr(cfg, name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            value = float(value)
+        except OverflowError:  # an int too large for a float: out of range below
+            value = math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigError(f"{name} must be a number, got {value!r}", field=name)
+        raise ConfigError(f"{name} must be a number, got {_shown(getattr(cfg, name))}",
+                          field=name)
     if infinite and value == math.inf:
         object.__setattr__(cfg, name, math.inf)
         return
@@ -242,8 +272,8 @@ def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf
     if too_low or value > high or math.isinf(value):
         low_text = f"> {low:g}" if low_open else f">= {low:g}"
         high_text = "" if math.isinf(high) else f" and <= {high:g}"
-        raise ConfigError(f"{name} must be a finite number {low_text}{high_text}, got {value!r}",
-                          field=name)
+        raise ConfigError(f"{name} must be a finite number {low_text}{high_text}, "
+                          f"got {_shown(getattr(cfg, name))}", field=name)
     object.__setattr__(cfg, name, float(value))
 
 
@@ -253,5 +283,5 @@ def _integer(cfg: RuntimeConfig, name: str, *, low: int, high: int | None = None
         raise ConfigError(f"{name} must be an integer, got {value!r}", field=name)
     if value < low or (high is not None and value > high):
         high_text = "" if high is None else f" and <= {high}"
-        raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {value}",
+        raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {_shown(value)}",
                           field=name)
