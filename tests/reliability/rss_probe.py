@@ -62,11 +62,11 @@ def main(directory: str, calls: int) -> None:
     gc.collect()
     end = rss_mib()
 
-    exported = sum(rt.trace_counts()["exported"].values())
+    traced = sum(rt.trace_counts()["exported"].values())  # calls whose spans were admitted
     counted = sum(rt.selection_counts().values())
     telemetry.shutdown()
     print(json.dumps({"calls_made": WARM_UP_CALLS + calls, "calls_counted": counted,
-                      "warm_up": WARM_UP_CALLS, "spans_exported": exported,
+                      "warm_up": WARM_UP_CALLS, "calls_traced": traced,
                       "rss_warm_mib": round(warm, 1), "rss_end_mib": round(end, 1),
                       "rss_growth_mib": round(end - warm, 2)}))
 
