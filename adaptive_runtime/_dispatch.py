@@ -640,9 +640,18 @@ class Dispatcher:
                                                 seen)
                 if wrong is not None:
                     return wrong
-        if self._validate_mask >= 0 and ticket >= 0 and not ticket & self._validate_mask:
+        if self._validate_mask >= 0 and ((ticket >= 0 and not ticket & self._validate_mask)
+                                         or self._on_trial(entry.key, backend)):
             return self._validate(op, entry, backend, args, result)
         return None
+
+    def _on_trial(self, key: KeyHistory, backend: Backend) -> bool:
+        """Whether ``backend`` is still being tried on ``key`` (its first timings in this
+        epoch, or its first call back from a quarantine): validation mode checks each such
+        call, so an arm that comes back wrong is not committed to on its word."""
+        stats = key.arms.get(backend)
+        return (stats is None or stats.epoch_samples < self._min_samples
+                or stats.consecutive_failures > 0)
 
     def _settle_signatures(self, op: Operation, entry: _Entry, ran: Backend,
                            args: tuple[Any, ...], in_sig: Any, out_sig: tuple[Any, Any],
