@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .backend import Backend
 from .keys import reference_size
@@ -939,9 +939,10 @@ def move_aside(path: str | os.PathLike[str]) -> str:
 
 def record_to_json(r: HistoryRecord) -> dict[str, object]:
     """A record as a JSON object (what a history file holds per row)."""
-    row = asdict(r)
-    row["backend"] = r.backend.value
-    return row
+    # (field by field: dataclasses.asdict deep-copies, and cost most of a large save)
+    return {"operation": r.operation, "size_bucket": r.size_bucket, "backend": r.backend.value,
+            "samples": r.samples, "mean_us": r.mean_us, "failures": r.failures,
+            "last_update": r.last_update, "variance_us2": r.variance_us2}
 
 
 def _field(row: Mapping[str, object], name: str) -> object:
@@ -980,6 +981,12 @@ def record_from_json(row: object) -> HistoryRecord:
     operation = _field(row, "operation")
     if not isinstance(operation, str) or not operation:
         raise ValueError(f"operation must be a non-empty string, got {_brief(operation)}")
+    try:
+        # (a JSON escape can spell a lone surrogate: such a name fails every OTLP export)
+        operation.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"operation must be valid Unicode text (encodable as UTF-8), got "
+                         f"{_brief(operation)}") from None
     bucket = _field(row, "size_bucket")
     if type(bucket) is not int or bucket < 0 or bucket > 128:
         raise ValueError(f"size_bucket {_brief(bucket)} is not a bucket number (0 to 128)")
