@@ -13,6 +13,7 @@ from .errors import (
     BackendUnavailableError,
     ConfigError,
     RegistrationError,
+    ResultMismatchError,
     UnknownOperationError,
 )
 from .history import HistoryRecord, HistoryWarning
@@ -39,6 +40,7 @@ __all__ = [
     "Operation",
     "Reason",
     "RegistrationError",
+    "ResultMismatchError",
     "RuntimeConfig",
     "SelectionKey",
     "UnknownOperationError",
