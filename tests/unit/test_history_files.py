@@ -257,6 +257,10 @@ BAD = {
     "bad-record": b'{"format": "adaptive_runtime.history/2", "fingerprint": {}, '
                   b'"records": [{"operation": "x", "size_bucket": "three"}]}',
     "deeply-nested": b"[" * 100_000,
+    "repeated-key": b'{"format": "adaptive_runtime.history/2", "format": "x", "records": []}',
+    "huge-number": b'{"format": "adaptive_runtime.history/2", "fingerprint": {"cpu_count": '
+                   + b"9" * 5000 + b'}, "records": []}',
+    "not-utf8": b'{"format": "adaptive_runtime.history/2\xff"}',
 }
 
 
