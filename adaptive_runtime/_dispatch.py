@@ -628,7 +628,7 @@ class Dispatcher:
         try:
             in_sig = input_signature(args)
             seen = entry.expected.get(in_sig)
-        except TypeError:  # a shape or dtype that cannot be hashed: not checked
+        except Exception:  # a shape or dtype that cannot be read or hashed: not checked
             in_sig = seen = None
         if in_sig is not None:
             out_sig = result_signature(result)

@@ -40,24 +40,32 @@ def input_signature(args: tuple[Any, ...]) -> Hashable:
 
 def result_signature(result: Any) -> tuple[Any, Any]:
     """``(shape, dtype)`` of a result; ``(None, None)`` for one that has neither (a Python
-    float, a tuple of a test double)."""
-    return (getattr(result, "shape", None), getattr(result, "dtype", None))
+    float, a tuple of a test double) or whose attributes raise."""
+    try:
+        return (getattr(result, "shape", None), getattr(result, "dtype", None))
+    except Exception:  # (a user's object whose ``shape`` property raises: not checked)
+        return (None, None)
 
 
 def signatures_agree(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
     """Whether two result signatures agree. A missing shape counts as a scalar's ``()`` and a
-    missing dtype matches any (a plain Python float against a numpy float64 is no fault)."""
+    missing dtype matches any (a plain Python float against a numpy float64 is no fault).
+    Shapes that cannot be compared (a user's odd objects) agree: no fault can be shown."""
     (shape_a, dtype_a), (shape_b, dtype_b) = a, b
-    if shape_a != shape_b and tuple(shape_a or ()) != tuple(shape_b or ()):
-        return False
+    try:
+        if shape_a != shape_b and tuple(shape_a or ()) != tuple(shape_b or ()):
+            return False
+    except Exception:
+        return True
     # (dtypes of one library are singletons; ``str`` compares any two without raising)
     return dtype_a is None or dtype_b is None or dtype_a is dtype_b or str(dtype_a) == str(
         dtype_b)
 
 
 def describe_signature(sig: tuple[Any, Any]) -> str:
+    """``"shape (3, 4) float32"`` and the like, for error messages."""
     shape, dtype = sig
-    shape_text = "no shape" if shape is None else f"shape {tuple(shape)}"
+    shape_text = "no shape" if shape is None else f"shape {tuple(shape)!r:.80}"
     return shape_text if dtype is None else f"{shape_text} {_dtype_name(dtype)}"
 
 
@@ -72,7 +80,15 @@ class Mismatch(NamedTuple):
 
 def compare_values(result: Any, reference: Any) -> Mismatch | None:
     """``None`` when ``result`` agrees with ``reference``; else what differs. Results that are
-    not numeric arrays or numbers (objects, strings) are compared by signature only."""
+    not numeric arrays or numbers (objects, strings) are compared by signature only; results
+    that cannot be compared at all agree (no fault can be shown)."""
+    try:
+        return _compare(result, reference)
+    except Exception:
+        return None
+
+
+def _compare(result: Any, reference: Any) -> Mismatch | None:
     a, b = _numeric(result), _numeric(reference)
     if a is None or b is None:
         if signatures_agree(result_signature(result), result_signature(reference)):

@@ -462,3 +462,31 @@ def test_every_arm_failing_raises_one_error_naming_operation_and_arms_with_fake_
     reliability.record(load="every arm fails on one call (2 raise, 1 wrong shape)",
                        calls_made=calls.made + 1, errors_raised=1, arms_named=len(err.errors),
                        results_correct=calls.correct)
+
+
+def test_results_whose_shape_cannot_be_read_pass_through_unchecked(clock, timer) -> None:
+    class Odd:
+        """A user's result object whose ``shape`` raises and whose ``dtype`` is nonsense."""
+
+        dtype = object()
+
+        @property
+        def shape(self) -> tuple[int, ...]:
+            raise RuntimeError("lazy shape not materialised")
+
+    class OddInput:
+        def __init__(self) -> None:
+            self.shape = [1, 2]  # (a list: cannot be hashed into an input signature)
+
+    for validate in (0.0, 1.0):
+        rt = ar.AdaptiveRuntime(ar.RuntimeConfig(validate_sample_rate=validate),
+                                builtin_ops=False, devices=ar.DeviceProbe(gpu=False),
+                                clock=clock, timer=timer)
+        op = rt.register("odd", size=lambda *_args: 10, kind="vector")
+        op.add_implementation(SIMD, lambda *_args: Odd())
+        op.add_implementation(SCALAR, lambda *_args: Odd())
+        for args in ((1,), (OddInput(),)):
+            for _ in range(50):
+                assert isinstance(rt.run("odd", *args), Odd)
+        assert rt.fallback_counts() == {}
+        assert sum(r.failures for r in rt.history_snapshot()) == 0
