@@ -6,7 +6,9 @@
   to the system bundle, as many shells and conda set it (requests would let it win over the
   exporter's CA file). A CA that did not sign the server's certificate: the export fails, is
   counted, is said in one warning, and nothing raises into the loop.
-- Auth headers from ``OTEL_EXPORTER_OTLP_HEADERS`` reach the receiver with every request.
+- Auth headers from ``OTEL_EXPORTER_OTLP_HEADERS`` reach the receiver with every request; a
+  collector that refuses them (``UNAUTHENTICATED`` / 401) costs the spans, counted, and one
+  warning.
 - The header's value never appears anywhere else: log records of every logger at DEBUG,
   stderr and stdout, the exported spans and metrics (every byte of the requests), the
   ``repr``/``str`` of what ``configure()`` builds, and the errors for a malformed header setting.
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from otlp_receiver import OtlpReceiver, ReceivedRequest, ReceivedSpan, TlsFiles
@@ -316,6 +319,31 @@ def test_a_ca_that_did_not_sign_the_server_fails_the_export_counted_in_one_line(
                        protocol=protocol, spans_ended=ran.result["ended"],
                        spans_counted_lost=ran.result["lost"], requests_received=0,
                        warning_lines=len(warnings), exceptions_in_caller=0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_rejected_credential_fails_the_export_in_one_line_without_the_value(
+        tls_receiver: OtlpReceiver, pki: Pki, tmp_path: Path, protocol: str,
+        reliability: Any) -> None:
+    tls_receiver.fail_with = grpc.StatusCode.UNAUTHENTICATED  # (HTTP: 401)
+    try:
+        ran = export_over_tls(tls_receiver, protocol, pki.ca.certificate, tmp_path).ok()
+        requests = tls_receiver.requests()
+    finally:
+        tls_receiver.fail_with = None
+    assert requests and all(r.status == "UNAUTHENTICATED" and r.tls for r in requests)
+    assert ran.result["ended"] > 0 and ran.result["lost"] == ran.result["ended"], ran.result
+    warnings = ran.warnings()
+    assert len(warnings) == 1, [w["text"] for w in warnings]
+    assert re.search(r"UNAUTHENTICATED|401", warnings[0]["text"]), warnings[0]
+    texts = [r["text"] for r in ran.result["records"]] + [ran.stderr, ran.stdout]
+    leaks = [t for t in texts if _secret_in(t)]
+    assert leaks == [], leaks
+    reliability.record(load=f"collector refuses the credential ({protocol}, UNAUTHENTICATED)",
+                       protocol=protocol, requests_refused=len(requests),
+                       spans_ended=ran.result["ended"], spans_counted_lost=ran.result["lost"],
+                       warning_lines=len(warnings), places_checked=len(texts),
+                       leaks_found=len(leaks))
 
 
 # ---------------------------------------------------------------------------- bad settings
