@@ -60,7 +60,7 @@ LAST_SIZE = 777_777
 # Runs in a fresh interpreter: every logger at DEBUG into a list, configure() from the
 # environment, a loop, a flush; then the repr/str of what configure() built, and shutdown.
 SCRIPT = textwrap.dedent('''
-    import json, logging, sys
+    import json, logging, os, sys, time
     records = []
 
     class Keep(logging.Handler):
@@ -95,6 +95,10 @@ SCRIPT = textwrap.dedent('''
     assert rt.run("scale", LAST_SIZE) == 2 * LAST_SIZE
     rt.flush_telemetry()
     tel.tracer_provider.force_flush(30_000)  # every span's export has answered after this
+    if os.environ.get("EXPECT_LOST"):  # (should a flush ever return before the export ends)
+        deadline = time.monotonic() + 20
+        while tel.spans_lost < CountEnded.ended and time.monotonic() < deadline:
+            time.sleep(0.05)
     exported_phase = len(records)
 
     objects = {"Telemetry": tel, "process providers": setup._process,
@@ -165,9 +169,11 @@ class Ran:
         return [r for r in records if r["level"] >= logging.WARNING]
 
 
-def export_over_tls(receiver: OtlpReceiver, protocol: str, ca_file: Path, cwd: Path) -> Ran:
+def export_over_tls(receiver: OtlpReceiver, protocol: str, ca_file: Path, cwd: Path, *,
+                    expect_lost: bool = False) -> Ran:
     """Run SCRIPT exporting to ``receiver`` over ``protocol``, trusting ``ca_file``, with the
-    auth header set; the receiver is cleared first."""
+    auth header set; the receiver is cleared first. ``expect_lost``: every export will fail
+    (the script waits until they are all counted)."""
     receiver.clear()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "ADAPTIVE_RUNTIME_", "GRPC_"))}
@@ -182,7 +188,7 @@ def export_over_tls(receiver: OtlpReceiver, protocol: str, ca_file: Path, cwd: P
         # Long enough for a failing export to log its first retry (the one line that says
         # why), short enough to keep the test quick; the span processor exports promptly.
         OTEL_EXPORTER_OTLP_TIMEOUT="3", OTEL_BSP_SCHEDULE_DELAY="50",
-        PYTHONDONTWRITEBYTECODE="1")
+        PYTHONDONTWRITEBYTECODE="1", **({"EXPECT_LOST": "1"} if expect_lost else {}))
     proc = subprocess.run([sys.executable, "-W", "error", "-c", SCRIPT], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     return Ran(proc)
@@ -301,7 +307,8 @@ def _all_text(message: Any) -> str:
 def test_a_ca_that_did_not_sign_the_server_fails_the_export_counted_in_one_line(
         tls_receiver: OtlpReceiver, pki: Pki, tmp_path: Path, protocol: str,
         reliability: Any) -> None:
-    ran = export_over_tls(tls_receiver, protocol, pki.other_ca.certificate, tmp_path).ok()
+    ran = export_over_tls(tls_receiver, protocol, pki.other_ca.certificate, tmp_path,
+                          expect_lost=True).ok()
     # nothing got through the handshake
     assert tls_receiver.requests() == [], tls_receiver.requests()
     # every span made was counted as lost by the time its export answered
@@ -327,7 +334,8 @@ def test_a_rejected_credential_fails_the_export_in_one_line_without_the_value(
         reliability: Any) -> None:
     tls_receiver.fail_with = grpc.StatusCode.UNAUTHENTICATED  # (HTTP: 401)
     try:
-        ran = export_over_tls(tls_receiver, protocol, pki.ca.certificate, tmp_path).ok()
+        ran = export_over_tls(tls_receiver, protocol, pki.ca.certificate, tmp_path,
+                              expect_lost=True).ok()
         requests = tls_receiver.requests()
     finally:
         tls_receiver.fail_with = None
