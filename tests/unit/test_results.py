@@ -19,7 +19,9 @@ def test_signatures_of_arrays_tensors_and_scalars() -> None:
     a = np.zeros((3, 4), np.float32)
     assert result_signature(a) == ((3, 4), np.dtype(np.float32))
     assert result_signature(1.5) == (None, None)
-    assert input_signature((a, 2.0)) == (((3, 4), np.dtype(np.float32)), (None, None))
+    assert input_signature((a, 2.0)) == ((3, 4), np.dtype(np.float32).num, float)
+    assert input_signature((a,)) != input_signature((a.astype(np.float64),))
+    assert input_signature((torch.zeros(2),)) == (torch.Size([2]), torch.float32)
     assert describe_signature(result_signature(a)) == "shape (3, 4) float32"
     t = torch.zeros(3, 4)
     assert signatures_agree(result_signature(t), result_signature(torch.ones(3, 4)))
