@@ -667,7 +667,9 @@ class Dispatcher:
             if ok and signatures_agree(other_sig, out_sig) and not signatures_agree(other_sig,
                                                                                    ref_sig):
                 # the first answer was the wrong one: what ``ran`` returned is expected now
-                entry.expected = {k: v for k, v in entry.expected.items() if v[1] is not ref_arm}
+                # (list() copies in one step: another thread may add to the dict meanwhile)
+                kept = [(k, v) for k, v in list(entry.expected.items()) if v[1] is not ref_arm]
+                entry.expected = dict(kept)
                 entry.expected[in_sig] = (out_sig, ran)
                 if ref_arm is not ran:
                     self._quarantine(op, entry, ResultMismatchError(
