@@ -9,7 +9,8 @@ export into those as soon as they exist, or on ``instrument(rt)``.
 from .instrumentation import instrument
 from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
 from .spans import SpanRecorder
+from .stats import TelemetryStats, stats
 from .steps import TrainStep, train_step
 
-__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "TrainStep", "configure",
-           "instrument", "shutdown", "train_step"]
+__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "TelemetryStats", "TrainStep",
+           "configure", "instrument", "shutdown", "stats", "train_step"]

@@ -11,6 +11,7 @@ for metrics only: they record no spans either.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -94,11 +95,13 @@ def activate(*, spans: bool = True) -> None:
 
 
 def deactivate(timeout_s: float = 5.0) -> None:
-    """Flush and detach every registered runtime (before the providers shut down)."""
+    """Flush and detach every registered runtime (before the providers shut down), all of
+    them within ``timeout_s``: what a runtime has not flushed by then is dropped, counted."""
     global _configured, _spans_off
+    deadline = time.monotonic() + timeout_s
     with _lock:
         _configured = False
         _spans_off = False
         targets = list(_targets)
     for target in targets:
-        target._telemetry_off(timeout_s)
+        target._telemetry_off(max(deadline - time.monotonic(), 0.0))

@@ -16,8 +16,9 @@ Instruments (OTel names; the Prometheus exporter names are in parentheses):
 - ``adaptive.span.exported`` / ``adaptive.span.suppressed`` counters — timed calls whose spans
   the trace gate exported / did not, by ``adaptive.sampling.reason``
   (``adaptive_span_exported_total`` / ``adaptive_span_suppressed_total``); ``buffer_full``
-  counts records the span recorder dropped and ``export_failed`` spans that configure()'s
-  exporter could not deliver (process-wide).
+  counts records the span recorder dropped; ``export_failed`` spans that configure()'s
+  exporter could not deliver, ``queue_full`` and ``shutdown`` spans its export queue dropped
+  (full, or not sent by the shutdown deadline): process-wide, see ``ar.telemetry.stats()``.
 - ``adaptive.hot_path.active`` gauge — 1 for each registered operation on the hot path, else 0
   (``adaptive_hot_path_active``).
 - ``adaptive.op.duration`` histogram, seconds, buckets from 1 µs to 10 s — the kernel time of
@@ -78,7 +79,7 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 
 from .._forks import after_fork_in_child, renew_after_fork
 from ..keys import reference_size
-from .switching import spans_lost_in_export
+from .stats import export_losses
 
 if TYPE_CHECKING:
     from .._dispatch import SelectionKey
@@ -384,8 +385,10 @@ class _Hub:
             try:
                 with self._lock:
                     totals = self._totals(name, read)
-                if name == "suppressed" and (lost := spans_lost_in_export()):
-                    totals[("export_failed",)] += lost  # process-wide, not per runtime
+                if name == "suppressed":  # process-wide, not per runtime
+                    for reason, lost in export_losses().items():
+                        if lost:
+                            totals[(reason,)] += lost
                 return [Observation(n, dict(zip(keys, labels, strict=True)))
                         for labels, n in totals.items()]
             except Exception:  # never let observability break a collection

@@ -80,7 +80,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
     ConsoleSpanExporter,
     SpanExporter,
     SpanExportResult,
@@ -91,8 +90,18 @@ from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
 from .credentials import check_header_settings, otlp_http_session, quiet_grpc_handshake_logs
+from .deadline import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    exit_deadline,
+    remaining,
+    resolve_shutdown_timeout,
+    set_shutdown_timeout_s,
+)
+from .deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from .export import BoundedSpanProcessor, batch_settings
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-from .spans import flush_all
+from .spans import flush_all, is_runtime_span
+from .stats import TelemetryStats, stats, use_processor
 from .switching import (
     SwitchableMetricExporter,
     SwitchableSpanExporter,
@@ -104,6 +113,8 @@ from .switching import (
 __all__ = ["DEFAULT_DIRECTORY", "WORKER_EXIT_FLUSH_S", "Telemetry", "configure", "shutdown"]
 
 _log = logging.getLogger(__name__)
+# the one line saying what a shutdown could not send (not the exporters' outage filter's)
+_shutdown_log = logging.getLogger("adaptive_runtime.telemetry")
 
 DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
 DEFAULT_SERVICE_NAME = "adaptive_runtime"
@@ -132,6 +143,7 @@ class Telemetry:
     metrics_destination: str | None = None
     prometheus_port: int | None = None
     _shut_down: bool = field(default=False, repr=False)
+    _baseline: TelemetryStats | None = field(default=None, repr=False)
     _prometheus_server: Any = field(default=None, repr=False)
 
     @property
@@ -140,29 +152,92 @@ class Telemetry:
         an exporter error); also ``adaptive.span.suppressed{reason="export_failed"}``."""
         return spans_lost_in_export()
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Flush the runtimes' buffered spans, then our providers' exporters; stop them."""
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush the runtimes' buffered spans, then our providers' exporters; stop them.
+
+        Returns within ``timeout_s`` (default: ``shutdown_timeout_s``, see :func:`configure`)
+        whatever the collector does — down, slow, or never answering: what is not sent by
+        then is given up on and counted (:func:`~adaptive_runtime.telemetry.stats`), and
+        one warning line says what was lost.
+        """
         if self._shut_down:
             return
         self._shut_down = True
-        instrumentation.deactivate(timeout_s)
-        millis = int(timeout_s * 1000)
+        bound = configured_shutdown_timeout_s() if timeout_s is None else timeout_s
+        started = time.monotonic()
+        deadline = started + bound
+        instrumentation.deactivate(bound)  # the runtimes' buffered spans, into the provider
+        # Metrics and spans flush side by side, each on a thread of its own (the SDK's metric
+        # flush exports on the calling thread and may retry for the exporter's whole timeout)
+        metric_flush = None
+        if self.meter_provider is not None and _process.metric_switch is not None and not (
+                self.meter_provider is _process.meter_provider and _process.metrics_stopped):
+            # (a forked child's metric export is off, and collecting could wait on SDK locks
+            # the parent's reader held at the fork)
+            metric_flush = _Bounded(self.meter_provider.force_flush, deadline)
+        spans_unsent = 0
+        processor = _process.span_processor
+        if self.tracer_provider is not None and processor is not None:
+            processor.close()  # (spans the application ends from now on: dropped, counted)
+            if not processor.flush(remaining(deadline)):
+                spans_unsent = processor.abandon()
+        metrics_unsent = metric_flush is not None and not metric_flush.finished(deadline)
+        # Stopping the exporters cuts short an export still retrying (its back-off wait, a
+        # gRPC call); later exports (the application's own spans) are dropped.
         for provider, switch in ((self.tracer_provider, _process.span_switch),
                                  (self.meter_provider, _process.metric_switch)):
-            if provider is None or switch is None:
-                continue
-            if provider is _process.meter_provider and _process.metrics_stopped:
-                # (a forked child: its metric export is off, and collecting could wait on
-                # SDK locks the parent's reader held at the fork)
-                continue
-            try:
-                provider.force_flush(millis)
-                switch.shutdown()  # later exports (the app's own spans) are dropped
-            except Exception as exc:  # observability never breaks the caller, even at exit
-                _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
+            if provider is not None and switch is not None:
+                try:
+                    switch.shutdown()
+                except Exception as exc:  # observability never breaks the caller, even at exit
+                    _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
         if self._prometheus_server is not None:
             self._prometheus_server.shutdown()
             self._prometheus_server.server_close()
+        self._report_losses(time.monotonic() - started, spans_unsent, metrics_unsent)
+
+    def _report_losses(self, took_s: float, spans_unsent: int, metrics_unsent: bool) -> None:
+        """One warning line if anything admitted since :func:`configure` was not sent."""
+        now, before = stats(), self._baseline
+        if before is None:
+            return
+        spans = now.spans_dropped - before.spans_dropped
+        metric_exports = (now.metric_exports_failed - before.metric_exports_failed
+                          + int(metrics_unsent))
+        if not spans and not metric_exports:
+            return
+        lost = [f"{spans:,} span{'s' * (spans != 1)}"] if spans else []
+        if metric_exports:
+            lost.append(f"{metric_exports} metric export{'s' * (metric_exports != 1)}")
+        where = self.traces_destination or self.metrics_destination or "the exporter"
+        why = ("unreachable or too slow" if spans_unsent or metrics_unsent or spans > (
+            now.dropped["queue_full"] - before.dropped["queue_full"]) else "export queue full")
+        _shutdown_log.warning(
+            "adaptive_runtime: telemetry shutdown after %.1f s: %s not sent (collector at %s "
+            "%s); counts: ar.telemetry.stats()", took_s, " and ".join(lost), where, why)
+
+
+class _Bounded:
+    """``call(timeout_millis)`` on a daemon thread of its own, waited for until ``deadline``
+    at most (the SDK's flushes take a timeout they do not always keep)."""
+
+    def __init__(self, call: Callable[[int], Any], deadline: float) -> None:
+        self._ok = False
+        millis = int(remaining(deadline) * 1000)
+
+        def run() -> None:
+            try:
+                self._ok = call(millis) is not False
+            except Exception as exc:  # observability never breaks the caller
+                _log.debug("adaptive_runtime: telemetry flush: %r", exc)
+
+        self._thread = threading.Thread(target=run, name="adaptive-runtime-flush", daemon=True)
+        self._thread.start()
+
+    def finished(self, deadline: float) -> bool:
+        """Wait until ``deadline`` at most; whether the call returned and succeeded."""
+        self._thread.join(remaining(deadline))
+        return not self._thread.is_alive() and self._ok
 
 
 @dataclass
@@ -181,16 +256,19 @@ class _ProcessProviders:
     # not in repr: it holds the headers (credentials) and the environment
     span_exporter_remake: Callable[[], SpanExporter] | None = field(default=None, repr=False)
     metrics_stopped: bool = False  # a forked child: the meter provider exports nothing
+    span_processor: BoundedSpanProcessor | None = None
 
-    def shutdown(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is self.meter_provider and self.metrics_stopped:
-                continue
-            if provider is not None:
-                try:
-                    provider.shutdown()
-                except Exception as exc:
-                    _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
+    def shutdown(self, timeout_s: float) -> None:
+        """Stop the providers' threads, within ``timeout_s`` (their exporters were stopped
+        first: nothing is left to send)."""
+        deadline = time.monotonic() + timeout_s
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()  # (our processor: stops its worker, no wait)
+        if self.meter_provider is not None and not self.metrics_stopped:
+            # (the reader joins its thread, which may still be in an export that ends only
+            # with the exporter's own timeout: waited for until the deadline, no longer)
+            _Bounded(lambda millis: self.meter_provider.shutdown(timeout_millis=millis),
+                     deadline).finished(deadline)
 
 
 _lock = threading.Lock()
@@ -206,7 +284,8 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
               headers: dict[str, str] | None = None, directory: str | None = None,
               metrics_interval_s: float = 10.0, prometheus_host: str = "0.0.0.0",
               traces_exporter: str | None = None, metrics_exporter: str | None = None,
-              environ: dict[str, str] | None = None) -> Telemetry:
+              environ: dict[str, str] | None = None,
+              shutdown_timeout_s: float | None = None) -> Telemetry:
     """Set up tracing and metrics export for adaptive_runtime (see the module docstring).
 
     Calling it again sends what follows to the new destination (after flushing the earlier
@@ -227,9 +306,13 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
         port = _prometheus_port(prometheus_port, env)
         check_header_settings(headers, env)  # (its errors never show a header's value)
     with _lock:
+        if not disabled:
+            batch = batch_settings(env)
+            bound = resolve_shutdown_timeout(shutdown_timeout_s, env)
         if _current is not None:
-            _current.shutdown()
+            _current.shutdown()  # (within the bound it was configured with)
             _current = None
+        set_shutdown_timeout_s(DEFAULT_SHUTDOWN_TIMEOUT_S if disabled else bound)
         if disabled:
             _current = Telemetry(enabled=False)
             return _current
@@ -251,7 +334,7 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
         else:
             exporter, telemetry.traces_destination = _span_exporter(
                 traces_choice, endpoint, trace_protocol, headers, folder, env)
-            telemetry.tracer_provider = _install_tracer_provider(resource, exporter)
+            telemetry.tracer_provider = _install_tracer_provider(resource, exporter, batch)
             # (the file and console exporters serve a forked child as they are; a network
             # exporter's connections would be shared with the parent)
             _process.span_exporter_remake = (
@@ -275,14 +358,16 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
                 telemetry._prometheus_server = _serve_prometheus(port, prometheus_host)
                 telemetry.prometheus_port = port
 
+        telemetry._baseline = stats()
         _current = telemetry
     quiet_repeated_exporter_logs()
     instrumentation.activate(spans=record_spans)
     return telemetry
 
 
-def shutdown(timeout_s: float = 10.0) -> None:
-    """Flush and stop what :func:`configure` set up (also runs at interpreter exit)."""
+def shutdown(timeout_s: float | None = None) -> None:
+    """Flush and stop what :func:`configure` set up (also runs at interpreter exit), within
+    ``timeout_s`` (default: ``shutdown_timeout_s``; see :meth:`Telemetry.shutdown`)."""
     global _current
     with _lock:
         current, _current = _current, None
@@ -291,9 +376,14 @@ def shutdown(timeout_s: float = 10.0) -> None:
 
 
 def _at_exit() -> None:
-    shutdown()
-    with _lock:
-        _process.shutdown()
+    # (one deadline for the whole exit, the runtimes' own at-exit flushes included)
+    deadline = exit_deadline()
+    try:
+        shutdown(remaining(deadline))
+        with _lock:
+            _process.shutdown(remaining(deadline))
+    except Exception as exc:  # never turn a clean exit into a traceback
+        _log.warning("adaptive_runtime telemetry shutdown at exit: %r", exc)
 
 
 # Registered at import, before any span recorder exists: atexit runs handlers last-in
@@ -407,18 +497,27 @@ class _MadeOnFirstUse(SpanExporter):
 # ---------------------------------------------------------------------------- providers
 
 
-def _install_tracer_provider(resource: Resource, exporter: SpanExporter) -> TracerProvider:
+def _install_tracer_provider(resource: Resource, exporter: SpanExporter,
+                             batch: tuple[int, int, float]) -> TracerProvider:
     if _process.tracer_provider is None:
         switch = SwitchableSpanExporter()
         provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        provider.add_span_processor(BatchSpanProcessor(switch))
+        queue_size, batch_size, delay_s = batch
+        processor = BoundedSpanProcessor(switch, max_queue_size=queue_size,
+                                         max_export_batch_size=batch_size,
+                                         schedule_delay_s=delay_s,
+                                         is_runtime_span=is_runtime_span)
+        provider.add_span_processor(processor)
         trace.set_tracer_provider(provider)
         _process.tracer_provider, _process.span_switch = provider, switch
+        _process.span_processor = processor
         _process.resource = resource
+        use_processor(processor)
     else:
         _warn_if_changed("the resource (service name)", _process.resource, resource)
-    assert _process.span_switch is not None
+    assert _process.span_switch is not None and _process.span_processor is not None
     _process.span_switch.switch(exporter)
+    _process.span_processor.reopen()
     return _process.tracer_provider
 
 

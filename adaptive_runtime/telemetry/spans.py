@@ -45,13 +45,15 @@ from opentelemetry.trace import Status, StatusCode
 
 from ..backend import Backend
 from ..distributed import rank_attributes
+from .deadline import exit_deadline, remaining
 from .switching import export_cost_us_per_span
 
 if TYPE_CHECKING:
     from .._dispatch import CallRecord
     from ..gating import HotPathTransition
 
-__all__ = ["DEFAULT_CAPACITY", "SpanRecorder", "flush_all"]
+__all__ = ["DEFAULT_CAPACITY", "SpanRecorder", "flush_all", "is_runtime_span",
+           "recorder_counts"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +64,43 @@ EVIDENCE_KEYS = 4096
 # Decisions (Reason values) that weigh measured arms against each other: their select spans
 # link the evidence.
 _LINKED = frozenset({"exploit", "drift", "fallback"})
+# Spans a queued record becomes: a call's select and execute; a step's or a hot-path change's one.
+_SPANS_PER_ITEM = {"call": 2, "step": 1, "hot": 1}
+
+
+class _ProcessCounts:
+    """Every recorder's spans, process-wide, counted where they are admitted, made or lost
+    (``itertools.count``: its ``next()`` is atomic, no lock on the loop's side)."""
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()  # call records queued or dropped at the buffer
+        self.singles = itertools.count()  # step and hot-path records, likewise
+        self.made = itertools.count()  # spans made that the SDK records (sent on to export)
+        # spans lost before export: buffer full, telemetry shut down first, the SDK raised
+        # making them, or the SDK did not record them (an unsampled parent, no SDK provider)
+        self.lost = {reason: itertools.count()
+                     for reason in ("buffer_full", "shutdown", "error", "not_recorded")}
+
+    def lose(self, reason: str, spans: int) -> None:
+        counter = self.lost[reason]
+        for _ in range(spans):
+            next(counter)
+
+
+_counts = _ProcessCounts()
+
+
+def recorder_counts() -> dict[str, int]:
+    """The runtimes' spans in this process: ``admitted`` (by the trace gates; every one
+    queued or dropped as the buffer was full), ``made`` (handed to the tracer provider),
+    ``pending`` (queued, not made yet) and the losses before export by reason."""
+    pending = 0
+    for recorder in list(_recorders):
+        if recorder._pid == os.getpid():
+            pending += sum(_SPANS_PER_ITEM[item[0]] for item in list(recorder._buffer))
+    return {"admitted": 2 * _issued(_counts.calls) + _issued(_counts.singles),
+            "made": _issued(_counts.made), "pending": pending,
+            **{reason: _issued(counter) for reason, counter in _counts.lost.items()}}
 
 
 class SpanRecorder:
@@ -99,6 +138,7 @@ class SpanRecorder:
         self._spans = itertools.count()
         self._errors = itertools.count()
         self._logged_error = False
+        self._item_spans = 0  # spans made of the record being turned into spans (worker)
         self._wake = threading.Event()
         self._parked = False  # the worker sleeps until woken (see _park)
         self._idle = threading.Event()
@@ -120,24 +160,29 @@ class SpanRecorder:
 
     def submit(self, record: CallRecord) -> None:
         """Queue one timed call's spans (called right after the call, in its thread)."""
+        next(_counts.calls)
         self._enqueue(("call", record, otel_context.get_current()))
 
     def submit_step(self, step: StepRecord) -> None:
         """Queue a training step's span (see ``steps``): made later with the span id its
         children were recorded under."""
+        next(_counts.singles)
         self._enqueue(("step", step))
 
     def submit_transition(self, transition: HotPathTransition) -> None:
         """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it."""
+        next(_counts.singles)
         self._enqueue(("hot", transition, otel_context.get_current(), self._timer()))
 
     def _enqueue(self, item: tuple[Any, ...]) -> None:
         if self._stop:
             next(self._dropped)
+            _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
             return
         buffer = self._buffer
         if len(buffer) >= self.capacity:
             next(self._dropped)  # full: drop and count, never block the loop
+            _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
             return
         # Look again under a lock: look-then-append is not atomic, and producers on other
         # threads overtaking each other between the two took the buffer past its bound (by
@@ -147,6 +192,7 @@ class SpanRecorder:
         with self._append_lock:
             if len(buffer) >= self.capacity:
                 next(self._dropped)
+                _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
                 return
             buffer.append(item)
         if self._thread is None:  # first use, or a forked child (see _after_fork)
@@ -219,9 +265,11 @@ class SpanRecorder:
         while True:
             if not self._buffer and not self._stop:
                 self._park()
-            # let a batch gather (a flush, a half-full buffer or shutdown cut this short)
-            self._wake.wait(self._flush_interval_s)
-            self._wake.clear()
+            if not self._stop:
+                # let a batch gather (a flush, a half-full buffer or shutdown cut this short;
+                # not after shutdown woke the parked worker: it would wait the whole interval)
+                self._wake.wait(self._flush_interval_s)
+                self._wake.clear()
             calls = self._drain()
             if calls:
                 now = time.thread_time_ns()
@@ -254,7 +302,11 @@ class SpanRecorder:
         self._rank_attrs = {**rank_attributes(), **self._process_attrs}
         try:
             while buffer:
-                item = buffer.popleft()
+                try:
+                    item = buffer.popleft()
+                except IndexError:  # (shutdown() gave up on the rest meanwhile)
+                    break
+                self._item_spans = 0
                 try:
                     if item[0] == "call":
                         calls += 1
@@ -265,6 +317,7 @@ class SpanRecorder:
                     else:
                         self._make_hot_path_span(tracer, item[1], item[2], item[3])
                 except Exception as exc:  # observability never breaks the caller
+                    _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
                     self._error(exc)
         finally:
             self._idle.set()
@@ -325,7 +378,9 @@ class SpanRecorder:
         select = tracer.start_span(f"adaptive.select {operation}", context=ctx,
                                    attributes=select_attrs, start_time=select_start,
                                    links=links)
+        recording = select.is_recording()
         select.end(end_time=select_end)
+        self._ended(recording)
 
         parent = trace.get_current_span(ctx).get_span_context()
         exec_ctx = ctx if parent.is_valid else trace.set_span_in_context(select, ctx)
@@ -344,11 +399,11 @@ class SpanRecorder:
         if record.error is not None:
             execute.set_status(Status(StatusCode.ERROR, f"{type(record.error).__name__}: "
                                                         f"{record.error}"))
+        recording = execute.is_recording()
         execute.end(end_time=max(record.end_ns + offset, record.start_ns + offset))
+        self._ended(recording)
         if record.error is None:
             self._remember(key, record.backend, execute.get_span_context())
-        next(self._spans)
-        next(self._spans)
         if self._on_materialized is not None:
             self._on_materialized(record)
 
@@ -384,8 +439,9 @@ class SpanRecorder:
             span.record_exception(step.error, timestamp=step.end_ns + offset)
             span.set_status(Status(StatusCode.ERROR, f"{type(step.error).__name__}: "
                                                      f"{step.error}"))
+        recording = span.is_recording()
         span.end(end_time=max(step.end_ns, step.start_ns) + offset)
-        next(self._spans)
+        self._ended(recording)
 
     def _make_hot_path_span(self, tracer: trace.Tracer, transition: HotPathTransition,
                             ctx: otel_context.Context, at_ns: int) -> None:
@@ -399,8 +455,18 @@ class SpanRecorder:
                 "adaptive.hot_path.suppressed_selections": transition.suppressed,
                 **self._rank_attrs,
             })
+        recording = span.is_recording()
         span.end(end_time=when)
+        self._ended(recording)
+
+    def _ended(self, recording: bool) -> None:
+        """Count one span made (``recording``: the SDK recorded it and passed it on)."""
+        self._item_spans += 1
         next(self._spans)
+        if recording:
+            next(_counts.made)
+        else:
+            _counts.lose("not_recorded", 1)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -421,13 +487,27 @@ class SpanRecorder:
         return True
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Flush, stop the worker; later submissions are dropped (and counted)."""
+        """Flush, stop the worker; later submissions are dropped (and counted). Returns
+        within about ``timeout_s``: what is still queued then is given up on, counted as
+        dropped (``shutdown``), and ``False`` is returned."""
+        deadline = time.monotonic() + timeout_s
         flushed = self.flush(timeout_s)
         self._stop = True
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        if self._pid == os.getpid():
+            # (the worker may still be draining: each record is popped by one thread only)
+            buffer = self._buffer
+            while True:
+                try:
+                    item = buffer.popleft()
+                except IndexError:
+                    break
+                flushed = False
+                next(self._dropped)
+                _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
         return flushed
 
 
@@ -436,6 +516,7 @@ def _issued(counter: itertools.count) -> int:
 
 
 STEPS_INSTRUMENTATION_NAME = "adaptive_runtime.steps"
+_OUR_SCOPES = frozenset({INSTRUMENTATION_NAME, STEPS_INSTRUMENTATION_NAME})
 
 
 class StepRecord(NamedTuple):
@@ -487,9 +568,16 @@ def _track(recorder: SpanRecorder) -> None:
     def flush_at_exit() -> None:
         live = ref()
         if live is not None:
-            live.flush(timeout_s=5.0)
+            # (within the exit's one telemetry deadline, shared with the providers' shutdown)
+            live.flush(timeout_s=remaining(exit_deadline()))
 
     atexit.register(flush_at_exit)
+
+
+def is_runtime_span(span: Any) -> bool:
+    """Whether a runtime's recorder made ``span`` (its instrumentation scope is ours)."""
+    scope = getattr(span, "instrumentation_scope", None)
+    return scope is not None and scope.name in _OUR_SCOPES
 
 
 def flush_all(timeout_s: float) -> bool:

@@ -27,7 +27,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from .._forks import renew_after_fork
 
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
-           "note_http_status", "quiet_repeated_exporter_logs", "spans_lost_in_export"]
+           "metric_export_counts", "note_http_status", "quiet_repeated_exporter_logs",
+           "spans_lost_in_export"]
 
 _log = logging.getLogger(__name__)
 # The line saying metric export is off goes through a logger without the one-per-outage
@@ -108,6 +109,13 @@ class _OnePerOutage(logging.Filter):
 _outage = _OnePerOutage()
 _log.addFilter(_outage)
 _lost = itertools.count()  # spans an export failed to deliver
+_metric_exports = itertools.count()  # metric exports attempted (to a target)
+_metric_failed = itertools.count()  # ... of which failed
+
+
+def metric_export_counts() -> tuple[int, int]:
+    """``(attempted, failed)``: metric exports configure()'s exporter made in this process."""
+    return int(repr(_metric_exports)[6:-1]), int(repr(_metric_failed)[6:-1])
 
 
 def spans_lost_in_export() -> int:
@@ -255,6 +263,7 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
         if target is None:
             return MetricExportResult.SUCCESS
         _scope.active, _scope.http_status, _scope.unimplemented = True, None, False
+        next(_metric_exports)
         try:
             result = target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:  # (counters are cumulative: the next export catches up)
@@ -265,8 +274,11 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
         status = _scope.http_status
         if result is not MetricExportResult.SUCCESS and (
                 _scope.unimplemented or status in _HTTP_NOT_ACCEPTED):
+            # (not a failure to count: there is no metrics service, and the warning says so)
             self._turn_off(target, f"HTTP {status}" if status in _HTTP_NOT_ACCEPTED
                            else "UNIMPLEMENTED")
+        elif result is not MetricExportResult.SUCCESS:
+            next(_metric_failed)
         return result
 
     def _turn_off(self, target: MetricExporter, reason: str) -> None:

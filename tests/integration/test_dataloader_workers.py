@@ -34,7 +34,7 @@ ITEMS = 12
 SPAN_WORKER = "adaptive-runtime-spans"
 HISTORY_SAVER = "adaptive-runtime-history-save"
 METRIC_READER = "OtelPeriodicExportingMetricReader"
-SPAN_PROCESSOR = "OtelBatchSpanRecordProcessor"
+SPAN_PROCESSOR = "adaptive-runtime-export"  # configure()'s export processor
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys, threading

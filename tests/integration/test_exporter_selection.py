@@ -142,9 +142,10 @@ def test_a_traces_only_endpoint_does_not_silence_a_later_span_outage(
     assert ran.result["lost"] > 0, ran
     assert receiver.spans(), "no span reached the receiver before it stopped"
     lines = ran.stderr.splitlines()
-    assert len(lines) == 2, ran
+    assert len(lines) == 3, ran
     assert "does not accept OTLP metrics" in lines[0], ran
     assert "traces" in lines[1] and "UNAVAILABLE" in lines[1], ran
+    assert "telemetry shutdown after" in lines[2] and "spans" in lines[2], ran  # at exit
 
 
 # ---------------------------------------------------------------------------- choosing exporters

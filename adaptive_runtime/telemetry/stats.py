@@ -1,0 +1,101 @@
+"""``ar.telemetry.stats()``: where every admitted span went, and the metric exports.
+
+Counted where each thing happens (the trace gates' admissions as records are queued, the
+export queue's drops as spans arrive, exports as they answer), never derived by subtraction,
+so the identity
+
+    spans_admitted == spans_exported + spans_dropped + spans_pending + spans_elsewhere
+
+is a check, exact whenever nothing is in motion (after a flush or shutdown; while spans are
+being made or exported, a reading can catch one between two counters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .export import BoundedSpanProcessor
+from .spans import recorder_counts
+from .switching import metric_export_counts, spans_lost_in_export
+
+__all__ = ["TelemetryStats", "export_losses", "stats"]
+
+_processor: BoundedSpanProcessor | None = None
+
+
+def use_processor(processor: BoundedSpanProcessor | None) -> None:
+    """The export processor of configure()'s tracer provider (its counts are reported)."""
+    global _processor
+    _processor = processor
+
+
+@dataclass(frozen=True)
+class TelemetryStats:
+    """Spans and metric exports of this process since it started.
+
+    - ``spans_admitted``: spans the runtimes' trace gates admitted, plus the application's own
+      spans ended on the tracer provider ``configure()`` installed;
+    - ``spans_exported``: acknowledged by the collector (or written, for the files);
+    - ``spans_dropped``: lost, by reason in ``dropped``: ``buffer_full`` (a runtime's span
+      buffer), ``queue_full`` (the export queue, while the collector was slow or down),
+      ``export_failed`` (the exporter gave up after its retries), ``shutdown`` (not sent when
+      the shutdown deadline passed, or admitted after shutdown), ``error`` (the SDK raised
+      making it), ``not_recorded`` (the SDK did not record it: an unsampled parent span);
+    - ``spans_pending``: in a buffer, in the export queue, or in an export now;
+    - ``spans_elsewhere``: handed to a tracer provider ``configure()`` did not install (the
+      application's own): what happens to them there is that provider's business;
+    - ``metric_exports`` / ``metric_exports_failed``: periodic and final metric exports.
+    """
+
+    spans_admitted: int
+    spans_exported: int
+    spans_dropped: int
+    spans_pending: int
+    spans_elsewhere: int
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    metric_exports: int = 0
+    metric_exports_failed: int = 0
+
+    @property
+    def balanced(self) -> bool:
+        """Whether every admitted span is accounted for (see the module docstring)."""
+        return self.spans_admitted == (self.spans_exported + self.spans_dropped
+                                       + self.spans_pending + self.spans_elsewhere)
+
+
+def stats() -> TelemetryStats:
+    """Count of every span admitted in this process, where it went, and metric exports."""
+    recorded = recorder_counts()
+    processor = _processor
+    exported = {"received": 0, "received_runtime": 0, "exported": 0, "pending": 0,
+                "queue_full": 0, "export_failed": 0, "shutdown": 0}
+    if processor is not None:
+        exported = processor.counts()
+    dropped = {
+        "buffer_full": recorded["buffer_full"],
+        "queue_full": exported["queue_full"],
+        "export_failed": exported["export_failed"],
+        "shutdown": recorded["shutdown"] + exported["shutdown"],
+        "error": recorded["error"],
+        "not_recorded": recorded["not_recorded"],
+    }
+    application = exported["received"] - exported["received_runtime"]
+    attempted, failed = metric_export_counts()
+    return TelemetryStats(
+        spans_admitted=recorded["admitted"] + application,
+        spans_exported=exported["exported"],
+        spans_dropped=sum(dropped.values()),
+        spans_pending=recorded["pending"] + exported["pending"],
+        spans_elsewhere=max(recorded["made"] - exported["received_runtime"], 0),
+        dropped=dropped, metric_exports=attempted, metric_exports_failed=failed)
+
+
+def export_losses() -> dict[str, int]:
+    """Spans lost past the runtimes' buffers, process-wide, by reason, for the
+    ``adaptive.span.suppressed`` metric: ``export_failed`` (configure()'s exporter gave up),
+    ``queue_full`` and ``shutdown`` (its export queue)."""
+    processor = _processor
+    counts = processor.counts() if processor is not None else {}
+    return {"export_failed": spans_lost_in_export(),
+            "queue_full": counts.get("queue_full", 0), "shutdown": counts.get("shutdown", 0)}
