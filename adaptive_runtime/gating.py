@@ -62,7 +62,7 @@ class OperationRate:
             self.suppressed += calls  # nothing of a hot operation is traced
         gap = now_s - self.last_call_s
         self.last_call_s = now_s
-        if gap >= self.detector.window_s:
+        if gap > self.detector.window_s:
             # Nothing was counted for a whole window: what the window holds is older than one
             # window, and these calls (a batch: the fast calls since the key's previous timed
             # call) were spread over the gap; their rate over it is the most recent rate.
@@ -79,7 +79,7 @@ class OperationRate:
         averaged over the silence would keep a quiet operation hot for several windows).
         """
         window_s = self.detector.window_s
-        if now_s - self.last_call_s >= window_s:
+        if now_s - self.last_call_s > window_s:
             return self._close(now_s, 0.0)
         elapsed = now_s - self.window_start
         if elapsed < window_s:
