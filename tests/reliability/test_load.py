@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otlp_receiver import OtlpReceiver
 
@@ -204,11 +204,24 @@ class _WatchedBuffer(deque):  # type: ignore[type-arg]
             self.longest = n
 
 
+class _SlowUntilReleased(SpanProcessor):
+    """Makes each span cost the worker 2 ms until released: the producers outrun it on any
+    machine, however loaded (a fast worker on an idle core could otherwise keep up)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self.released.is_set():
+            self.released.wait(0.002)
+
+
 def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
         frequent_thread_switches: None, reliability: Any) -> None:
     # Every call timed (max_measure_period=1) and its spans admitted (no budget, never hot):
     # 8 threads hand over records far faster than one worker makes spans of them (~100 us a
-    # call in the SDK), and the receiver answers each export only after 0.2 s.
+    # call in the SDK, here held at 2 ms a span until the producers are done), and the
+    # receiver answers each export only after 0.2 s.
     config = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
                               hot_path_calls_per_sec=1e12, spans_per_sec=1e12,
                               spans_per_sec_per_key=1e12, trace_cpu_share=math.inf)
@@ -219,6 +232,8 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
     with OtlpReceiver(delay_s=0.2) as receiver:
         provider = TracerProvider(resource=Resource.create({"service.name": "test-load"}),
                                   shutdown_on_exit=False)
+        slow = _SlowUntilReleased()
+        provider.add_span_processor(slow)
         provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True, timeout=5)))
         try:
@@ -234,6 +249,7 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
                     run("touch", x)
 
             errors, wall_s = _run_threads(work, THREADS, JOIN_DEADLINE_S)
+            slow.released.set()
             assert errors == []
             assert rt.flush_telemetry(60.0), "the span worker did not drain in 60 s"
             counts = rt.trace_counts()
@@ -244,8 +260,8 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
         finally:
             rt._telemetry_off(timeout_s=10.0)
             provider.shutdown()
-    reliability.record(load=f"{THREADS} threads, every call's spans admitted, receiver 0.2 s "
-                            "an export",
+    reliability.record(load=f"{THREADS} threads, every call's spans admitted, span worker "
+                            "held at 2 ms a span, receiver 0.2 s an export",
                        calls_admitted=admitted, span_buffer_bound=bound,
                        span_buffer_max_len=watched.longest, calls_made_into_spans=made,
                        calls_dropped=dropped, wall_s=round(wall_s, 1))
