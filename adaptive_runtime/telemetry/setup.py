@@ -669,6 +669,14 @@ def _remake_span_exporter(choice: str | None, endpoint: str | None, protocol: st
     return _span_exporter(choice, endpoint, protocol, headers, folder, env)[0]
 
 
+# gRPC waits up to 120 s (growing with each failure) before it dials a collector that went
+# away again: a collector back after a restart would see nothing for minutes, every export
+# in between failing unsent. Dial again within 2 s instead.
+GRPC_RECONNECT: Any = (("grpc.initial_reconnect_backoff_ms", 250),
+                       ("grpc.min_reconnect_backoff_ms", 250),
+                       ("grpc.max_reconnect_backoff_ms", 2000))
+
+
 def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
                    headers: dict[str, str] | None, folder: str,
                    env: Any) -> tuple[SpanExporter, str]:
@@ -687,7 +695,7 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
         )
 
         return GrpcSpanExporter(endpoint=url, insecure=url.startswith("http://"),
-                                headers=headers), url
+                                headers=headers, channel_options=GRPC_RECONNECT), url
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
@@ -717,7 +725,7 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
         )
 
         return GrpcMetricExporter(endpoint=url, insecure=url.startswith("http://"),
-                                  headers=headers), url
+                                  headers=headers, channel_options=GRPC_RECONNECT), url
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
         OTLPMetricExporter as HttpMetricExporter,
     )

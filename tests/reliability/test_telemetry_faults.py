@@ -26,12 +26,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from otlp_receiver import OtlpReceiver
+
+from adaptive_runtime.telemetry.setup import GRPC_RECONNECT
 
 CALLS_PER_PHASE = 300
 
@@ -162,6 +165,10 @@ def _flapping(receiver: OtlpReceiver, phase: int) -> None:
         receiver.stop()
     else:
         receiver.start()  # the same ports again
+        # A gRPC channel that failed dials again only after its reconnect back-off, which the
+        # runtime caps at 2 s (setup.GRPC_RECONNECT; gRPC's own default grows to 120 s): from
+        # then on the collector is up as the program sees it.
+        time.sleep(max(ms for _, ms in GRPC_RECONNECT) / 1000 + 0.5)
 
 
 FAULTS = {"down": (_down, 2), "killed": (_killed, 2), "slow": (_slow, 2),
