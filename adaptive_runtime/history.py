@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .backend import Backend
 from .keys import reference_size
@@ -48,6 +49,13 @@ MAX_HISTORY_FILE_BYTES = 64 * 1024 * 1024
 # A number in a history file has at most this many characters: counts are int64 (19 digits
 # and a sign). A longer one is corrupt or hostile, refused before it becomes an int.
 _MAX_INT_CHARS = 20
+# A history file nests three levels (document, records, record). One nested deeper than this is
+# refused before ``json`` parses it: ``json`` recurses per level, and deep recursion in the
+# caller's thread is what a hostile file must never cause.
+_MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _MAX_COUNT = 2**63 - 1
 # Latencies above this (about 31 years) are not measurements; the bound keeps the arithmetic
 # of a merge (squared differences, products with counts) finite.
@@ -864,6 +872,13 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return obj
 
 
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text``, found without recursing:
+    strings blanked, everything but brackets dropped, then a running sum (all in C loops)."""
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub('""', text))
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
 def _parse_json(path: str, raw: bytes) -> object:
     try:
         text = raw.decode("utf-8")
@@ -871,6 +886,10 @@ def _parse_json(path: str, raw: bytes) -> object:
         raise ValueError(f"history file {path!r} is not UTF-8 text (byte "
                          f"{raw[exc.start]:#04x} at offset {exc.start}): corrupt, or not a "
                          "history file") from None
+    if _nesting_depth(text) > _MAX_JSON_DEPTH:
+        raise ValueError(f"history file {path!r} nests JSON arrays or objects too deeply "
+                         f"(more than {_MAX_JSON_DEPTH} levels: corrupt, or not a history "
+                         "file)")
     try:
         return json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_keys)
     except _Refused as exc:
