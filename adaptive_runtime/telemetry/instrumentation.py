@@ -19,8 +19,8 @@ from opentelemetry import metrics, trace
 
 from .._forks import after_fork_in_child
 
-__all__ = ["Instrumentable", "activate", "deactivate", "is_active", "records_spans",
-           "register"]
+__all__ = ["Instrumentable", "activate", "app_has_sdk_provider", "deactivate", "is_active",
+           "records_metrics", "records_spans", "register"]
 
 
 class Instrumentable(Protocol):
@@ -51,6 +51,19 @@ def app_has_sdk_provider() -> bool:
     """Whether the global tracer provider is a real SDK one set by the application."""
     provider = trace.get_tracer_provider()
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def records_metrics(provider: metrics.MeterProvider) -> bool:
+    """Whether ``provider`` is a real meter provider: neither the API's no-op one nor the
+    stand-in the API hands out until an application sets one.
+
+    Told from public surface only (no ``opentelemetry.metrics._internal`` type): the
+    specification requires a real provider to offer ``force_flush`` and ``shutdown`` (the SDK's
+    does), and the API's two placeholders offer neither.
+    """
+    return (not isinstance(provider, metrics.NoOpMeterProvider)
+            and callable(getattr(provider, "force_flush", None))
+            and callable(getattr(provider, "shutdown", None)))
 
 
 def is_active() -> bool:

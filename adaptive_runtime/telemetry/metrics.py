@@ -75,10 +75,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.metrics._internal import _ProxyMeterProvider
 
 from .._forks import after_fork_in_child, renew_after_fork
 from ..keys import reference_size
+from .instrumentation import records_metrics
 from .stats import export_losses
 
 if TYPE_CHECKING:
@@ -685,7 +685,7 @@ def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:
             # instruments, callbacks included, to the SDK provider the application sets later
             # (a second hub on that provider would find its instruments taken). One built on a
             # real provider is rebuilt only if the global provider was replaced since.
-            if _global is None or (not isinstance(_global[0], _ProxyMeterProvider)
+            if _global is None or (records_metrics(_global[0])
                                    and _global[0] is not current):
                 _global = (current, _Hub(current.get_meter(METER_NAME)))
             return _global[1]

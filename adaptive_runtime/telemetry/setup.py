@@ -753,11 +753,8 @@ def _app_has_tracer_provider() -> bool:
 
 
 def _app_has_meter_provider() -> bool:
-    from opentelemetry.metrics import NoOpMeterProvider
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
-
     provider = metrics.get_meter_provider()
-    return (not isinstance(provider, _ProxyMeterProvider | NoOpMeterProvider)
+    return (instrumentation.records_metrics(provider)
             and provider is not _process.meter_provider)
 
 
