@@ -8,7 +8,7 @@ The JSON is committed (Grafana provisions it from ``deploy/grafana``) and
 runs every panel's PromQL against a real Prometheus scraping a real runtime.
 
 Every panel reads the runtime's own metrics (``adaptive_runtime.telemetry.metrics``; their
-Prometheus names are in the README's metric table) from the data source with uid
+Prometheus names are in docs/telemetry.md's metric table) from the data source with uid
 ``prometheus``. Variables: ``service`` (the Prometheus ``job`` label), ``operation`` and ``arm``;
 each is multi-valued with an "All" of ``.*``.
 """

@@ -288,7 +288,7 @@ def test_a_bad_setting_is_a_config_error_naming_it_and_sets_nothing_up(
 
 
 def test_a_bad_protocol_is_an_error_even_without_an_endpoint(tmp_path: Path) -> None:
-    """DESIGN.md: a bad value is a clear error naming the variable — never silently ignored."""
+    """docs/configuration.md: a bad value is a clear error naming the variable, never ignored."""
     ran = run_script(_CATCH, tmp_path, OTEL_EXPORTER_OTLP_PROTOCOL="carrier-pigeon")
     ran.ok()
     assert ran.result["error"] is not None, (
