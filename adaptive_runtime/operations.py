@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -396,6 +397,10 @@ class DeviceProbe:
     SIMD and SCALAR always run (numpy is a dependency). GPU is available when torch sees a
     CUDA device, else when JAX has a GPU device, else when numba sees a real CUDA device. Tests
     pass ``gpu=True`` to mark the GPU arm available without a device (a test double).
+
+    Probed on first need, not at construction, and cheaply where there is no GPU: without a
+    GPU driver (see ``_gpu_driver_present``) the answer takes milliseconds and no GPU library
+    is imported.
     """
 
     def __init__(self, *, gpu: bool | None = None) -> None:
@@ -430,9 +435,43 @@ def _device_probe(gpu: bool | None) -> DeviceProbe:
     return DeviceProbe(gpu=gpu)
 
 
+def _gpu_driver_present() -> bool:
+    """Whether this machine has a GPU driver any GPU library could use — asked in
+    milliseconds, before a GPU library is imported to ask about devices (importing torch
+    takes ~1 s and ~300 MiB; JAX starts threads): a machine without one has no GPU arm.
+
+    Linux: the CUDA driver library loads (``libcuda.so.1``, also what containers with the
+    NVIDIA toolkit and WSL2 provide), or a ROCm (``/dev/kfd``) or WSL2 GPU (``/dev/dxg``)
+    device exists. Windows: ``nvcuda.dll`` loads. macOS has no CUDA. Elsewhere: unknown, so
+    the libraries are asked. Loading the driver library initialises nothing (no ``cuInit``),
+    so a process that forks afterwards can still use CUDA in its children.
+    """
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("linux"):
+        if os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg"):
+            return True
+        names: tuple[str, ...] = ("libcuda.so.1", "libcuda.so")
+    elif sys.platform == "win32":
+        names = ("nvcuda.dll",)
+    else:
+        return True
+    import ctypes
+
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
 def _probe_gpu() -> bool:
     # Only import a GPU library that is installed, and never let a broken driver crash start-up:
     # a GPU we cannot use is simply not a candidate.
+    if not _gpu_driver_present():
+        return False
     probes: list[tuple[str, Callable[[], bool]]] = [
         ("torch", lambda: bool(__import__("torch").cuda.is_available())),
     ]

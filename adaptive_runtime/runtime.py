@@ -46,12 +46,13 @@ from .operations import (
 )
 from .policy import Decision, Policy, PolicyConfig
 from .telemetry import instrumentation
-from .telemetry.metrics import RuntimeMetrics
-from .telemetry.spans import SpanRecorder
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
+
+    from .telemetry.metrics import RuntimeMetrics
+    from .telemetry.spans import SpanRecorder
 
 __all__ = ["AdaptiveRuntime", "get_runtime"]
 
@@ -213,6 +214,10 @@ class AdaptiveRuntime:
         """
         if tracer_provider is not None or meter_provider is not None:
             self._telemetry_off(timeout_s=5.0)
+        # (imported here: a runtime whose telemetry is never switched on loads neither)
+        from .telemetry.metrics import RuntimeMetrics
+        from .telemetry.spans import SpanRecorder
+
         with self._telemetry_lock:
             if (self.config.tracing and self._spans is None
                     and instrumentation.records_spans(tracer_provider)):

@@ -1,9 +1,21 @@
-"""numba when it is installed, plain Python when it is not."""
+"""numba when it is installed, plain Python when it is not — imported on first use.
+
+Importing numba takes ~0.2 s and ~100 MiB (llvmlite), and a runtime that only selects, or
+runs numpy arms, never needs it. So while numba is not imported yet, :func:`scalar_jit` and
+:func:`simd_jit` return a :class:`LazyKernel`: the first call of any of them (or a look at a
+dispatcher attribute such as ``signatures``) imports numba and makes every lazy kernel made so
+far at once, then rebinds the module globals that named them (and the ``prange`` placeholder)
+to the real dispatchers — so jitted code that calls another kernel compiles against the
+dispatcher, and Python callers call it directly from then on. Once numba is imported (by
+anyone), new kernels are compiled dispatchers straight away, as before.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,18 +26,40 @@ from .._forks import after_fork_in_child
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-try:
-    import numba
+
+def _numba_installed() -> bool:
+    """Whether ``import numba`` would find it (found, not imported). A ``None`` in
+    ``sys.modules`` is how a test (or an application) blocks an import: not installed."""
+    if "numba" in sys.modules:
+        return sys.modules["numba"] is not None
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class _LazyPrange:
+    """``numba.prange`` until numba is imported: rebound to it in the kernels' modules when
+    they are made; called from plain Python (no numba after all), a ``range``."""
+
+    def __call__(self, *args: int) -> range:
+        return range(*args)
+
+    def __repr__(self) -> str:
+        return "prange (numba not imported yet)"
+
+
+numba: Any = sys.modules.get("numba")
+HAVE_NUMBA = _numba_installed()
+if numba is not None:
     from numba import prange
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency; this keeps the package usable
-    numba = None
+elif HAVE_NUMBA:
+    prange = _LazyPrange()  # type: ignore[assignment]
+else:  # pragma: no cover - numba is a dependency; this keeps the package usable
     prange = range  # (the parallel loops then run sequentially, in plain Python)
-    HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "SizeSplitKernel", "compile_count",
-           "launch_parallel_threads", "prange", "scalar_jit", "simd_jit"]
+__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "LazyKernel", "SizeSplitKernel",
+           "compile_count", "launch_parallel_threads", "prange", "scalar_jit", "simd_jit"]
 
 # OpenMP's default wait policy lets a thread team spin for a while after each parallel region.
 # Beside another spinning pool — numpy's OpenBLAS threads spin for ~0.1 s after a BLAS call —
@@ -37,22 +71,142 @@ _launch_lock = threading.Lock()
 _launched = False
 
 
+_make_lock = threading.Lock()
+_pending: list[LazyKernel] = []  # lazy kernels not made yet, in the order they were defined
+
+
 def _renew_lock() -> None:
-    # (a runtime built on another thread may be launching the pool as the process forks:
-    # the child gets its own lock, see adaptive_runtime._forks)
-    global _launch_lock
+    # (a runtime built on another thread may be launching the pool, or a first call making
+    # the kernels, as the process forks: the child gets its own locks, see _forks)
+    global _launch_lock, _make_lock
     _launch_lock = threading.Lock()
+    _make_lock = threading.Lock()
 
 
 after_fork_in_child(_renew_lock)
 
 
+class LazyKernel:
+    """A numba kernel made on first use (see the module docstring): calling it, or reading
+    an attribute only the dispatcher has (``signatures``, ``overloads``, ``py_func``,
+    ``serial``, ...), imports numba and makes it. ``fn`` is the Python function."""
+
+    def __init__(self, fn: Callable[..., Any], make: Callable[[Any, Callable[..., Any]], Any]
+                 ) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self._make = make  # (numba, fn) -> the dispatcher (numba None: fn itself)
+        self.real: Any = None
+        self._count: Callable[[], int] = _none_compiled
+
+    def __call__(self, *args: Any) -> Any:
+        real = self.real
+        if real is None:
+            real = self.materialize()
+        return real(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # (copy, pickle, inspect probing: never a reason to compile)
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)
+
+    def materialize(self) -> Any:
+        """The dispatcher (numba imported and every pending kernel made, if not yet)."""
+        if self.real is None:
+            _make_pending()
+        return self.real
+
+    def compiled(self) -> int:
+        """Specialisations compiled so far (0 before it was made): :func:`compile_count`."""
+        return self._count() if self.real is not None else 0
+
+    def __repr__(self) -> str:
+        state = "made" if self.real is not None else "numba not imported yet"
+        return f"<LazyKernel {self.fn.__qualname__} ({state})>"
+
+
+def _none_compiled() -> int:
+    return 0
+
+
+def _make_pending() -> None:
+    """Import numba and make every pending lazy kernel, then point the names that held them
+    (and ``prange``) at the dispatchers: all at once, so a kernel that calls another compiles
+    against a dispatcher, never a :class:`LazyKernel`."""
+    global numba, prange, HAVE_NUMBA
+    with _make_lock:
+        if not _pending:
+            return
+        try:
+            import numba as imported
+        except ImportError:  # installed but broken: the plain Python loops, as without it
+            imported = None
+            HAVE_NUMBA = False
+        numba = imported
+        new_prange = imported.prange if imported is not None else range
+        made = [(lazy, lazy._make(imported, lazy.fn)) for lazy in _pending]
+        namespaces = {id(lazy.fn.__globals__): lazy.fn.__globals__ for lazy, _ in made}
+        by_id = {id(lazy): real for lazy, real in made}
+        for namespace in namespaces.values():
+            _point_names(namespace, by_id, new_prange)
+        prange = new_prange
+        for lazy, real in made:
+            lazy._count = _counter(real)
+            lazy.real = real  # (last: another thread calls it only once the names point right)
+        _pending.clear()
+
+
+def _point_names(namespace: dict[str, Any], made: dict[int, Any], new_prange: Any) -> None:
+    """Rebind, in a module's globals, each lazy kernel in ``made`` (by id) to what was made
+    of it, and each ``prange`` placeholder to ``new_prange``."""
+    for name, value in list(namespace.items()):
+        if isinstance(value, LazyKernel) and id(value) in made:
+            namespace[name] = made[id(value)]
+        elif isinstance(value, _LazyPrange):
+            namespace[name] = new_prange
+
+
+def _counter(real: Any) -> Callable[[], int]:
+    if isinstance(real, SizeSplitKernel):
+        return real.compiled
+    overloads = getattr(real, "overloads", None)
+    if isinstance(overloads, dict):
+        return lambda: len(overloads)
+    return _none_compiled
+
+
+def _lazy(fn: F, make: Callable[[Any, Callable[..., Any]], Any]) -> F:
+    """``make(numba, fn)`` now if numba is imported already, else a :class:`LazyKernel`."""
+    imported = sys.modules.get("numba")
+    if imported is not None:
+        global numba, prange
+        if _pending:  # numba came in meanwhile: make the earlier ones first (they may be called)
+            _make_pending()
+        numba, prange = imported, imported.prange
+        # (a module that imported the placeholder before numba came: point it at numba's)
+        _point_names(fn.__globals__, {}, imported.prange)
+        return make(imported, fn)  # type: ignore[no-any-return]
+    kernel = LazyKernel(fn, make)
+    with _make_lock:
+        _pending.append(kernel)
+    return kernel  # type: ignore[return-value]
+
+
+def _make_scalar(nb: Any, fn: Callable[..., Any]) -> Any:
+    return fn if nb is None else nb.njit(cache=True)(fn)
+
+
+def _make_simd(nb: Any, fn: Callable[..., Any]) -> Any:
+    return fn if nb is None else SizeSplitKernel(fn)
+
+
 def scalar_jit(fn: F) -> F:
     """Compile ``fn`` as a SCALAR kernel: ``@njit(cache=True)`` — no fastmath, no parallel,
-    so floating-point reductions keep their sequential order. Without numba, ``fn`` itself."""
-    if numba is None:
+    so floating-point reductions keep their sequential order (on first use: see the module
+    docstring). Without numba, ``fn`` itself."""
+    if not HAVE_NUMBA:
         return fn
-    return numba.njit(cache=True)(fn)  # type: ignore[no-any-return]
+    return _lazy(fn, _make_scalar)
 
 
 # Below this many elements (in the largest array argument) a SIMD kernel runs its serial
@@ -67,9 +221,11 @@ class SizeSplitKernel:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         # before a parallel build can load from numba's cache (loading one launches the pool)
+        import numba as nb  # (imported by now: made only where numba is)
+
         launch_parallel_threads()
-        self.serial = numba.njit(cache=True, fastmath=True)(fn)
-        self.parallel = numba.njit(cache=True, fastmath=True, parallel=True)(fn)
+        self.serial = nb.njit(cache=True, fastmath=True)(fn)
+        self.parallel = nb.njit(cache=True, fastmath=True, parallel=True)(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any) -> Any:
@@ -95,7 +251,7 @@ def launch_parallel_threads() -> None:
     defaults. No effect when numba's pool is already running or uses another threading layer.
     """
     global _launched
-    if numba is None or _launched:
+    if _launched or sys.modules.get("numba") is None:
         return
     with _launch_lock:
         if _launched:
@@ -105,7 +261,7 @@ def launch_parallel_threads() -> None:
         if set_here:
             os.environ[_WAIT_POLICY] = "PASSIVE"
         try:
-            numba.get_num_threads()  # (launches the threading layer)
+            sys.modules["numba"].get_num_threads()  # (launches the threading layer)
         except (ValueError, RuntimeError):
             # no threading layer loads here: a parallel build raises when called, and the
             # runtime falls back to another arm then; importing must not fail
@@ -120,16 +276,18 @@ def simd_jit(fn: F) -> F:
     vectorised) and, for inputs of ``PARALLEL_MIN_ELEMENTS`` or more, also ``parallel=True``
     (use ``prange`` for the parallel loop; it is a plain ``range`` in the serial build).
     Without numba, ``fn`` itself."""
-    if numba is None:
+    if not HAVE_NUMBA:
         return fn
-    return SizeSplitKernel(fn)  # type: ignore[return-value]
+    return _lazy(fn, _make_simd)
 
 
 def compile_count(kernel: Any) -> Callable[[], int] | None:
     """How many type signatures ``kernel`` has compiled so far (a call that raised it was
     spent compiling, and the runtime does not learn from it); ``None`` without numba."""
-    if numba is None:
+    if not HAVE_NUMBA:
         return None
+    if isinstance(kernel, LazyKernel):
+        return kernel.compiled
     # ``len(overloads)``, not ``len(signatures)``: the property builds a list, which cost
     # 1.7 us a call warm and ~25 us cold, twice per timed call.
     if isinstance(kernel, SizeSplitKernel):

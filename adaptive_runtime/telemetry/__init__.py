@@ -4,13 +4,39 @@
 endpoint is configured, else OTLP/JSON lines files) and switches every runtime's export on;
 ``shutdown()`` flushes it. An application with its own SDK providers keeps them: runtimes
 export into those as soon as they exist, or on ``instrument(rt)``.
+
+Importing this package loads the OpenTelemetry API only: the SDK, the exporters and
+Prometheus load with ``configure()`` (``setup``), or when a runtime first makes spans for an
+SDK the application set up itself. A program that never configures telemetry pays for none.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .instrumentation import instrument
-from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
-from .spans import SpanRecorder
 from .stats import TelemetryStats, stats
 from .steps import TrainStep, train_step
 
-__all__ = ["DEFAULT_DIRECTORY", "SpanRecorder", "Telemetry", "TelemetryStats", "TrainStep",
-           "configure", "instrument", "shutdown", "stats", "train_step"]
+if TYPE_CHECKING:
+    from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
+
+__all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "TrainStep", "configure",
+           "instrument", "shutdown", "stats", "train_step"]
+
+# names served by ``setup``, which imports the SDK: imported on first use (PEP 562)
+_FROM_SETUP = frozenset({"DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_SETUP:
+        from . import setup
+
+        value = getattr(setup, name)
+        globals()[name] = value  # (later lookups are plain module attributes)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -40,13 +40,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Status, StatusCode
 
 from ..backend import Backend
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
-from .switching import export_cost_us_per_span
 
 if TYPE_CHECKING:
     from .._dispatch import CallRecord
@@ -329,6 +327,9 @@ class SpanRecorder:
         self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
         if self._on_cost is not None:
             try:
+                # (imported here: the exporter side of the SDK loads only once spans are made)
+                from .switching import export_cost_us_per_span
+
                 self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
             except Exception as exc:
                 self._error(exc)
@@ -425,16 +426,17 @@ class SpanRecorder:
         # the step's select/execute spans were recorded as children of exactly that span.
         tracer = self.tracer_provider.get_tracer(STEPS_INSTRUMENTATION_NAME)
         generator = getattr(tracer, "id_generator", None)
-        if generator is not None and not isinstance(generator, _PresetIds):
-            tracer.id_generator = _PRESET_IDS  # type: ignore[attr-defined]
+        preset_ids = _preset_ids()
+        if generator is not None and generator is not preset_ids:
+            tracer.id_generator = preset_ids  # type: ignore[attr-defined]
         offset = self._wall_offset_ns
-        _PRESET_IDS.preset(step.span_context)
+        preset_ids.preset(step.span_context)
         try:
             span = tracer.start_span(step.name, context=step.parent, start_time=step.start_ns
                                      + offset, attributes={**step.attributes,
                                                            **self._rank_attrs})
         finally:
-            _PRESET_IDS.preset(None)
+            preset_ids.preset(None)
         if step.error is not None:
             span.record_exception(step.error, timestamp=step.end_ns + offset)
             span.set_status(Status(StatusCode.ERROR, f"{type(step.error).__name__}: "
@@ -533,26 +535,43 @@ class StepRecord(NamedTuple):
     error: BaseException | None
 
 
-class _PresetIds(IdGenerator):
-    """Ids set per thread before a span is started (the step spans' worker), else random."""
+def _make_preset_ids() -> Any:
+    """The id generator of the step spans' tracer: ids set per thread before a span is started
+    (the step spans' worker), else random. A subclass of the SDK's ``IdGenerator``, defined
+    here, on first use: a step span is made only where an SDK tracer exists, and importing
+    this module must load no SDK."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._random = RandomIdGenerator()
+    class PresetIds(IdGenerator):
+        def __init__(self) -> None:
+            self._local = threading.local()
+            self._random = RandomIdGenerator()
 
-    def preset(self, span_context: trace.SpanContext | None) -> None:
-        self._local.span_context = span_context
+        def preset(self, span_context: trace.SpanContext | None) -> None:
+            self._local.span_context = span_context
 
-    def generate_span_id(self) -> int:
-        preset = getattr(self._local, "span_context", None)
-        return preset.span_id if preset is not None else self._random.generate_span_id()
+        def generate_span_id(self) -> int:
+            preset = getattr(self._local, "span_context", None)
+            return preset.span_id if preset is not None else self._random.generate_span_id()
 
-    def generate_trace_id(self) -> int:
-        preset = getattr(self._local, "span_context", None)
-        return preset.trace_id if preset is not None else self._random.generate_trace_id()
+        def generate_trace_id(self) -> int:
+            preset = getattr(self._local, "span_context", None)
+            return (preset.trace_id if preset is not None
+                    else self._random.generate_trace_id())
+
+    return PresetIds()
 
 
-_PRESET_IDS = _PresetIds()
+_preset: list[Any] = []  # the one PresetIds, made on first use
+_preset_lock = threading.Lock()
+
+
+def _preset_ids() -> Any:
+    if not _preset:
+        with _preset_lock:
+            if not _preset:
+                _preset.append(_make_preset_ids())
+    return _preset[0]
 
 
 _recorders: weakref.WeakSet[SpanRecorder] = weakref.WeakSet()

@@ -12,12 +12,15 @@ being made or exported, a reading can catch one between two counters).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .export import BoundedSpanProcessor
 from .spans import recorder_counts
-from .switching import metric_export_counts, spans_lost_in_export
+
+if TYPE_CHECKING:
+    from .export import BoundedSpanProcessor
 
 __all__ = ["TelemetryStats", "export_losses", "stats"]
 
@@ -81,7 +84,8 @@ def stats() -> TelemetryStats:
         "not_recorded": recorded["not_recorded"],
     }
     application = exported["received"] - exported["received_runtime"]
-    attempted, failed = metric_export_counts()
+    switching = _switching()
+    attempted, failed = switching.metric_export_counts() if switching else (0, 0)
     return TelemetryStats(
         spans_admitted=recorded["admitted"] + application,
         spans_exported=exported["exported"],
@@ -97,5 +101,13 @@ def export_losses() -> dict[str, int]:
     ``queue_full`` and ``shutdown`` (its export queue)."""
     processor = _processor
     counts = processor.counts() if processor is not None else {}
-    return {"export_failed": spans_lost_in_export(),
+    switching = _switching()
+    return {"export_failed": switching.spans_lost_in_export() if switching else 0,
             "queue_full": counts.get("queue_full", 0), "shutdown": counts.get("shutdown", 0)}
+
+
+def _switching() -> Any:
+    """The exporters' counting module, or ``None`` while it is not imported: only
+    ``configure()`` imports it (with the SDK), so until then no export was ever attempted and
+    every count it keeps is 0. Read this way so that ``stats()`` loads no SDK."""
+    return sys.modules.get(__name__.rpartition(".")[0] + ".switching")

@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry import SpanRecorder
+from adaptive_runtime.telemetry.spans import SpanRecorder
 
 Backend = ar.Backend
 SIMD, SCALAR = Backend.SIMD, Backend.SCALAR
