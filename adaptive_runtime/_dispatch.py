@@ -17,12 +17,13 @@ was measured to cost (a third timer read, after the lock).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -64,12 +65,13 @@ from .operations import (
 )
 from .policy import (
     Decision,
+    KeyState,
     Policy,
     Reason,
+    Step,
     best_arm,
     heuristic_order,
     heuristic_preference,
-    plan_steps,
 )
 
 __all__ = ["CallRecord", "Dispatcher", "SelectionKey"]
@@ -88,12 +90,6 @@ _COST_ALPHA = 0.125
 # few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
 # the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
 _SUSPECT_DRIFT = 1.0
-# Smaller size buckets looked at for an arm's floor on a key (see _add_smaller_bucket_floors).
-_FLOOR_LOOKBACK = 8
-# Full policy evaluations of a committed key happen at least every this many decisions; in
-# between the memoised exploit decision is reused (drift, re-checks and failures still act
-# immediately, and a timing of any other arm clears the memo).
-_MEMO_DECISIONS = 16
 # Input signatures (argument shapes and dtypes) per key whose expected result signature is
 # kept for the wrong-shape check (see Dispatcher._check_result); calls of further signatures
 # on the key are not checked.
@@ -141,11 +137,13 @@ class _Entry:
     """
 
     __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
-                 "impl", "impls", "key", "last_ticket", "mask", "next", "plan", "rate", "ticks",
+                 "impl", "impls", "key", "last_ticket", "mask", "next", "rate", "state", "ticks",
                  "timed", "timed_exploits", "timing_cost_us")
 
-    def __init__(self, key: KeyHistory, arms: _Arms, rate: OperationRate) -> None:
+    def __init__(self, key: KeyHistory, state: KeyState, arms: _Arms,
+                 rate: OperationRate) -> None:
         self.key = key
+        self.state = state  # the policy's state of the key
         self.rate = rate
         self.bucket = key.bucket
         self.candidates, self.impls = arms
@@ -164,7 +162,6 @@ class _Entry:
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
-        self.plan: tuple[Decision, ...] = ()  # the exploration plan's next steps
         # what learning from a timed exploit call of this key costs (EWMA of the time from
         # the kernel's end to the lock's release): sets the fast path's timing period.
         # Updated outside the lock: a lost update only delays the estimate.
@@ -242,7 +239,14 @@ class Dispatcher:
         self._config = config
         self._registry = registry
         self._history = history
+        if policy.config.recheck_interval != config.recheck_interval:
+            # (the re-check interval is set on RuntimeConfig; the policy carries it out)
+            policy = Policy(dataclasses.replace(policy.config,
+                                                recheck_interval=config.recheck_interval))
         self._policy = policy
+        # the policy's state of each key: key id -> (the key's history, its state), dropped
+        # with the key (forget); a key made anew gets a new state
+        self._states: dict[tuple[str, int], tuple[KeyHistory, KeyState]] = {}
         self._hot = hot
         self._gate = gate
         self._devices = devices
@@ -272,7 +276,6 @@ class Dispatcher:
         # hot-path transitions seen under the lock, handed to hot_sink outside it
         self._pending_transitions: list[HotPathTransition] = []
         self._forced = config.force_backend
-        self._drift_threshold = policy.config.drift_threshold
         self._min_samples = policy.config.min_samples
         self._enabled = tuple(b for b in Backend if b not in config.disabled_backends)
         # validation mode: calls whose ticket is a multiple of 2**k are re-run on another arm
@@ -466,14 +469,17 @@ class Dispatcher:
             entry = entries.get(bucket)
             if entry is None:
                 key = self._history.key(op.name, bucket)
-                entry = entries[bucket] = _Entry(key, self._arms_of(op, n), self._rates[op.name])
+                state = self._state_of(key)
+                entry = entries[bucket] = _Entry(key, state, self._arms_of(op, n),
+                                                 self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
-                key.floors = _floors(op.name, entry.impls, args)
-                self._add_smaller_bucket_floors(key, entry.candidates)
+                self._policy.set_floors(state, key, entry.candidates,
+                                        _floors(op.name, entry.impls, args), self._history)
             decision = entry.next
             if decision is None:
-                decision = self._decide(entry.key, entry.candidates, self._clock())
+                decision = self._decide(entry.key, entry.state, entry.candidates,
+                                        self._clock())
             return entry, decision
 
     def _settle(self, op: Operation, entry: _Entry, decision: Decision, ticket: int,
@@ -495,41 +501,28 @@ class Dispatcher:
         transition = entry.rate.add(calls, now)
         if transition is not None and self.hot_sink is not None:
             self._pending_transitions.append(transition)
-        key = entry.key
-        if not key.decisions & 15:
+        key, state = entry.key, entry.state
+        if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision is enough
         if duration_us is not None:
-            if decision.reason is _RECHECK:
-                stats = key.arms.get(decision.backend)
-                if stats is not None and stats.epoch_samples >= self._min_samples:
-                    # A regular re-check measures the arm afresh: its estimate dates from when
-                    # it was explored (a burst of load then can leave it far too high for the
-                    # odd re-check timing to bring down), so the re-check's timings replace
-                    # it; an arm timed fewer than min_samples times is re-timed before it may
-                    # take over (see Policy.decide).
-                    stats.start_epoch()
-            self._history.record(key, decision.backend, duration_us, n)
+            self._learn(key, state, decision, duration_us, n)
             if self.duration_sink is not None:
                 self.duration_sink((op.name, decision.backend, duration_us))
-        steps = entry.plan
-        if steps and not key.failures:  # exploration goes on by plan: no need to ask the policy
-            entry.plan = steps[1:]
-            key.decisions += 1
-            entry.next = (steps[0] if self.span_sink is None
-                          else self._policy.explained(steps[0], key, entry.candidates))
-        elif (memo := key.reusable_memo(self._drift_threshold)) is not None:
-            # Committed and nothing due (most timed calls of a converged key): the fast path
-            # already points at the committed arm, timed at the period set with the memo —
-            # more often while the arm looks slower than it was (see _SUSPECT_DRIFT).
-            key.decisions += 1
-            entry.next = memo  # type: ignore[assignment]
-            if entry.mask and key.arms[memo.backend].drift_score > _SUSPECT_DRIFT:
-                self._refresh(entry, key)
+        if self._forced is not None:
+            entry.next = self._policy.forced(state, key, self._forced)
+            self._refresh(entry, key)  # (a forced arm is never committed: a fast path too)
         else:
-            entry.next = nxt = self._decide(key, entry.candidates, now)
-            entry.plan = plan_steps(nxt.plan) if nxt.plan else ()
-            if key.incumbent is not None or entry.mask or self._forced is not None:
-                self._refresh(entry, key)  # (a forced arm is never committed: a fast path too)
+            entry.next, how = self._policy.next(state, key, entry.candidates, now,
+                                                self._history, self.span_sink is not None)
+            if how is Step.DECIDED:
+                self._after_step(key, entry.next)
+                if state.incumbent is not None or entry.mask:
+                    self._refresh(entry, key)
+            elif how is Step.REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
+                # Committed and nothing due (most timed calls of a converged key): the fast
+                # path already points at the committed arm, timed at the period set with the
+                # memo — more often while the arm looks slower than it was (_SUSPECT_DRIFT).
+                self._refresh(entry, key)
         if self.span_sink is None:
             return None
         verdict = self._gate.admit(
@@ -549,15 +542,12 @@ class Dispatcher:
             backend = decision.backend
             errors[backend] = exc
             with self._lock:
-                entry.plan = ()  # the failure changes what is worth exploring
                 stats = key.arm(backend)
                 undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
                 self._history.record_failure(key, backend, self._clock())
-                if key.incumbent is backend:
-                    key.incumbent = None  # re-decide from the remaining arms
-                    stats.disarm_drift_detection()
+                self._policy.observe_failure(entry.state, backend)
                 entry.next = None  # decided before this failure: decide again
-                nxt = self._fallback_after(key, entry.candidates, errors)
+                nxt = self._policy.fallback(key, entry.candidates, errors)
                 if nxt is not None:
                     self._fallbacks[(op.name, backend, nxt)] += 1
                     self._refresh(entry, key)
@@ -717,7 +707,7 @@ class Dispatcher:
             barred = {b: None for b in entry.candidates
                       if b in exclude or b not in entry.impls
                       or (b in key.arms and key.arms[b].quarantined_until_s > now)}
-            return self._fallback_after(key, entry.candidates, barred)  # type: ignore[arg-type]
+            return self._policy.fallback(key, entry.candidates, barred)
 
     @staticmethod
     def _run_aside(entry: _Entry, backend: Backend, args: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -741,13 +731,9 @@ class Dispatcher:
         backend: Backend = error.backend  # type: ignore[assignment]
         key = entry.key
         with self._lock:
-            stats = key.arm(backend)
             self._history.record_failure(key, backend, self._clock())
-            if key.incumbent is backend:
-                key.incumbent = None
-                stats.disarm_drift_detection()
+            self._policy.observe_failure(entry.state, backend)
             entry.next = None
-            entry.plan = ()
             self._refresh(entry, key)
         self._reported_error(error)
 
@@ -790,93 +776,45 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ decisions
 
-    def _decide(self, key: KeyHistory, candidates: tuple[Backend, ...], now: float) -> Decision:
-        """Ask the policy and apply what its answer implies to the key. Caller holds the lock."""
+    def _state_of(self, key: KeyHistory) -> KeyState:
+        """The policy's state of ``key`` (new for a key made anew). Lock held."""
+        found = self._states.get(key.id)
+        if found is None or found[0] is not key:
+            found = self._states[key.id] = (key, KeyState())
+        return found[1]
+
+    def _decide(self, key: KeyHistory, state: KeyState, candidates: tuple[Backend, ...],
+                now: float) -> Decision:
+        """A full decision for ``key``, applied. Caller holds the lock."""
         if self._forced is not None:
-            key.decisions += 1
-            stats = key.arms.get(self._forced)
-            return Decision(self._forced, Reason.FORCED, 1.0,
-                            {self._forced: stats.estimate_us} if stats else {},
-                            stats.samples if stats else 0)
-        if (key.incumbent is None and key.prior is None and not key.prior_rejected
-                and key.decisions - key.epoch_start <= 2 * len(candidates)):
-            # Exploring: the neighbouring buckets' clear winner, if they have one by now, is
-            # timed in full and the other arms once. Looked up at the policy's checkpoints
-            # after the first and second round of timings (later it would save little), not
-            # only when the key is created: a workload creates its keys together, long
-            # before any of them has converged.
-            key.prior = self._history.neighbour_prior(key.operation, key.bucket, candidates)
-            self._add_smaller_bucket_floors(key, candidates)
-        elif key.memo is None and any(b not in key.arms or not key.arms[b].samples
-                                      for b in candidates):
-            # An arm never timed here may wait for the exploration budget: what smaller sizes
-            # found since (at the policy's full evaluations) may make it worth a try now.
-            self._add_smaller_bucket_floors(key, candidates)
-        decision = self._policy.decide(key, candidates, now, self.span_sink is not None)
-        memoised = decision is key.memo and key.decisions < key.memo_until
-        key.decisions += 1
-        reason = decision.reason
-        if reason is _EXPLOIT:
-            if key.incumbent is not decision.backend:
-                key.commit(decision.backend, self._policy.first_recheck(
-                    key, decision.backend, candidates, self._config.recheck_interval))
-            if not memoised:
-                # (an unexplained exploit is one shared object per arm: the memo is renewed
-                # by every full evaluation, not only when the object changes)
-                key.remember(decision, _MEMO_DECISIONS)
-        elif reason is Reason.RECHECK:
-            key.rechecks += 1
-            # the choice held until now: look again later, then later still
-            key.recheck_interval = min(key.recheck_interval * 2,
-                                       self._config.recheck_interval * 64)
-            key.next_recheck = key.decisions + key.recheck_interval
-        elif reason is Reason.DRIFT:
-            slowed = key.incumbent
-            key.start_epoch()
-            # re-measure the arm that slowed in full and the others once: a full exploration
-            # only if one of them now beats it (a machine's stall alarms too, and must not
-            # cost min_samples calls of every slow arm)
-            key.prior = slowed
+            return self._policy.forced(state, key, self._forced)
+        decision = self._policy.step(state, key, candidates, now, self._history,
+                                     self.span_sink is not None)
+        self._after_step(key, decision)
         return decision
 
-    def _add_smaller_bucket_floors(self, key: KeyHistory, candidates: Sequence[Backend]) -> None:
-        """Raise ``key``'s floors to what each arm was measured to take on the nearest smaller
-        size bucket of the same operation. A kernel does not get faster on more elements, so
-        that is what it takes here at least: an arm 50 times slower than ATen on batches of 64
-        is not tried on batches of 512. (One timing there is enough: noise only ever adds
-        time, the floor ratio leaves slack, and every few re-checks look at every arm.)
-        Caller holds the lock."""
-        floors = key.floors
-        find = self._history.find
-        for backend in candidates:
-            for bucket in range(key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0), -1):
-                smaller = find(key.operation, bucket)
-                stats = smaller.arms.get(backend) if smaller is not None else None
-                if stats is None or not stats.epoch_samples or stats.consecutive_failures:
-                    continue
-                if floors is None:
-                    floors = key.floors = {}
-                if stats.mean_us > floors.get(backend, 0.0):
-                    floors[backend] = stats.mean_us
-                break
+    @staticmethod
+    def _after_step(key: KeyHistory, decision: Decision) -> None:
+        """What a full decision asks of the measured history: after a drift alarm, every
+        arm is measured afresh (see Policy.step). Caller holds the lock."""
+        if decision.reason is Reason.DRIFT:
+            key.start_epoch()
 
-    def _fallback_after(self, key: KeyHistory, candidates: Sequence[Backend],
-                        tried: Mapping[Backend, BaseException]) -> Backend | None:
-        """Next arm for a call whose arms in ``tried`` raised: fastest known first."""
-        left = [b for b in candidates if b not in tried]
-        if not left:
-            return None
-
-        def rank(b: Backend) -> tuple[float, int]:
-            stats = key.arms.get(b)
-            est = stats.estimate_us if stats is not None and stats.epoch_samples else math.nan
-            return (est if not math.isnan(est) else math.inf, candidates.index(b))
-
-        return min(left, key=rank)
+    def _learn(self, key: KeyHistory, state: KeyState, decision: Decision,
+               duration_us: float, n: int) -> None:
+        """Learn one timing of a call of ``n`` elements run by ``decision``: into the key's
+        history (replacing the arm's estimate where the policy re-measures it), then into the
+        policy's state. Caller holds the lock."""
+        backend = decision.backend
+        if self._policy.remeasures(key, decision):
+            key.arms[backend].start_epoch()
+        learned_us = self._history.record(key, backend, duration_us, n)
+        self._policy.observe(state, backend, learned_us)
 
     def _refresh(self, entry: _Entry, key: KeyHistory) -> None:
         """Point the key's fast path at its committed arm, timed 1-in-N. Caller holds the lock."""
-        target = self._forced if self._forced is not None else key.incumbent
+        state = entry.state
+        target = self._forced if self._forced is not None else state.incumbent
         stats = key.arms.get(target) if target is not None else None
         if stats is None or not stats.epoch_samples or stats.consecutive_failures:
             entry.mask = 0
@@ -896,7 +834,7 @@ class Dispatcher:
         mask = measure_period(
             stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
             self._config.max_measure_period, slow_call_us=self._config.sampling_threshold_us,
-            suspect=stats.drift_score > _SUSPECT_DRIFT) - 1
+            suspect=target is state.incumbent and state.drift_score > _SUSPECT_DRIFT) - 1
         if mask > self._validate_mask >= 0:  # validation mode: sampled calls take this path
             mask = self._validate_mask
         entry.mask = mask
@@ -971,7 +909,7 @@ class Dispatcher:
             now = self._clock()
             key = self._history.key(operation, bucket)
             transition = self._hot.observe(operation, 1, now)
-            decision = self._decide(key, candidates, now)
+            decision = self._decide(key, self._state_of(key), candidates, now)
             label = self._label(operation)
             self._selections[(label, decision.backend, decision.reason)] += 1
             self._refresh_route(operation, bucket, key)
@@ -999,20 +937,24 @@ class Dispatcher:
                                 stats.samples if stats else 0)
             route = self._routes.get(operation)
             entry = route[1].get(bucket) if route is not None else None
+            state = self._state_of(key) if key is not None else KeyState()
             if entry is not None and key is not None and entry.key is key:
                 fast_next = entry.mask and _issued(entry.ticks) & entry.mask
                 pending = None if fast_next else entry.next
                 if pending is not None:
-                    return self._policy.explained(pending, key, entry.candidates)
-            decision = self._policy.decide(key, candidates, self._clock())
+                    return self._policy.explained(pending, state, key, entry.candidates)
+            decision = self._policy.decide(state, key, candidates, self._clock())
             # (the key's memoised exploit may have been made without explanation)
-            return self._policy.explained(decision, key, candidates) if key else decision
+            if key is None:
+                return decision
+            return self._policy.explained(decision, state, key, candidates)
 
     def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
         bucket = size_bucket(n)
         with self._lock:
             key = self._history.key(operation, bucket)
-            self._history.record(key, backend, duration_us, n)
+            learned = self._history.record(key, backend, duration_us, n)
+            self._policy.observe(self._state_of(key), backend, learned)
             self._refresh_route(operation, bucket, key)
 
     def best(self, operation: str, n: int) -> Backend | None:
@@ -1036,7 +978,7 @@ class Dispatcher:
         if route is not None and bucket in route[1]:
             entry = route[1][bucket]
             entry.next = None  # decide afresh from what was just learned or selected
-            entry.plan = ()
+            self._policy.drop_plan(entry.state)
             self._refresh(entry, key)
 
     # ------------------------------------------------------------------ routes and counts
@@ -1075,7 +1017,9 @@ class Dispatcher:
                 entries.clear()
 
     def forget(self, operation: str, bucket: int) -> None:
-        """History dropped this key (LRU or reset): drop its fast-path entry. Lock held."""
+        """History dropped this key (LRU or reset): drop its fast-path entry and the
+        policy's state of it. Lock held."""
+        self._states.pop((operation, bucket), None)
         route = self._routes.get(operation)
         if route is not None:
             entry = route[1].pop(bucket, None)

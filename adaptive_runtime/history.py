@@ -1,12 +1,13 @@
 """Measured history per (operation, size bucket, arm), bounded, mergeable, serialisable.
 
 Per arm: a sample count, a spike-clipped EWMA of latency and its variance, failures and a
-quarantine deadline, the time of the last update, and a Page-Hinkley statistic that grows when
-the arm gets slower than it was when it was committed to. Per key: which arm the policy
-committed to and when it next re-checks the others.
+quarantine deadline, and the time of the last update. Per key: the arms, lifetime counts, and
+how often estimates were merged in from elsewhere. What the policy makes of it (the committed
+arm, the re-check schedule, the drift statistic) is the policy's own state
+(:class:`adaptive_runtime.policy.KeyState`), kept apart.
 
 The store is not thread-safe on its own: the runtime serialises access with its lock. The
-policy reads it and never writes; the runtime applies the policy's decisions here.
+policy reads it and never writes.
 
 History files (:func:`write_history_file`, :func:`read_history_file`) are JSON: a format
 name, the writing process's fingerprint (:mod:`adaptive_runtime.fingerprint`) and one record
@@ -75,14 +76,10 @@ _EWMA_ALPHA = 0.1
 _EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(n+1) is larger
 # A sample is clipped to 1.5x the mean before it enters the EWMA, so one preempted or
 # page-faulting call moves the estimate by at most 5% (alpha 0.1 x 0.5) — the switching
-# margin — and cannot make a near-tie flip. A real slowdown is still seen at once: the drift
-# detector below reads the unclipped timing, and a drift alarm re-measures from scratch.
+# margin — and cannot make a near-tie flip. A real slowdown is still seen at once: the
+# policy's drift detector reads the unclipped timing, and a drift alarm re-measures from
+# scratch.
 _CLIP_RATIO = 1.5
-# Page-Hinkley on the ratio sample/baseline: each sample adds (ratio - 1 - slack), the ratio
-# capped so one huge spike cannot raise an alarm alone. With the default alarm level 4 a 5x
-# slowdown alarms on the 3rd slow sample; isolated spikes decay away at 0.2 per normal sample.
-_PH_SLACK = 0.2
-_PH_RATIO_CAP = 3.0
 # A neighbouring size bucket's winner becomes an exploring key's prior only when it is this
 # many times faster than every other arm there (and every neighbour found agrees): closer arms
 # may cross over within one bucket. A timing here that contradicts the prior still turns it down.
@@ -112,9 +109,6 @@ class ArmStats:
     consecutive_failures: int = 0
     quarantined_until_s: float = -math.inf
     last_update: float = 0.0
-    drift_baseline_us: float = 0.0
-    drift_sum: float = 0.0
-    drift_min: float = 0.0
     warmup_us: tuple[float, ...] = ()
     # after a distributed sync: rank -> (samples, failures) first learned on that rank, as far
     # as this process knows (see HistoryStore.rank_rows); None if never synced
@@ -126,11 +120,6 @@ class ArmStats:
         if self.consecutive_failures:
             return math.inf
         return self.mean_us if self.epoch_samples else math.nan
-
-    @property
-    def drift_score(self) -> float:
-        """Page-Hinkley statistic; 0 unless drift detection is armed for this arm."""
-        return self.drift_sum - self.drift_min
 
     def add_sample(self, duration_us: float, wall_time: float) -> None:
         n = self.epoch_samples
@@ -169,13 +158,6 @@ class ArmStats:
             alpha = 1.0 / (n + 1) if n < _EWMA_WARM_SAMPLES else _EWMA_ALPHA
             self.mean_us = mean + alpha * delta
             self.var_us2 = (1.0 - alpha) * (var + alpha * delta * delta)
-        if self.drift_baseline_us > 0.0:
-            ratio = duration_us / self.drift_baseline_us
-            if ratio > _PH_RATIO_CAP:
-                ratio = _PH_RATIO_CAP
-            self.drift_sum += ratio - 1.0 - _PH_SLACK
-            if self.drift_sum < self.drift_min:
-                self.drift_min = self.drift_sum
         self.samples += 1
         self.epoch_samples = n + 1
         self.consecutive_failures = 0
@@ -188,49 +170,19 @@ class ArmStats:
         self.quarantined_until_s = now_s + min(backoff, _QUARANTINE_MAX_S)
         self.last_update = wall_time
 
-    def arm_drift_detection(self) -> None:
-        """Start watching this arm for a slowdown relative to its current estimate."""
-        self.drift_baseline_us = self.mean_us if self.epoch_samples else 0.0
-        self.drift_sum = self.drift_min = 0.0
-
-    def disarm_drift_detection(self) -> None:
-        self.drift_baseline_us = 0.0
-        self.drift_sum = self.drift_min = 0.0
-
     def start_epoch(self) -> None:
         """Forget the current estimate (keep lifetime counts): the arm is measured afresh."""
         self.epoch_samples = 0
         self.mean_us = math.nan
         self.var_us2 = 0.0
         self.warmup_us = ()
-        self.disarm_drift_detection()
 
 
 class KeyHistory:
-    """History of one (operation, size bucket): its arms and the policy's per-key state."""
+    """Measured history of one (operation, size bucket): its arms and lifetime counts."""
 
-    __slots__ = (
-        "arms",
-        "bucket",
-        "decisions",
-        "epoch",
-        "epoch_start",
-        "failures",
-        "floors",
-        "id",
-        "incumbent",
-        "memo",
-        "memo_until",
-        "next_recheck",
-        "operation",
-        "prior",
-        "prior_rejected",
-        "recheck_interval",
-        "rechecks",
-        "reference_size",
-        "samples",
-        "switches",
-    )
+    __slots__ = ("arms", "bucket", "failures", "id", "merges", "operation", "reference_size",
+                 "samples")
 
     def __init__(self, operation: str, bucket: int) -> None:
         self.operation = operation
@@ -238,47 +190,11 @@ class KeyHistory:
         self.id = (operation, bucket)
         self.reference_size = reference_size(bucket)
         self.arms: dict[Backend, ArmStats] = {}
-        self.incumbent: Backend | None = None
-        self.decisions = 0
-        self.epoch = 0
-        self.epoch_start = 0  # decisions made when the current epoch began
-        self.next_recheck = 0
-        self.recheck_interval = 0
-        self.rechecks = 0
-        self.switches = 0
         self.samples = 0  # timings of all arms, lifetime
         self.failures = 0
-        # the policy's last full exploit Decision, reused until memo_until decisions
-        self.memo: object | None = None
-        self.memo_until = 0
-        # the arm expected to win: the neighbouring size buckets' clear winner (looked up
-        # while the key explores), or the committed arm after a drift alarm; exploration
-        # times it fully and the others once (see Policy.decide)
-        self.prior: Backend | None = None
-        # a timing here contradicted a prior in this epoch: explore in full, look no further
-        self.prior_rejected = False
-        # what each arm with a floor_us (operations.Implementation) takes at least here, from
-        # the key's first call: an arm whose floor is well over another arm's measured time
-        # is not tried (the GPU arm of a host call that its copies alone would lose)
-        self.floors: dict[Backend, float] | None = None
-
-    def reusable_memo(self, drift_threshold: float) -> object | None:
-        """The memoised exploit decision while it still stands — fewer than ``memo_until``
-        decisions made (which is never past the next re-check), the committed arm neither
-        drifting past ``drift_threshold`` nor failing — else ``None``."""
-        memo = self.memo
-        if memo is None or self.decisions >= self.memo_until:
-            return None
-        stats = self.arms[self.incumbent]  # type: ignore[index]  # (a memo implies one)
-        if stats.drift_sum - stats.drift_min > drift_threshold or stats.consecutive_failures:
-            return None
-        return memo
-
-    def remember(self, decision: object, decisions: int) -> None:
-        """Memoise ``decision`` (a full exploit decision) for up to ``decisions`` decisions,
-        never past the next re-check."""
-        self.memo = decision
-        self.memo_until = min(self.decisions + decisions, self.next_recheck)
+        # estimates merged in from elsewhere this many times (HistoryStore.merge): the policy
+        # commits again from the merged numbers
+        self.merges = 0
 
     def arm(self, backend: Backend) -> ArmStats:
         stats = self.arms.get(backend)
@@ -286,25 +202,9 @@ class KeyHistory:
             stats = self.arms[backend] = ArmStats()
         return stats
 
-    def commit(self, backend: Backend, recheck_interval: int) -> None:
-        """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
-        self.prior = None
-        if self.incumbent is not None and self.incumbent is not backend:
-            self.switches += 1
-            self.arm(self.incumbent).disarm_drift_detection()
-        self.incumbent = backend
-        self.memo = None
-        self.arm(backend).arm_drift_detection()
-        self.recheck_interval = recheck_interval
-        self.next_recheck = self.decisions + recheck_interval
-
     def start_epoch(self) -> None:
-        """Re-explore from scratch (after drift): every arm is measured afresh."""
-        self.epoch += 1
-        self.epoch_start = self.decisions
-        self.incumbent = None
-        self.memo = None
-        self.prior_rejected = False
+        """Measure every arm afresh (after the policy's drift alarm): current estimates are
+        forgotten, lifetime counts kept."""
         for stats in self.arms.values():
             stats.start_epoch()
 
@@ -433,9 +333,10 @@ class HistoryStore:
             keys.move_to_end(key.id)
 
     def record(self, key: KeyHistory, backend: Backend, duration_us: float,
-               size: int) -> ArmStats:
+               size: int) -> float:
         """Learn one timing of ``backend`` on ``key`` (from :meth:`key`), of a call of
-        ``size`` elements, rescaled to the key's reference size (see FIXED_CALL_COST_US)."""
+        ``size`` elements, rescaled to the key's reference size (see FIXED_CALL_COST_US);
+        returns the timing as learned (rescaled)."""
         stats = key.arms.get(backend)
         if stats is None:
             stats = key.arms[backend] = ArmStats()
@@ -450,16 +351,13 @@ class HistoryStore:
         self._last_stamp = now
         stats.add_sample(duration_us, now)
         key.samples += 1
-        if backend is not key.incumbent:
-            key.memo = None  # another arm's estimate moved: the next decision is a full one
-        return stats
+        return duration_us
 
     def record_failure(self, key: KeyHistory, backend: Backend, now_s: float) -> ArmStats:
         """Count one failure of ``backend`` on ``key``: quarantined with back-off."""
         stats = key.arm(backend)
         stats.add_failure(now_s, self._stamp())
         key.failures += 1
-        key.memo = None
         return stats
 
     def clear(self) -> None:
@@ -504,8 +402,9 @@ class HistoryStore:
 
     def replace(self, rows: Iterable[tuple[HistoryRecord, Origins]]) -> None:
         """Forget everything and hold exactly ``rows`` (from :func:`combine_rank_rows`): keys
-        in the order given, every arm's numbers as given, no per-key policy state, nothing
-        quarantined, and later timings stamped after the latest ``last_update`` given."""
+        in the order given, every arm's numbers as given (new keys: their policy state starts
+        afresh), nothing quarantined, and later timings stamped after the latest
+        ``last_update`` given."""
         self.clear()
         for r, origins in rows:
             hist = self.key(r.operation, r.size_bucket)
@@ -553,10 +452,8 @@ class HistoryStore:
             stats.last_update = max(stats.last_update, r.last_update)
             if r.last_update > self._last_stamp:
                 self._last_stamp = r.last_update  # (later timings stamp after it: _stamp)
-            # the committed arm may no longer be the best: let the policy commit again
-            if hist.incumbent is not None:
-                hist.arm(hist.incumbent).disarm_drift_detection()
-                hist.incumbent = None
+            # the committed arm may no longer be the best: the policy commits again
+            hist.merges += 1
 
     # persistence -------------------------------------------------------------------------
 

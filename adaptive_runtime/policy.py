@@ -1,8 +1,15 @@
-"""The selection policy: pure. Given a key's history, return a :class:`Decision`.
+"""The selection policy: a state machine per (operation, size bucket).
 
-It reads history and never writes it, so recorded history can be replayed against another
-policy offline. The runtime applies what a decision implies (commit, re-check schedule, new
-epoch after drift).
+The policy owns a :class:`KeyState` per key (the committed arm, the re-check schedule, the
+memo, the prior, the floors, the exploration plan, the drift statistic) and reads the measured
+:class:`~adaptive_runtime.history.ArmStats` of the key's arms, which it never writes: so
+recorded timings can be replayed against another policy configuration offline
+(:mod:`adaptive_runtime.replay`), and tests drive it with fake statistics and a fake clock.
+:meth:`Policy.decide` is pure; the transitions (:meth:`Policy.step`, :meth:`Policy.next`,
+:meth:`Policy.apply`, :meth:`Policy.observe`, :meth:`Policy.observe_failure`) change only the
+state. What touches the measured history is the caller's: after a ``drift`` decision it starts
+a new epoch of the key's estimates (``KeyHistory.start_epoch``), and where
+:meth:`Policy.remeasures` says so, a re-check timing replaces its arm's estimate.
 
 Phases of one key:
 
@@ -29,7 +36,15 @@ Phases of one key:
    that arm in full, the others once (fully when one of them beats it clearly).
 
 A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
-a call re-routed after an arm raised.
+a call re-routed after an arm raised (:meth:`Policy.fallback`), or of one that runs while every
+arm is quarantined.
+
+One short function per phase, each given the configuration and what it reads: cold start
+(:func:`heuristic_decision`), explore (``_explore``, ``_owed_round``, ``_unsure_plan``,
+``_prior_plan``), commit (``_commit``, ``_clearly_better``, ``_commit_to``), exploit
+(``_explained_exploit``, the memo), re-check (``_recheck_target``, ``_before_switch``), drift
+(``_drift``, :meth:`Policy.observe`, ``_start_epoch``) and fallback (``_all_quarantined``,
+:meth:`Policy.fallback`).
 """
 
 from __future__ import annotations
@@ -37,10 +52,10 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .backend import Backend
 from .history import PRIOR_MARGIN, ArmStats, KeyHistory
@@ -48,9 +63,12 @@ from .operations import Kind
 
 __all__ = [
     "Decision",
+    "KeyState",
+    "Neighbours",
     "Policy",
     "PolicyConfig",
     "Reason",
+    "Step",
     "best_arm",
     "explore_decision",
     "heuristic_decision",
@@ -120,6 +138,8 @@ class Decision(NamedTuple):
 # and the reason (``Policy.explained`` fills in the rest when someone asks).
 _UNEXPLAINED_EXPLORE: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}
 _UNEXPLAINED_EXPLOIT = {b: Decision(b, Reason.EXPLOIT) for b in Backend}
+_EXPLOIT = Reason.EXPLOIT
+_RECHECK = Reason.RECHECK
 _HEURISTIC: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}  # no data: nothing to explain
 
 
@@ -157,6 +177,9 @@ class PolicyConfig:
     explore_free_us: float = 1000.0
     explore_share: float = 0.1
     unknown_arm_ratio: float = 3.0
+    # decisions between re-checks of a clear commitment at first (doubling while it holds, up
+    # to 64x); RuntimeConfig.recheck_interval
+    recheck_interval: int = 64
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
@@ -180,262 +203,686 @@ def heuristic_order(kind: Kind, input_size: int,
     return tuple(b for b in heuristic_preference(kind, input_size) if b in candidates)
 
 
+class Neighbours(Protocol):
+    """What the policy reads of other keys (a :class:`~adaptive_runtime.history.HistoryStore`
+    is one): the nearest size buckets' clear winner, and a smaller bucket's history."""
+
+    def neighbour_prior(self, operation: str, bucket: int,
+                        candidates: Sequence[Backend]) -> Backend | None: ...
+
+    def find(self, operation: str, bucket: int) -> KeyHistory | None: ...
+
+
+class Step(enum.Enum):
+    """How :meth:`Policy.next` came to its decision."""
+
+    PLANNED = "planned"  # the next step of the exploration plan of an earlier decision
+    REPEATED = "repeated"  # the memoised exploit decision, still standing
+    DECIDED = "decided"  # a full evaluation (:meth:`Policy.step`)
+
+
+@dataclass(slots=True, eq=False)
+class KeyState:
+    """The policy's own state of one (operation, size bucket), apart from the measured
+    :class:`~adaptive_runtime.history.ArmStats` it reads: the committed arm, the decision
+    count and re-check schedule, the memoised exploit, the prior, the floors, the rest of an
+    exploration plan and the Page-Hinkley drift statistic of the committed arm.
+
+    Only :class:`Policy` changes it (its transitions: :meth:`Policy.step`,
+    :meth:`Policy.next`, :meth:`Policy.observe`, :meth:`Policy.observe_failure`, ...).
+    """
+
+    incumbent: Backend | None = None  # the committed arm
+    decisions: int = 0  # decisions made for the key (timed calls, selections)
+    epoch: int = 0  # estimates measured afresh this many times (after drift alarms)
+    epoch_start: int = 0  # decisions made when the current epoch began
+    next_recheck: int = 0  # the decision count at which the next re-check is due
+    recheck_interval: int = 0  # decisions between re-checks, doubling while the choice holds
+    rechecks: int = 0
+    switches: int = 0  # commitments that replaced another committed arm
+    # the last full exploit decision, reused (Policy.next) until memo_until decisions
+    memo: Decision | None = None
+    memo_until: int = 0
+    # the arm expected to win: the neighbouring size buckets' clear winner (looked up while
+    # the key explores), or the committed arm after a drift alarm; exploration times it fully
+    # and the others once
+    prior: Backend | None = None
+    # a timing here contradicted a prior in this epoch: explore in full, look no further
+    prior_rejected: bool = False
+    # what each arm takes here at least (an implementation's floor_us for the key's first
+    # call, raised to what the arm took on a smaller size bucket): an arm whose floor is well
+    # over another arm's measured time is not tried
+    floors: dict[Backend, float] | None = None
+    # the exploring decisions still to come from the latest full evaluation's plan
+    plan: tuple[Decision, ...] = ()
+    # Page-Hinkley on the committed arm's timings relative to its estimate at commitment
+    # (baseline 0: not watching)
+    drift_baseline_us: float = 0.0
+    drift_sum: float = 0.0
+    drift_min: float = 0.0
+    # the key's merge count (KeyHistory.merges) this state has seen: estimates merged in from
+    # elsewhere end the commitment (the policy commits again from the merged numbers)
+    merges: int = 0
+
+    @property
+    def drift_score(self) -> float:
+        """Page-Hinkley statistic of the committed arm; 0 unless one is watched."""
+        return self.drift_sum - self.drift_min
+
+    @property
+    def phase(self) -> str:
+        """``"explore"`` (nothing committed yet) or ``"exploit"`` (an arm committed to)."""
+        return "explore" if self.incumbent is None else "exploit"
+
+
+class _Round:
+    """What one full evaluation of a key works from (built once per evaluation)."""
+
+    __slots__ = ("best_seen", "confirmed", "key", "min_samples", "state", "usable", "waiting")
+
+    def __init__(self, state: KeyState, key: KeyHistory, usable: Sequence[Backend],
+                 best_seen: float, waiting: bool, min_samples: int) -> None:
+        self.state = state
+        self.key = key
+        self.usable = usable
+        self.best_seen = best_seen
+        self.waiting = waiting  # an arm waits for the exploration budget
+        self.min_samples = min_samples  # timings an arm is owed in this epoch
+        self.confirmed = False  # a prior's plan is done and nothing contradicted it
+
+
 class Policy:
-    """Pure decision function over a key's history (see the module docstring)."""
+    """The selection policy as a state machine over a key's :class:`KeyState` (see the module
+    docstring): :meth:`decide` reads, the transitions write only the state."""
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config or PolicyConfig()
 
-    def decide(self, key: KeyHistory | None, candidates: Sequence[Backend], now_s: float,
-               explain: bool = True) -> Decision:
-        """Choose among ``candidates`` (available arms in heuristic order; never empty).
+    # ------------------------------------------------------------------ transitions
+
+    def next(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+             now_s: float, neighbours: Neighbours | None = None,
+             explain: bool = True) -> tuple[Decision, Step]:
+        """The decision for the key's next timed call, applied: the exploration plan's next
+        step, else the memoised exploit while it stands, else a full :meth:`step` (whose plan
+        the following calls carry out)."""
+        steps = state.plan
+        if steps and not key.failures:  # exploration goes on by plan, without re-deciding
+            state.plan = steps[1:]
+            state.decisions += 1
+            return (self.explained(steps[0], state, key, candidates) if explain
+                    else steps[0]), Step.PLANNED
+        memo = _reusable_memo(state, key, self.config.drift_threshold)
+        if memo is not None:
+            state.decisions += 1
+            return memo, Step.REPEATED
+        decision = self.step(state, key, candidates, now_s, neighbours, explain)
+        state.plan = plan_steps(decision.plan) if decision.plan else ()
+        return decision, Step.DECIDED
+
+    def step(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+             now_s: float, neighbours: Neighbours | None = None,
+             explain: bool = True) -> Decision:
+        """One full evaluation, applied: look at the neighbouring buckets (the prior, the
+        floors), :meth:`decide`, then :meth:`apply`. Where it returns a ``drift`` decision
+        the caller starts a new epoch of the key's estimates (``key.start_epoch()``)."""
+        self._sync(state, key)
+        if neighbours is not None:
+            self._look_around(state, key, candidates, neighbours)
+        decision = self.decide(state, key, candidates, now_s, explain)
+        self.apply(state, key, decision, candidates)
+        return decision
+
+    def apply(self, state: KeyState, key: KeyHistory, decision: Decision,
+              candidates: Sequence[Backend]) -> None:
+        """What ``decision`` (from :meth:`decide` on the same data) implies for the state:
+        count it; an exploit commits (and is memoised); a re-check pushes the next one back;
+        a drift alarm starts a new epoch with the arm that slowed as the prior."""
+        cfg = self.config
+        memoised = decision is state.memo and state.decisions < state.memo_until
+        prior = state.prior
+        if (prior is not None and not key.failures and prior in candidates
+                and _prior_contradicted(key, prior, candidates)):
+            # decide() saw this and explored in full: the prior is wrong here
+            state.prior = None
+            state.prior_rejected = True
+        state.decisions += 1
+        reason = decision.reason
+        if reason is _EXPLOIT:
+            if state.incumbent is not decision.backend:
+                _commit_to(state, key, decision.backend,
+                           self.first_recheck(key, decision.backend, candidates))
+            if not memoised:
+                # (an unexplained exploit is one shared object per arm: the memo is renewed by
+                # every full evaluation, not only when the object changes)
+                state.memo = decision
+                state.memo_until = min(state.decisions + _MEMO_DECISIONS, state.next_recheck)
+        elif reason is Reason.RECHECK:
+            state.rechecks += 1
+            # the choice held until now: look again later, then later still
+            state.recheck_interval = min(state.recheck_interval * 2, cfg.recheck_interval * 64)
+            state.next_recheck = state.decisions + state.recheck_interval
+        elif reason is Reason.DRIFT:
+            # re-measure the arm that slowed in full and the others once: a full exploration
+            # only if one of them now beats it (a machine's stall alarms too, and must not
+            # cost min_samples calls of every slow arm)
+            slowed = state.incumbent
+            _start_epoch(state)
+            state.prior = slowed
+
+    def forced(self, state: KeyState, key: KeyHistory | None, backend: Backend) -> Decision:
+        """The decision when the runtime forces ``backend`` (counted; nothing learned)."""
+        state.decisions += 1
+        stats = key.arms.get(backend) if key is not None else None
+        return Decision(backend, Reason.FORCED, 1.0,
+                        {backend: stats.estimate_us} if stats else {},
+                        stats.samples if stats else 0)
+
+    def observe(self, state: KeyState, backend: Backend, duration_us: float) -> None:
+        """A timing of ``backend`` was learned (as the history learned it: at the key's
+        reference size): the committed arm's drift statistic moves; any other arm's timing
+        ends the memo (the next decision is a full one)."""
+        if backend is not state.incumbent:
+            state.memo = None
+            return
+        baseline = state.drift_baseline_us
+        if baseline > 0.0:
+            # each timing adds (ratio - 1 - slack), the ratio capped so one huge spike cannot
+            # raise an alarm alone: with the default alarm level 4 a 5x slowdown alarms on the
+            # 3rd slow timing; isolated spikes decay away at 0.2 per normal timing
+            ratio = duration_us / baseline
+            if ratio > _PH_RATIO_CAP:
+                ratio = _PH_RATIO_CAP
+            state.drift_sum += ratio - 1.0 - _PH_SLACK
+            if state.drift_sum < state.drift_min:
+                state.drift_min = state.drift_sum
+
+    def observe_failure(self, state: KeyState, backend: Backend) -> None:
+        """``backend`` raised (or answered wrongly): the memo and plan end; a committed arm
+        is committed to no more (the key is re-decided from the remaining arms)."""
+        state.memo = None
+        state.plan = ()  # the failure changes what is worth exploring
+        if state.incumbent is backend:
+            state.incumbent = None
+            _disarm(state)
+
+    def set_floors(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+                   floors: dict[Backend, float] | None,
+                   neighbours: Neighbours | None = None) -> None:
+        """Take ``floors`` (what arms take at least on the key's first call, e.g. the GPU arm's
+        copies of a host call), raised to what the smaller size buckets measured."""
+        state.floors = floors
+        if neighbours is not None:
+            _raise_floors(state, key, candidates, neighbours)
+
+    def drop_plan(self, state: KeyState) -> None:
+        """Forget the exploration plan (a selection or a reported timing came in between:
+        the next call decides afresh)."""
+        state.plan = ()
+
+    def remeasures(self, key: KeyHistory, decision: Decision) -> bool:
+        """Whether the timing of ``decision``'s arm replaces that arm's estimate rather than
+        joining it (the caller starts the arm's epoch: ``ArmStats.start_epoch()``): a regular
+        re-check. Why: the estimate dates from when the arm was explored, and a burst of load
+        then can leave it far too high for the odd re-check timing to bring down. (An arm
+        timed fewer than ``min_samples`` times is re-timed before it may take over.)"""
+        if decision.reason is not _RECHECK:
+            return False
+        stats = key.arms.get(decision.backend)
+        return stats is not None and stats.epoch_samples >= self.config.min_samples
+
+    def _sync(self, state: KeyState, key: KeyHistory) -> None:
+        if state.merges != key.merges:
+            _uncommit(state, key.merges)
+
+    def _look_around(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+                     neighbours: Neighbours) -> None:
+        """Take what the neighbouring buckets know. While the key explores, their clear
+        winner, if they have one by now, becomes its prior: looked up at the checkpoints after
+        the first and second round of timings (later it would save little), not only when
+        the key is created — a workload creates its keys together, long before any of them
+        has converged. Floors from the smaller buckets are raised then too, and whenever an
+        arm never timed here may be waiting for the exploration budget."""
+        if (state.incumbent is None and state.prior is None and not state.prior_rejected
+                and state.decisions - state.epoch_start <= 2 * len(candidates)):
+            state.prior = neighbours.neighbour_prior(key.operation, key.bucket, candidates)
+            _raise_floors(state, key, candidates, neighbours)
+        elif state.memo is None and any(b not in key.arms or not key.arms[b].samples
+                                        for b in candidates):
+            _raise_floors(state, key, candidates, neighbours)
+
+    # ------------------------------------------------------------------ the decision
+
+    def decide(self, state: KeyState, key: KeyHistory | None, candidates: Sequence[Backend],
+               now_s: float, explain: bool = True) -> Decision:
+        """Choose among ``candidates`` (available arms in heuristic order; never empty) from
+        ``state`` and ``key``; changes nothing (:meth:`apply` carries the decision out).
 
         ``explain=False`` leaves ``estimates_us`` empty on exploring decisions, for callers
         that will not show them (building them is a large share of an exploring call).
         """
         if key is None:
-            return heuristic_decision(candidates[0], ())
-        arms = key.arms
-        cfg = self.config
-        incumbent = key.incumbent
-        if incumbent is not None:
-            # Committed and nothing due: the memo of the last full exploit decision stands.
-            # The runtime drops the memo whenever another arm learns something.
-            memo = key.reusable_memo(cfg.drift_threshold)
-            if memo is not None:
-                return memo  # type: ignore[return-value]
-
-        if key.failures:
-            usable: Sequence[Backend] = [b for b in candidates
-                                         if b not in arms or arms[b].quarantined_until_s <= now_s]
-        else:
-            usable = candidates  # nothing ever failed here: nothing is quarantined
+            return heuristic_decision(candidates[0], ())  # cold start: nothing measured
+        if state.merges != key.merges:
+            state = replace(state)
+            _uncommit(state, key.merges)
+        memo = _reusable_memo(state, key, self.config.drift_threshold)
+        if memo is not None:
+            return memo  # committed and nothing due
+        usable = _out_of_quarantine(key, candidates, now_s)
         if not usable:
-            # Every arm is quarantined: something must run; take the one released soonest.
-            soonest = min(candidates, key=lambda b: arms[b].quarantined_until_s)
-            return _explained(soonest, Reason.FALLBACK, key)
-
-        if (incumbent is not None and incumbent in usable
-                and arms[incumbent].drift_score > cfg.drift_threshold):
-            others = [b for b in usable if b is not incumbent] or usable
-            return _explained(best_arm(others, arms) or others[0], Reason.DRIFT, key)
-
-        # Exploration: arms still owed timings in this epoch, fewest timings first (ties keep
-        # the heuristic order). An arm whose estimate is over prune_ratio x the best so far
-        # after two timings is owed nothing more: it is clearly not the answer.
-        best_seen = math.inf
-        for b in usable:
-            stats = arms.get(b)
-            if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
-                    and stats.mean_us < best_seen):
-                best_seen = stats.mean_us
-        floors = key.floors
-        if floors is not None and best_seen < math.inf:
-            # An arm never timed here whose floor (the GPU arm's copies of a host call, say)
-            # is well over what another arm was measured to take cannot win: not tried.
-            limit = best_seen * cfg.floor_ratio
-            usable = [b for b in usable if floors.get(b, 0.0) <= limit
-                      or (b in arms and arms[b].epoch_samples)]
-        waiting = False  # an arm waits for the exploration budget (see _affordable)
-        if best_seen < math.inf:
-            affordable = self._affordable(key, usable, best_seen)
-            waiting = len(affordable) < len(usable)
-            usable = affordable
-        owed = False
-        # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
-        # plan commits with the others timed once); only an arm never timed is still owed.
-        min_samples = cfg.min_samples if incumbent is None else 1
-        for b in usable:
-            stats = arms.get(b)
-            if stats is None or stats.consecutive_failures or stats.epoch_samples < min_samples:
-                owed = True
-        prior = key.prior
-        confirmed = False
-        if prior is not None and prior in usable and not key.failures:
-            plan = self._prior_plan(key, usable, prior, cfg.min_samples)
-            if plan:
-                # (one step at a time: each timing may show the prior wrong here)
-                if not key.samples:
-                    return heuristic_decision(plan[0], ())
-                return explore_decision(plan[0], (), key, explain)
-            if plan is not None:
-                owed = False  # the prior's plan is done: commit below
-                confirmed = True  # (nothing here contradicted the neighbours' winner)
-        if owed:
-            prune_above = best_seen * cfg.prune_ratio
-            round_: list[tuple[int, Backend]] = []
-            for b in usable:
-                stats = arms.get(b)
-                if stats is None or stats.consecutive_failures:
-                    n = 0  # never tried in this epoch, or failed and out of quarantine
-                else:
-                    n = stats.epoch_samples
-                    if n >= min_samples or (n >= 2 and stats.mean_us > prune_above):
-                        continue
-                    if n and stats.mean_us > 2.0 * prune_above:
-                        continue  # (one timing this far behind is enough: 6x the best)
-                    if (n and stats.mean_us - best_seen >= cfg.explore_free_us
-                            and stats.mean_us > best_seen * PRIOR_MARGIN):
-                        # One costly timing that lost clearly is enough: timing it again to
-                        # make sure would cost more than the exploration allowance.
-                        continue
-                round_.append((n, b))
-            if round_:
-                schedule = _schedule(tuple(round_), min_samples)
-                pick, plan = schedule[0], schedule[1:]
-                if waiting or best_seen == math.inf:
-                    # An arm waits for the exploration budget, or nothing is measured here yet
-                    # (the budget and the floors rule arms out only against a measured time):
-                    # one timing at a time, then look again — a planned round would not look.
-                    plan = ()
-                if not key.samples and not key.failures:
-                    return heuristic_decision(pick, plan)
-                return explore_decision(pick, plan, key, explain)
-
-        if incumbent is None and not confirmed:
-            unsure = self._unsure_plan(key, usable)
-            if unsure:
-                return explore_decision(unsure[0], () if waiting else unsure[1:], key,
-                                        explain)
-        # A confirmed prior is committed to even when one timing of another arm came out a
-        # little faster: the neighbours' evidence outweighs one noisy timing, and the
-        # commitment, unsure, is re-checked after min_samples decisions.
-        best = prior if confirmed else best_arm(usable, arms)
-        if best is None or math.isinf(arms[best].estimate_us):
-            # every usable arm failed last time and is out of quarantine: try one again
-            return _explained(usable[0], Reason.EXPLORE, key)
-        chosen = best
-        if (incumbent is not None and incumbent is not best and incumbent in usable
-                and arms[incumbent].epoch_samples
-                and arms[best].estimate_us
-                >= arms[incumbent].estimate_us * (1.0 - cfg.switch_margin)
-                and not (arms[best].epoch_samples >= cfg.min_samples
-                         and _sure_faster(arms[best], arms[incumbent], cfg.sure_z))):
-            # The challenger is not clearly better — neither by switch_margin nor, timed in
-            # full, beyond doubt (a near-tie measured precisely): keep the committed arm.
-            chosen = incumbent
-        elif incumbent is not chosen and incumbent in usable:
-            if arms[chosen].epoch_samples < cfg.min_samples:
-                # A challenger timed fewer than min_samples times in this epoch (once, after
-                # a prior's plan or a drift alarm) is re-timed before it takes over: one lucky
-                # timing is not enough to leave the committed arm.
-                return _explained(chosen, Reason.RECHECK, key)
-            if key.decisions - key.epoch_start > cfg.stale_after_decisions:
-                # The challenger's estimate dates from this epoch's exploration, the committed
-                # arm's from its latest timings: a burst of load on the machine makes the
-                # committed arm look slower than the stale estimate of an arm timed in calmer
-                # times. Both are measured afresh (a new epoch, as after a drift alarm) before
-                # the committed arm is left.
-                return _explained(chosen, Reason.DRIFT, key)
-        if incumbent is chosen and key.decisions >= key.next_recheck:
-            target = self._recheck_target(key, usable)
-            if target is not None:
-                return _explained(target, Reason.RECHECK, key)
-        if not explain:
-            return _UNEXPLAINED_EXPLOIT[chosen]
-        return _explained_exploit(chosen, usable, key)
-
-    def _affordable(self, key: KeyHistory, usable: Sequence[Backend],
-                    best_seen: float) -> Sequence[Backend]:
-        """``usable`` without the arms never timed on this key whose trial does not fit the
-        exploration budget yet (see :class:`PolicyConfig`): a plain loop tried once on a
-        million-element call costs as much as dozens of the vectorised calls it would not
-        beat. They are tried when the key has run long enough (the policy looks again at
-        its checkpoints), or at once where a smaller size found them competitive."""
+            return _all_quarantined(state, key, candidates)
         cfg = self.config
-        arms = key.arms
-        budget = -1.0
-        kept = []
-        for b in usable:
-            stats = arms.get(b)
-            if stats is not None and (stats.samples or stats.failures):
-                kept.append(b)  # (timed here before: a new epoch re-measures it as it is)
-                continue
-            if budget < 0.0:
-                # (an arm's timings before this epoch counted at the best time measured now)
-                spent = sum(s.samples * (s.mean_us if s.epoch_samples else best_seen)
-                            for s in arms.values() if s.samples)
-                budget = max(cfg.explore_free_us, cfg.explore_share * spent)
-            floor = key.floors.get(b) if key.floors else None
-            # (a floor of 0: the GPU arm of inputs already on the device, with nothing to copy)
-            guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
-            if guess - best_seen <= budget:
-                kept.append(b)
-        return kept
+        drift = _drift(cfg, state, key, usable)
+        if drift is not None:
+            return drift
+        round_ = _round(cfg, state, key, usable)
+        explored = _explore(cfg, round_, explain)
+        if explored is not None:
+            return explored
+        return _commit(cfg, round_, explain)
 
-    def explained(self, decision: Decision, key: KeyHistory,
+    def explained(self, decision: Decision, state: KeyState, key: KeyHistory,
                   candidates: Sequence[Backend]) -> Decision:
         """``decision`` with its estimates (and an exploit's confidence) filled in from
         ``key``, if it was made with ``explain=False``."""
         if decision.estimates_us or not key.arms:
             return decision
         if decision.reason is Reason.EXPLOIT:
-            return _explained_exploit(decision.backend, candidates, key)
+            return _explained_exploit(decision.backend, candidates, key, state)
         return decision._replace(estimates_us=_estimates(key), samples=key.samples,
-                                 floors_us=_floors_of(key))
+                                 floors_us=_floors_of(state))
 
-    @staticmethod
-    def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
-                    min_samples: int) -> tuple[Backend, ...] | None:
-        """Exploration when the neighbouring buckets' clear winner is known: ``min_samples``
-        timings of it, one of each other arm. ``None`` when an other arm beat it clearly — by
-        the margin the neighbours' winner needed (the prior is wrong here: the key is explored
-        in full, and the prior dropped). A closer result is within what one timing's noise
-        does (a shared machine's timings of one call vary by 20-40%): the prior is committed
-        to, unsure, and so re-checked soon."""
-        arms = key.arms
-        prior_stats = arms[prior]
-        for b in usable:
-            stats = arms.get(b)
-            if (b is not prior and stats is not None and stats.epoch_samples
-                    and prior_stats.epoch_samples
-                    and stats.mean_us * PRIOR_MARGIN < prior_stats.mean_us):
-                key.prior = None
-                key.prior_rejected = True
-                return None
-        plan = [prior] * max(min_samples - prior_stats.epoch_samples, 0)
-        plan += [b for b in usable if b is not prior
-                 and (arms.get(b) is None or not arms[b].epoch_samples)]
-        return tuple(plan[:_MAX_PLAN])
-
-    def _unsure_plan(self, key: KeyHistory, usable: Sequence[Backend]) -> tuple[Backend, ...]:
-        """Exploration done and nothing committed yet: when the two fastest arms are not told
-        apart (under ``clear_confidence``), both are timed again, alternately, up to
-        ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
-        A near-tie costs little to time again; a wrong commitment costs every later call."""
-        best, runner = _two_fastest(key.arms, usable)
-        if best is None or runner is None:
-            return ()
-        arms = key.arms
-        limit = 2 * self.config.min_samples
-        runner_owed = limit - arms[runner].epoch_samples
-        best_owed = limit - arms[best].epoch_samples
-        if runner_owed <= 0 and best_owed <= 0:
-            return ()
-        if _p_faster(arms[best], arms[runner]) >= self.config.clear_confidence:
-            return ()
-        return _alternate(runner, runner_owed, best, best_owed)
-
-    def first_recheck(self, key: KeyHistory, chosen: Backend, candidates: Sequence[Backend],
-                      recheck_interval: int) -> int:
+    def first_recheck(self, key: KeyHistory, chosen: Backend,
+                      candidates: Sequence[Backend]) -> int:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
         ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
         arms = key.arms
+        interval = self.config.recheck_interval
         rival, _third = _two_fastest(arms, [b for b in candidates if b is not chosen])
         if rival is None or _p_faster(arms[chosen], arms[rival]) >= self.config.clear_confidence:
-            return recheck_interval
-        return min(self.config.min_samples, recheck_interval)
+            return interval
+        return min(self.config.min_samples, interval)
 
-    def _recheck_target(self, key: KeyHistory, usable: Sequence[Backend]) -> Backend | None:
-        arms = key.arms
-        incumbent_us = arms[key.incumbent].estimate_us if key.incumbent else math.inf
-        full = (key.rechecks + 1) % self.config.full_recheck_every == 0
-        others = [b for b in usable if b is not key.incumbent and b in arms and
-                  (full or arms[b].estimate_us <= incumbent_us * self.config.plausible_ratio)]
-        if not others:
+    def fallback(self, key: KeyHistory, candidates: Sequence[Backend],
+                 tried: Container[Backend]) -> Backend | None:
+        """Fallback: the next arm for a call whose arms in ``tried`` raised — the fastest
+        known first, then in heuristic order; ``None`` when none is left."""
+        left = [b for b in candidates if b not in tried]
+        if not left:
             return None
-        # the arm we have heard from least recently
-        return min(others, key=lambda b: arms[b].last_update)
+
+        def rank(b: Backend) -> tuple[float, int]:
+            stats = key.arms.get(b)
+            est = stats.estimate_us if stats is not None and stats.epoch_samples else math.nan
+            return (est if not math.isnan(est) else math.inf, candidates.index(b))
+
+        return min(left, key=rank)
+
+
+# ------------------------------------------------------------------ the phases
+
+
+def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
+           usable: Sequence[Backend]) -> Decision | None:
+    """Drift: the committed arm's Page-Hinkley statistic passed ``drift_threshold`` (it
+    got slower than when it was chosen): re-explore, starting with the best other arm."""
+    incumbent = state.incumbent
+    if (incumbent is None or incumbent not in usable
+            or state.drift_score <= cfg.drift_threshold):
+        return None
+    others = [b for b in usable if b is not incumbent] or usable
+    return _explained(best_arm(others, key.arms) or others[0], Reason.DRIFT, key, state)
+
+
+def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
+           usable: Sequence[Backend]) -> _Round:
+    """The arms this evaluation considers: ``usable`` without those a floor or the
+    exploration budget rules out, against the best estimate measured so far."""
+    arms = key.arms
+    best_seen = math.inf
+    for b in usable:
+        stats = arms.get(b)
+        if (stats is not None and stats.epoch_samples and not stats.consecutive_failures
+                and stats.mean_us < best_seen):
+            best_seen = stats.mean_us
+    floors = state.floors
+    if floors is not None and best_seen < math.inf:
+        # An arm never timed here whose floor (the GPU arm's copies of a host call, say)
+        # is well over what another arm was measured to take cannot win: not tried.
+        limit = best_seen * cfg.floor_ratio
+        usable = [b for b in usable if floors.get(b, 0.0) <= limit
+                  or (b in arms and arms[b].epoch_samples)]
+    waiting = False
+    if best_seen < math.inf:
+        affordable = _affordable(cfg, state, key, usable, best_seen)
+        waiting = len(affordable) < len(usable)
+        usable = affordable
+    # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
+    # plan commits with the others timed once); only an arm never timed is still owed.
+    min_samples = cfg.min_samples if state.incumbent is None else 1
+    return _Round(state, key, usable, best_seen, waiting, min_samples)
+
+
+def _explore(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
+    """Explore: the prior's plan, else the arms still owed timings in this epoch, else
+    (nothing committed yet) the two fastest while they are not told apart."""
+    state, key = r.state, r.key
+    prior = state.prior
+    if prior is not None and prior in r.usable and not key.failures:
+        plan = _prior_plan(key, r.usable, prior, cfg.min_samples)
+        if plan:
+            # (one step at a time: each timing may show the prior wrong here)
+            if not key.samples:
+                return heuristic_decision(plan[0], ())
+            return explore_decision(plan[0], (), key, explain, state)
+        if plan is not None:
+            r.confirmed = True  # the prior's plan is done: commit (nothing contradicted it)
+            return None
+    owed = _owed_round(cfg, r, explain)
+    if owed is not None:
+        return owed
+    if state.incumbent is None:
+        unsure = _unsure_plan(cfg, key, r.usable)
+        if unsure:
+            return explore_decision(unsure[0], () if r.waiting else unsure[1:], key,
+                                    explain, state)
+    return None
+
+
+def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
+    """The next timing of a round over the arms still owed timings in this epoch, fewest
+    timings first (ties keep the heuristic order). An arm whose estimate is over
+    ``prune_ratio`` x the best so far after two timings is owed nothing more: it is
+    clearly not the answer."""
+    key, arms, min_samples = r.key, r.key.arms, r.min_samples
+    if not any(b not in arms or arms[b].consecutive_failures
+               or arms[b].epoch_samples < min_samples for b in r.usable):
+        return None
+    best_seen = r.best_seen
+    prune_above = best_seen * cfg.prune_ratio
+    round_: list[tuple[int, Backend]] = []
+    for b in r.usable:
+        stats = arms.get(b)
+        if stats is None or stats.consecutive_failures:
+            n = 0  # never tried in this epoch, or failed and out of quarantine
+        else:
+            n = stats.epoch_samples
+            if n >= min_samples or (n >= 2 and stats.mean_us > prune_above):
+                continue
+            if n and stats.mean_us > 2.0 * prune_above:
+                continue  # (one timing this far behind is enough: 6x the best)
+            if (n and stats.mean_us - best_seen >= cfg.explore_free_us
+                    and stats.mean_us > best_seen * PRIOR_MARGIN):
+                # One costly timing that lost clearly is enough: timing it again to make
+                # sure would cost more than the exploration allowance.
+                continue
+        round_.append((n, b))
+    if not round_:
+        return None
+    schedule = _schedule(tuple(round_), min_samples)
+    pick, plan = schedule[0], schedule[1:]
+    if r.waiting or best_seen == math.inf:
+        # An arm waits for the exploration budget, or nothing is measured here yet (the
+        # budget and the floors rule arms out only against a measured time): one timing
+        # at a time, then look again — a planned round would not look.
+        plan = ()
+    if not key.samples and not key.failures:
+        return heuristic_decision(pick, plan)
+    return explore_decision(pick, plan, key, explain, r.state)
+
+
+def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
+    """Commit to the fastest (or keep the committed arm: hysteresis), re-time or
+    re-measure a challenger before it takes over, re-check when due, else exploit."""
+    state, key, usable = r.state, r.key, r.usable
+    arms = key.arms
+    incumbent = state.incumbent
+    # A confirmed prior is committed to even when one timing of another arm came out a
+    # little faster: the neighbours' evidence outweighs one noisy timing, and the
+    # commitment, unsure, is re-checked after min_samples decisions.
+    best = state.prior if r.confirmed else best_arm(usable, arms)
+    if best is None or math.isinf(arms[best].estimate_us):
+        # every usable arm failed last time and is out of quarantine: try one again
+        return _explained(usable[0], Reason.EXPLORE, key, state)
+    chosen = best
+    if (incumbent is not None and incumbent is not best and incumbent in usable
+            and arms[incumbent].epoch_samples
+            and not _clearly_better(cfg, arms[best], arms[incumbent])):
+        chosen = incumbent  # hysteresis: the challenger is not clearly better
+    elif incumbent is not chosen and incumbent in usable:
+        switch = _before_switch(cfg, r, chosen)
+        if switch is not None:
+            return switch
+    if incumbent is chosen and state.decisions >= state.next_recheck:
+        target = _recheck_target(cfg, state, key, usable)
+        if target is not None:
+            return _explained(target, Reason.RECHECK, key, state)
+    if not explain:
+        return _UNEXPLAINED_EXPLOIT[chosen]
+    return _explained_exploit(chosen, usable, key, state)
+
+
+def _clearly_better(cfg: PolicyConfig, challenger: ArmStats, incumbent: ArmStats) -> bool:
+    """Whether ``challenger`` beats the committed arm by ``switch_margin``, or — timed in
+    full — beyond doubt (``sure_z``: a near-tie measured precisely)."""
+    if not challenger.estimate_us >= incumbent.estimate_us * (1.0 - cfg.switch_margin):
+        return True  # (an estimate that is NaN is not held back either)
+    return (challenger.epoch_samples >= cfg.min_samples
+            and _sure_faster(challenger, incumbent, cfg.sure_z))
+
+
+def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | None:
+    """What comes before ``chosen`` takes over from the committed arm: a re-check of a
+    challenger timed fewer than ``min_samples`` times in this epoch (once, after a prior's
+    plan or a drift alarm: one lucky timing is not enough to leave the committed arm), or
+    a re-measurement of both when the challenger's estimate is stale."""
+    state, key = r.state, r.key
+    if key.arms[chosen].epoch_samples < cfg.min_samples:
+        return _explained(chosen, Reason.RECHECK, key, state)
+    if state.decisions - state.epoch_start > cfg.stale_after_decisions:
+        # The challenger's estimate dates from this epoch's exploration, the committed
+        # arm's from its latest timings: a burst of load on the machine makes the
+        # committed arm look slower than the stale estimate of an arm timed in calmer
+        # times. Both are measured afresh (a new epoch, as after a drift alarm) before
+        # the committed arm is left.
+        return _explained(chosen, Reason.DRIFT, key, state)
+    return None
+
+
+def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Backend],
+                best_seen: float) -> Sequence[Backend]:
+    """``usable`` without the arms never timed on this key whose trial does not fit the
+    exploration budget yet (see :class:`PolicyConfig`): a plain loop tried once on a
+    million-element call costs as much as dozens of the vectorised calls it would not
+    beat. They are tried when the key has run long enough (the policy looks again at
+    its checkpoints), or at once where a smaller size found them competitive."""
+    arms = key.arms
+    budget = -1.0
+    kept = []
+    for b in usable:
+        stats = arms.get(b)
+        if stats is not None and (stats.samples or stats.failures):
+            kept.append(b)  # (timed here before: a new epoch re-measures it as it is)
+            continue
+        if budget < 0.0:
+            # (an arm's timings before this epoch counted at the best time measured now)
+            spent = sum(s.samples * (s.mean_us if s.epoch_samples else best_seen)
+                        for s in arms.values() if s.samples)
+            budget = max(cfg.explore_free_us, cfg.explore_share * spent)
+        floor = state.floors.get(b) if state.floors else None
+        # (a floor of 0: the GPU arm of inputs already on the device, with nothing to copy)
+        guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+        if guess - best_seen <= budget:
+            kept.append(b)
+    return kept
+
+
+def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
+                 usable: Sequence[Backend]) -> tuple[Backend, ...]:
+    """Exploration done and nothing committed yet: when the two fastest arms are not told
+    apart (under ``clear_confidence``), both are timed again, alternately, up to
+    ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
+    A near-tie costs little to time again; a wrong commitment costs every later call."""
+    best, runner = _two_fastest(key.arms, usable)
+    if best is None or runner is None:
+        return ()
+    arms = key.arms
+    limit = 2 * cfg.min_samples
+    runner_owed = limit - arms[runner].epoch_samples
+    best_owed = limit - arms[best].epoch_samples
+    if runner_owed <= 0 and best_owed <= 0:
+        return ()
+    if _p_faster(arms[best], arms[runner]) >= cfg.clear_confidence:
+        return ()
+    return _alternate(runner, runner_owed, best, best_owed)
+
+
+def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
+                    usable: Sequence[Backend]) -> Backend | None:
+    """Re-check: the plausible other arm heard from least recently (every
+    ``full_recheck_every``-th re-check, any other arm)."""
+    arms = key.arms
+    incumbent = state.incumbent
+    incumbent_us = arms[incumbent].estimate_us if incumbent else math.inf
+    full = (state.rechecks + 1) % cfg.full_recheck_every == 0
+    others = [b for b in usable if b is not incumbent and b in arms and
+              (full or arms[b].estimate_us <= incumbent_us * cfg.plausible_ratio)]
+    if not others:
+        return None
+    return min(others, key=lambda b: arms[b].last_update)
+
+
+# Full evaluations of a committed key happen at least every this many decisions; in between
+# the memoised exploit decision is reused (drift, re-checks and failures still act at once, and
+# a timing of any other arm ends the memo).
+_MEMO_DECISIONS = 16
+# Page-Hinkley on the ratio timing/baseline (see Policy.observe).
+_PH_SLACK = 0.2
+_PH_RATIO_CAP = 3.0
+
+
+def _reusable_memo(state: KeyState, key: KeyHistory, drift_threshold: float) -> Decision | None:
+    """The memoised exploit decision while it still stands — fewer than ``memo_until``
+    decisions made (never past the next re-check), the committed arm neither drifting past
+    ``drift_threshold`` nor failing — else ``None``."""
+    memo = state.memo
+    if memo is None or state.decisions >= state.memo_until or state.incumbent is None:
+        return None
+    if state.drift_sum - state.drift_min > drift_threshold:
+        return None
+    if key.arms[state.incumbent].consecutive_failures or state.merges != key.merges:
+        return None
+    return memo
+
+
+def _out_of_quarantine(key: KeyHistory, candidates: Sequence[Backend],
+                       now_s: float) -> Sequence[Backend]:
+    if not key.failures:
+        return candidates  # nothing ever failed here: nothing is quarantined
+    arms = key.arms
+    return [b for b in candidates if b not in arms or arms[b].quarantined_until_s <= now_s]
+
+
+def _all_quarantined(state: KeyState, key: KeyHistory,
+                     candidates: Sequence[Backend]) -> Decision:
+    """Fallback: every arm is quarantined, yet something must run — the one released
+    soonest."""
+    soonest = min(candidates, key=lambda b: key.arms[b].quarantined_until_s)
+    return _explained(soonest, Reason.FALLBACK, key, state)
+
+
+def _commit_to(state: KeyState, key: KeyHistory, backend: Backend, first_recheck: int) -> None:
+    """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
+    state.prior = None
+    if state.incumbent is not None and state.incumbent is not backend:
+        state.switches += 1
+    state.incumbent = backend
+    state.memo = None
+    stats = key.arms.get(backend)
+    state.drift_baseline_us = stats.mean_us if stats is not None and stats.epoch_samples else 0.0
+    state.drift_sum = state.drift_min = 0.0
+    state.recheck_interval = first_recheck
+    state.next_recheck = state.decisions + first_recheck
+
+
+def _disarm(state: KeyState) -> None:
+    state.drift_baseline_us = state.drift_sum = state.drift_min = 0.0
+
+
+def _start_epoch(state: KeyState) -> None:
+    """Re-explore from scratch (after drift): the caller measures every arm afresh too."""
+    state.epoch += 1
+    state.epoch_start = state.decisions
+    state.incumbent = None
+    state.memo = None
+    state.prior_rejected = False
+    _disarm(state)
+
+
+def _uncommit(state: KeyState, merges: int) -> None:
+    """Estimates were merged in from elsewhere: commit again from the merged numbers."""
+    state.merges = merges
+    state.incumbent = None
+    state.memo = None
+    _disarm(state)
+
+
+def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+                  neighbours: Neighbours) -> None:
+    """Raise the key's floors to what each arm was measured to take on the nearest smaller
+    size bucket of the same operation. A kernel does not get faster on more elements, so that
+    is what it takes here at least: an arm 50 times slower than ATen on batches of 64 is not
+    tried on batches of 512. (One timing there is enough: noise only ever adds time, the floor
+    ratio leaves slack, and every few re-checks look at every arm.)"""
+    floors = state.floors
+    for backend in candidates:
+        for bucket in range(key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0), -1):
+            smaller = neighbours.find(key.operation, bucket)
+            stats = smaller.arms.get(backend) if smaller is not None else None
+            if stats is None or not stats.epoch_samples or stats.consecutive_failures:
+                continue
+            if floors is None:
+                floors = state.floors = {}
+            if stats.mean_us > floors.get(backend, 0.0):
+                floors[backend] = stats.mean_us
+            break
+
+
+# Smaller size buckets looked at for an arm's floor on a key (see _raise_floors).
+_FLOOR_LOOKBACK = 8
+
+
+def _prior_contradicted(key: KeyHistory, prior: Backend, backends: Sequence[Backend]) -> bool:
+    """Whether another of ``backends`` beat ``prior`` clearly in this epoch — by the margin the
+    neighbours' winner needed (the prior is wrong here)."""
+    arms = key.arms
+    prior_stats = arms.get(prior)
+    if prior_stats is None or not prior_stats.epoch_samples:
+        return False
+    for b in backends:
+        stats = arms.get(b)
+        if (b is not prior and stats is not None and stats.epoch_samples
+                and stats.mean_us * PRIOR_MARGIN < prior_stats.mean_us):
+            return True
+    return False
+
+
+def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
+                min_samples: int) -> tuple[Backend, ...] | None:
+    """Exploration when the neighbouring buckets' clear winner is known: ``min_samples``
+    timings of it, one of each other arm. ``None`` when an other arm beat it clearly (the
+    prior is wrong here: the key is explored in full, and :meth:`Policy.apply` drops the
+    prior). A closer result is within what one timing's noise does (a shared machine's timings
+    of one call vary by 20-40%): the prior is committed to, unsure, and so re-checked soon."""
+    if _prior_contradicted(key, prior, usable):
+        return None
+    arms = key.arms
+    timed = arms[prior].epoch_samples if prior in arms else 0
+    plan = [prior] * max(min_samples - timed, 0)
+    plan += [b for b in usable if b is not prior
+             and (arms.get(b) is None or not arms[b].epoch_samples)]
+    return tuple(plan[:_MAX_PLAN])
 
 
 def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> Backend | None:
@@ -473,14 +920,15 @@ def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
                              if s.epoch_samples or s.consecutive_failures})
 
 
-def _floors_of(key: KeyHistory) -> Mapping[Backend, float]:
-    return MappingProxyType(key.floors) if key.floors else _EMPTY
+def _floors_of(state: KeyState) -> Mapping[Backend, float]:
+    return MappingProxyType(state.floors) if state.floors else _EMPTY
 
 
-def _explained(backend: Backend, reason: Reason, key: KeyHistory,
+def _explained(backend: Backend, reason: Reason, key: KeyHistory, state: KeyState,
                plan: tuple[Backend, ...] = ()) -> Decision:
     """A decision with what it was based on: the key's estimates, samples and floors."""
-    return Decision(backend, reason, 0.0, _estimates(key), key.samples, plan, _floors_of(key))
+    return Decision(backend, reason, 0.0, _estimates(key), key.samples, plan,
+                    _floors_of(state))
 
 
 def heuristic_decision(backend: Backend, plan: tuple[Backend, ...]) -> Decision:
@@ -526,10 +974,10 @@ def plan_steps(plan: tuple[Backend, ...]) -> tuple[Decision, ...]:
 
 
 def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistory,
-                     explain: bool) -> Decision:
+                     explain: bool, state: KeyState) -> Decision:
     """An exploring decision for ``backend``, with the rest of its round in ``plan``."""
     if explain:
-        return _explained(backend, Reason.EXPLORE, key, plan=plan)
+        return _explained(backend, Reason.EXPLORE, key, state, plan=plan)
     decision = _UNEXPLAINED_EXPLORE.get((backend, plan))
     if decision is None:  # a handful of combinations of three arms: built once each
         decision = _UNEXPLAINED_EXPLORE[(backend, plan)] = Decision(
@@ -537,12 +985,13 @@ def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistor
     return decision
 
 
-def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory) -> Decision:
+def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory,
+                       state: KeyState) -> Decision:
     arms = key.arms
     estimates = _estimates(key)
     measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
     return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
-                    estimates, key.samples, floors_us=_floors_of(key))
+                    estimates, key.samples, floors_us=_floors_of(state))
 
 
 def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Backend, ArmStats],

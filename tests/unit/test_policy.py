@@ -1,487 +1,383 @@
-"""Policy behaviour through the runtime, with fake arms and an injected clock and timer."""
+"""The policy on its own: ``Policy`` constructed directly, fed fake statistics (hand-made
+``ArmStats``) and a fake clock (``now_s`` passed in), no runtime. One section per phase: cold
+start, explore, commit, exploit, re-check, drift, fallback; then the state machine run over a
+sequence of set latencies.
+
+(The same behaviour through the runtime, with fake arms: test_policy_in_runtime.py.)"""
 
 from __future__ import annotations
 
-import itertools
+import copy
 import math
+from collections.abc import Mapping, Sequence
 
 import pytest
 
-import adaptive_runtime as ar
-from adaptive_runtime.keys import reference_size
-
-Backend = ar.Backend
-Reason = ar.Reason
-
-# Slow arms: timed every call or every other (a timed call's assumed cost, 4 us, is 1-2% of
-# theirs), so drift is seen within a few calls.
-SLOW_ARMS = {Backend.GPU: 300.0, Backend.SIMD: 200.0, Backend.SCALAR: 2000.0}
-
-
-def _converge(h, calls: int = 200) -> None:
-    h.call_tracked(calls)
-    d = h.rt.decide(h.op, h.size)
-    assert d.reason in (Reason.EXPLOIT, Reason.RECHECK)
-
-
-def test_converges_to_the_fastest_arm_with_fake_gpu_arm(make_runtime) -> None:
-    h = make_runtime({Backend.GPU: 30.0, Backend.SIMD: 90.0, Backend.SCALAR: 700.0})
-    runs = h.call_tracked(400)
-    assert runs[0][1] is Reason.HEURISTIC
-    assert {b for b, r in runs if r is Reason.EXPLOIT} == {Backend.GPU}
-    assert [b for b, _ in runs[-100:]].count(Backend.GPU) >= 95
-    assert h.rt.get_best_backend(h.op, h.size) is Backend.GPU
-    # each arm got timed before commitment; the slow one no more than needed
-    assert h.arms.calls[Backend.SCALAR] <= 5
-
-
-def test_converges_per_size_bucket(make_runtime) -> None:
-    # a different winner per size: buckets learn separately
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 100.0})
-    small, large = 64, 1 << 20
-
-    def latency(backend):
-        return lambda: (10.0 if backend is Backend.SCALAR else 50.0) if h.last_size == small \
-            else (500.0 if backend is Backend.SCALAR else 120.0)
-
-    h.last_size = small
-    h.arms.latency_us = {b: latency(b) for b in (Backend.SIMD, Backend.SCALAR)}
-    for _ in range(100):
-        h.last_size = small
-        h.call(small)
-        h.last_size = large
-        h.call(large)
-    assert h.rt.get_best_backend(h.op, small) is Backend.SCALAR
-    assert h.rt.get_best_backend(h.op, large) is Backend.SIMD
-    assert h.rt.decide(h.op, small).backend is Backend.SCALAR
-    assert h.rt.decide(h.op, large).backend is Backend.SIMD
-
-
-def test_decide_reports_reason_confidence_and_estimates_with_fake_gpu_arm(make_runtime) -> None:
-    h = make_runtime(dict(SLOW_ARMS))
-    cold = h.rt.decide(h.op, h.size)
-    assert cold.reason is Reason.HEURISTIC
-    assert cold.confidence == 0.0
-    assert dict(cold.estimates_us) == {} and not cold.has_history
-    _converge(h)
-    d = h.rt.decide(h.op, h.size)
-    assert d.backend is Backend.SIMD and d.reason is Reason.EXPLOIT
-    assert 0.5 < d.confidence <= 1.0
-    assert d.has_history
-    assert d.estimates_us[Backend.SIMD] == pytest.approx(200.0)
-    assert d.estimates_us[Backend.GPU] == pytest.approx(300.0)
-    assert set(d.estimates_us) == set(Backend)
-
-
-def test_decide_estimates_and_samples_match_current_history_with_fake_gpu_arm(make_runtime) -> None:
-    # The explained decision (what spans carry) must describe the history as it is now, not
-    # as it was at the last full evaluation.
-    h = make_runtime(dict(SLOW_ARMS))
-    _converge(h, 300)
-    h.arms.latency_us[Backend.SIMD] = 260.0  # slower, not enough to count as drift
-    for calls in range(1, 12):
-        h.call_tracked(1)
-        d = h.rt.decide(h.op, h.size)
-        rows = {r.backend: r for r in h.rt.history_snapshot()}
-        assert d.samples == sum(r.samples for r in rows.values()), calls
-        for backend, estimate in d.estimates_us.items():
-            assert estimate == pytest.approx(rows[backend].mean_us), (calls, backend)
-
-
-def test_decide_has_no_side_effects_with_fake_gpu_arm(make_runtime) -> None:
-    h = make_runtime(dict(SLOW_ARMS))
-    for calls in (0, 2, 5, 200):  # cold, exploring, just committed, converged
-        h.call_tracked(calls)
-        snapshot = h.rt.history_snapshot()
-        counts = h.rt.selection_counts()
-        first = h.rt.decide(h.op, h.size)
-        for _ in range(500):
-            assert h.rt.decide(h.op, h.size) == first
-        assert h.rt.history_snapshot() == snapshot or _nan_equal(h.rt.history_snapshot(),
-                                                                 snapshot)
-        assert h.rt.selection_counts() == counts
-        # what decide() said is what the next call does
-        (ran, reason) = h.call_tracked(1)[0]
-        assert (ran, reason) == (first.backend, first.reason)
-
-
-def test_decide_for_unknown_name_creates_no_history(clock, timer) -> None:
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True), clock=clock, timer=timer)
-    rt.decide("never_seen", 123)
-    assert rt.history_snapshot() == []
-    assert rt.selection_counts() == {}
-
-
-def _nan_equal(xs, ys) -> bool:
-    def norm(r):
-        return (r.operation, r.size_bucket, r.backend, r.samples,
-                None if math.isnan(r.mean_us) else r.mean_us, r.failures, r.last_update)
-    return [norm(x) for x in xs] == [norm(y) for y in ys]
-
-
-def test_drift_committed_arm_slows_5x_then_new_best_within_20_calls_with_fake_gpu_arm(
-        make_runtime) -> None:
-    h = make_runtime(dict(SLOW_ARMS))
-    _converge(h, 300)
-    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
-    h.arms.latency_us[Backend.SIMD] = 1000.0  # thermal throttling: 5x slower
-    runs = h.call_tracked(20)
-    assert Reason.DRIFT in [r for _, r in runs]
-    exploit_gpu = [i for i, (b, r) in enumerate(runs)
-                   if (b, r) == (Backend.GPU, Reason.EXPLOIT)]
-    assert exploit_gpu, runs
-    # ...and it stays there
-    later = h.call_tracked(200)
-    assert {b for b, r in later if r is Reason.EXPLOIT} == {Backend.GPU}
-
-
-def test_sizes_across_a_bucket_do_not_blur_a_close_choice(make_runtime, rng) -> None:
-    """Calls of one bucket range over 2x in size, and a large call's time with them: learned
-    at the bucket's reference size, a 15% gap between arms is found whatever sizes each arm
-    happened to be timed on."""
-    size = [0]
-    per_element_us = {Backend.SIMD: 0.0100, Backend.SCALAR: 0.0115}
-    h = make_runtime({b: (lambda b=b: 10.0 + per_element_us[b] * size[0])
-                      for b in per_element_us}, gpu=False)
-    low, high = 1 << 20, (1 << 21) - 1  # bucket 21: calls of 10-24 ms
-    runs = []
-    for _ in range(400):
-        size[0] = rng.randint(low, high)
-        runs += h.call_tracked(size=size[0])
-    assert [b for b, r in runs if r is Reason.EXPLOIT][-50:] == [Backend.SIMD] * 50
-    estimates = h.rt.decide(h.op, low).estimates_us
-    ref = reference_size(21)
-    for backend, rate in per_element_us.items():
-        assert estimates[backend] == pytest.approx(10.0 + rate * ref, rel=1e-6)
-
-
-def test_isolated_spikes_on_committed_arm_do_not_trigger_drift_with_fake_gpu_arm(
-        make_runtime) -> None:
-    h = make_runtime(dict(SLOW_ARMS))
-    _converge(h, 300)
-    spikes = iter([20_000.0] + [200.0] * 49)
-    h.arms.latency_us[Backend.SIMD] = lambda: next(spikes, 200.0)
-    for _ in range(10):  # ten isolated 100x spikes, 50 calls apart
-        spikes = iter([20_000.0] + [200.0] * 49)
-        runs = h.call_tracked(50)
-        assert Reason.DRIFT not in [r for _, r in runs]
-    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
-
-
-def test_near_tie_switches_at_most_a_few_times_over_2000_calls(make_runtime, rng) -> None:
-    # Two arms 2% apart with 3% noise: hysteresis must keep the choice from flip-flopping.
-    h = make_runtime({Backend.SIMD: lambda: 200.0 * rng.gauss(1.0, 0.03),
-                      Backend.SCALAR: lambda: 204.0 * rng.gauss(1.0, 0.03)})
-    runs = h.call_tracked(2000)
-    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
-    switches = sum(1 for x, y in itertools.pairwise(exploited) if x is not y)
-    assert switches <= 3, switches
-    assert len(exploited) >= 1800
-
-
-def test_rechecks_happen_but_rarely_with_fake_gpu_arm(make_runtime) -> None:
-    h = make_runtime(dict(SLOW_ARMS))
-    h.call_tracked(3000)
-    counts = h.rt.selection_counts()
-    rechecks = sum(n for k, n in counts.items() if k.reason is Reason.RECHECK)
-    total = sum(counts.values())
-    assert total == 3000
-    assert rechecks >= 1
-    assert rechecks < 0.05 * total
-
-
-def test_rechecks_still_happen_for_a_cheap_converged_key(make_runtime) -> None:
-    # cheap calls are timed 1-in-N; the other arms are still looked at now and then
-    h = make_runtime({Backend.SIMD: 2.0, Backend.SCALAR: 5.0})
-    for _ in range(60_000):
-        h.call()
-    counts = h.rt.selection_counts()
-    rechecks = sum(n for k, n in counts.items() if k.reason is Reason.RECHECK)
-    assert sum(counts.values()) == 60_000
-    assert 1 <= rechecks < 0.05 * 60_000
-
-
-def test_hysteresis_keeps_incumbent_within_margin_and_switches_beyond(make_runtime,
-                                                                    rng) -> None:
-    # switch_margin 5%: a challenger must be more than 5% faster to take over (unless timed
-    # beyond doubt: with 3% noise on every timing, a few re-check timings never are).
-    latency = {Backend.SIMD: 200.0, Backend.SCALAR: 206.0}
-    h = make_runtime({b: (lambda b=b: latency[b] * rng.gauss(1.0, 0.03)) for b in latency},
-                     switch_margin=0.05)
-    _converge(h, 100)
-    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
-    # the incumbent slows a little: the challenger is now ~2.9% faster (inside the margin)
-    latency[Backend.SIMD] = 212.0
-    runs = h.call_tracked(1500)
-    assert {b for b, r in runs if r is Reason.EXPLOIT} == {Backend.SIMD}
-    assert any(r is Reason.RECHECK for _, r in runs)  # it did look at the challenger
-    # now the challenger is ~14% faster: beyond the margin, it takes over
-    latency[Backend.SIMD] = 240.0
-    runs = h.call_tracked(1500)
-    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
-    assert exploited[-1] is Backend.SCALAR
-    assert exploited[-500:].count(Backend.SCALAR) == 500
-
-
-def test_a_near_tie_timed_beyond_doubt_goes_to_the_faster_arm(make_runtime) -> None:
-    """Exploration committed to SIMD in a near-tie (its timings were disturbed then); timed
-    afresh at re-checks, precisely, SCALAR is 2.5% faster — inside the switch margin, but
-    beyond doubt — and takes over, once."""
-    simd = _sequence(190.0, 190.0, 190.0, then=205.0)
-    h = make_runtime({Backend.SIMD: simd, Backend.SCALAR: 200.0}, gpu=False,
-                     max_measure_period=1)
-    runs = h.call_tracked(600)
-    exploited = [b for b, r in runs if r is Reason.EXPLOIT]
-    assert exploited[0] is Backend.SIMD and exploited[-200:] == [Backend.SCALAR] * 200
-    assert sum(1 for x, y in itertools.pairwise(exploited) if x is not y) == 1
-
-
-def test_a_burst_of_load_does_not_hand_a_near_tie_to_a_stale_estimate(make_runtime) -> None:
-    """SIMD (200 us) and SCALAR (205 us) are a near-tie. A burst of load on the machine
-    slows every call by 45% for a while — too little, too briefly for a drift alarm — and
-    SIMD's estimate, fed by its timings, rises past SCALAR's, which dates from exploration.
-    Both are measured afresh before a switch: under the same load SIMD is still the faster,
-    and keeps the key."""
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 205.0}, gpu=False)
-    _converge(h, 400)
-    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
-    h.arms.latency_us = {Backend.SIMD: 290.0, Backend.SCALAR: 297.0}
-    burst = h.call_tracked(60)
-    h.arms.latency_us = {Backend.SIMD: 200.0, Backend.SCALAR: 205.0}
-    after = h.call_tracked(600)
-    exploits = [b for b, r in burst + after if r is Reason.EXPLOIT]
-    assert exploits.count(Backend.SCALAR) == 0
-    assert Reason.DRIFT in [r for _b, r in burst]  # (the re-measurement before a switch)
-
-
-def test_an_arm_explored_under_load_is_measured_afresh_at_its_recheck(make_runtime) -> None:
-    """GPU (100 us) was explored while the machine was busy — its three timings came out at
-    400 us — so SIMD (150 us) was committed to. The first re-check of GPU replaces that
-    estimate with fresh timings, and GPU takes over: the odd re-check timing folded into the
-    old estimate would have taken a dozen re-checks, at doubling intervals."""
-    gpu = _sequence(400.0, 400.0, 400.0, then=100.0)
-    h = make_runtime({Backend.GPU: gpu, Backend.SIMD: 150.0, Backend.SCALAR: 900.0},
-                     max_measure_period=1)
-    runs = h.call_tracked(400)
-    exploits = [b for b, r in runs if r is Reason.EXPLOIT]
-    assert exploits[0] is Backend.SIMD  # the exploration was fooled
-    assert exploits[-100:] == [Backend.GPU] * 100
-    first_gpu = exploits.index(Backend.GPU)
-    assert first_gpu < 120  # after the first re-checks (64 decisions), not the tenth
-
-
-def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 206.0}, switch_margin=0.0)
-    _converge(h, 100)
-    h.arms.latency_us[Backend.SIMD] = 212.0
-    runs = h.call_tracked(1500)
-    assert [b for b, r in runs if r is Reason.EXPLOIT][-1] is Backend.SCALAR
-
-
-# --------------------------------------------------------------------------- neighbour prior
-
-
-def test_a_new_size_below_a_clear_win_explores_the_loser_once(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    for size in (1 << 12, 1 << 13):  # buckets 13 and 14: SIMD wins by 10x
-        h.call_tracked(40, size=size)
-        assert h.rt.decide(h.op, size).backend is Backend.SIMD
-    before = h.arms.calls[Backend.SCALAR]
-    runs = h.call_tracked(40, size=1 << 11)  # bucket 12: new, below them
-    assert h.arms.calls[Backend.SCALAR] - before == 1  # instead of min_samples_per_arm (3)
-    assert runs[0] == (Backend.SIMD, Reason.HEURISTIC)
-    assert h.rt.decide(h.op, 1 << 11).reason is Reason.EXPLOIT
-    assert h.rt._history.find(h.op, 12).prior is None  # used up at the commit
-
-
-def test_an_arm_far_slower_on_smaller_sizes_is_not_tried_on_larger_ones(make_runtime) -> None:
-    """A kernel does not get faster on more elements: what an arm took on the nearest smaller
-    bucket is a floor here, and an arm whose floor is over 1.5x the best measured here cannot
-    win (its floor shows in the decision)."""
-    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    h.call_tracked(40, size=1 << 10)  # bucket 11: SIMD wins by 10x
-    before = h.arms.calls[Backend.SCALAR]
-    runs = h.call_tracked(40, size=1 << 11)  # bucket 12
-    assert h.arms.calls[Backend.SCALAR] == before  # never tried here
-    assert runs[-1] == (Backend.SIMD, Reason.EXPLOIT)
-    smaller = h.rt.decide(h.op, 1 << 10).estimates_us[Backend.SCALAR]
-    assert h.rt.decide(h.op, 1 << 11).floors_us[Backend.SCALAR] == pytest.approx(smaller)
-
-
-def test_a_floor_is_applied_before_a_round_is_planned(make_runtime) -> None:
-    """No neighbour prior here (the smaller bucket's arms are close), but SCALAR's time there
-    is a floor over 1.5x what SIMD takes here. SIMD's first call here is not learned from (it
-    compiled): with nothing measured, the next round is not planned ahead past the floors —
-    SIMD is timed alone, and then SCALAR is ruled out."""
-    h = make_runtime({Backend.SIMD: 190.0, Backend.SCALAR: 200.0}, op="unused", arms=(),
-                     gpu=False)
-    compiled = [0]
-
-    def simd(n: int) -> Backend:
-        if n == 1 << 11 and not compiled[0]:
-            compiled[0] = 1  # (a kernel compiled for this size: the timing is the compiler)
-        return h.arms.kernel(Backend.SIMD)(n)[0]
-
-    op = h.rt.register("floored", size=lambda n: n, kind="vector")
-    op.add_implementation(Backend.SIMD, simd, compile_count=lambda: compiled[0])
-    op.add_implementation(Backend.SCALAR, h.arms.kernel(Backend.SCALAR))
-    for _ in range(40):
-        h.rt.run("floored", 1 << 10)  # bucket 11: close, no clear winner
-    h.arms.latency_us = {Backend.SIMD: 60.0, Backend.SCALAR: 200.0}
-    before = h.arms.calls[Backend.SCALAR]
-    for _ in range(40):
-        h.rt.run("floored", 1 << 11)  # bucket 12
-    assert h.rt._history.find("floored", 12).prior is None
-    assert h.arms.calls[Backend.SCALAR] == before
-
-
-def test_an_arm_close_on_smaller_sizes_is_still_tried_on_larger_ones(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 110.0}, gpu=False)
-    h.call_tracked(40, size=1 << 10)  # bucket 11: SIMD ahead by 10%
-    h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 60.0}  # bucket 12: SCALAR wins
-    h.call_tracked(40, size=1 << 11)
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
-
-
-def test_a_prior_that_is_wrong_here_gives_way_to_full_exploration(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-    # in bucket 12 the arms swap: SCALAR is the fast one there
-    h.arms.latency_us = {Backend.SIMD: lambda: 200.0, Backend.SCALAR: lambda: 20.0}
-    h.call_tracked(40, size=1 << 11)
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
-    key = h.rt._history.find(h.op, 12)
-    assert key.prior is None and key.arms[Backend.SCALAR].samples >= 3
-
-
-def test_neighbours_that_converge_later_still_shorten_exploration(make_runtime) -> None:
-    """Keys of a workload are created together: a key that started exploring before its
-    neighbours converged takes their clear winner at its next checkpoint."""
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)  # 1.5x
-    h.call(1 << 11)  # bucket 12 starts exploring: no neighbour knows anything yet
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-        assert h.rt.decide(h.op, size).backend is Backend.SIMD
-    before = h.arms.calls[Backend.SCALAR]
-    h.call_tracked(40, size=1 << 11)
-    # its first round (one timing each) was planned before: SCALAR is timed that once only
-    assert h.arms.calls[Backend.SCALAR] - before == 1
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
-
-
-def test_neighbours_still_exploring_lend_their_clear_winner(make_runtime) -> None:
-    """Keys explore alongside each other: a neighbour that timed each arm twice and found
-    one 1.5x faster is evidence enough for a prior, before it commits."""
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)
-    h.call_tracked(4, size=1 << 12)  # bucket 13: SIMD, SCALAR, SIMD, SCALAR
-    assert h.rt._history.find(h.op, 13).incumbent is None  # (3 timings each to commit)
-    before = h.arms.calls[Backend.SCALAR]
-    h.call_tracked(40, size=1 << 11)
-    assert h.arms.calls[Backend.SCALAR] - before == 1  # the prior's plan: SCALAR once
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
-
-
-def test_one_close_timing_does_not_overturn_a_prior_but_gets_it_rechecked_soon(
-        make_runtime) -> None:
-    # (every call timed, so decisions and calls are counted alike)
-    # (SCALAR 1.3x slower: its floor from the smaller side, ~1.3x SIMD's time here, is under
-    # the 1.5x that rules an arm out)
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 130.0}, gpu=False,
-                     max_measure_period=1)
-    for size in (1 << 10, 1 << 12):  # SIMD wins by 1.3x on both sides
-        h.call_tracked(40, size=size)
-    # in bucket 12 SCALAR is in fact 10% faster: within one timing's noise of the prior
-    h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 90.0}
-    runs = h.call_tracked(30, size=1 << 11)
-    explored = list(itertools.takewhile(lambda run: run[1] is not Reason.EXPLOIT, runs))
-    assert [b for b, _r in explored].count(Backend.SCALAR) == 1  # the prior's plan held
-    assert Reason.RECHECK in [r for _b, r in runs[len(explored):len(explored) + 6]]
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR  # the re-check corrected it
-
-
-def test_no_prior_where_neighbours_are_close_or_disagree(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 120.0}, gpu=False)  # only 1.2x
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-    h.call(1 << 11)
-    assert h.rt._history.find(h.op, 12).prior is None
-
-
-# ------------------------------------------------------------------ confidence and re-checks
-
-
-def _sequence(*timings: float, then: float):
-    """Latencies: ``timings`` in order, then ``then`` for ever."""
-    it = iter(timings)
-    return lambda: next(it, then)
-
-
-def _until_exploit(runs) -> list:
-    return list(itertools.takewhile(lambda run: run[1] is not Reason.EXPLOIT, runs))
-
-
-def test_clear_winner_commits_after_min_samples_each(make_runtime) -> None:
-    # (every call timed, so decisions and calls are counted alike)
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 300.0}, gpu=False,
-                     max_measure_period=1)
-    runs = h.call_tracked(200)
-    assert len(_until_exploit(runs)) == 6  # 3 timings of each arm, no more
-    # a clear choice is looked at again only after recheck_interval (64) decisions
-    first_recheck = next(i for i, (_b, r) in enumerate(runs) if r is Reason.RECHECK)
-    assert first_recheck >= 6 + 64
-
-
-def test_arms_not_told_apart_are_timed_again_before_committing(make_runtime) -> None:
-    # SIMD is the faster arm (200 vs 240) but its first timings are noisy (one of them 400):
-    # after 3 timings each the policy cannot tell them apart with 95 % confidence
-    h = make_runtime({Backend.SIMD: _sequence(200, 400, 180, then=200.0),
-                      Backend.SCALAR: _sequence(240, 245, 235, then=240.0)}, gpu=False)
-    runs = h.call_tracked(200)
-    exploring = _until_exploit(runs)
-    assert 6 < len(exploring) <= 12  # more than min_samples each, at most twice that
-    assert {b for b, r in runs[len(exploring):] if r is Reason.EXPLOIT} == {Backend.SIMD}
-
-
-def test_an_unsure_commitment_is_rechecked_soon(make_runtime) -> None:
-    # the noisy arm stays noisy: even 6 timings each leave the choice unsure, so it is
-    # committed to, and the runner-up timed again a few decisions later
-    noise = itertools.cycle([150.0, 260.0, 200.0])
-    # (every call timed, so decisions and calls are counted alike)
-    h = make_runtime({Backend.SIMD: lambda: next(noise),
-                      Backend.SCALAR: _sequence(230, 220, 240, 225, 235, 230, then=230.0)},
-                     gpu=False, max_measure_period=1)
-    runs = h.call_tracked(100)
-    committed = len(_until_exploit(runs))
-    first_recheck = next(i for i, (_b, r) in enumerate(runs) if r is Reason.RECHECK)
-    assert first_recheck - committed <= 4  # min_samples decisions, not recheck_interval
-
-
-def test_after_drift_the_slower_arms_are_timed_once_not_min_samples_times(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 200.0, Backend.SCALAR: 2000.0}, gpu=False)
-    _converge(h, 100)
-    before = h.arms.calls[Backend.SCALAR]
-    h.arms.latency_us[Backend.SIMD] = 600.0  # 3x slower: drift, but still far the fastest
-    runs = h.call_tracked(40)
-    assert Reason.DRIFT in [r for _, r in runs]
-    assert h.arms.calls[Backend.SCALAR] - before == 1  # the drift call itself
-    assert h.rt.decide(h.op, h.size).backend is Backend.SIMD
-
-
-def test_an_untried_arm_waits_until_the_key_can_pay_for_its_trial(make_runtime) -> None:
-    """Large calls: SIMD takes 2 ms, and SCALAR, never timed, might take 3x that (the guess
-    for an unknown arm). Its trial waits until the calls so far paid for it (10% of their
-    time), then it is tried — and kept, being faster."""
-    h = make_runtime({Backend.SIMD: 2000.0, Backend.SCALAR: 1500.0}, gpu=False,
-                     max_measure_period=1)
-    runs = h.call_tracked(60)
-    first_scalar = next(i for i, (arm, _r) in enumerate(runs) if arm is Backend.SCALAR)
-    assert 15 <= first_scalar <= 25  # (3 x 2 ms - 2 ms) / 10% = 40 ms of calls first
-    assert runs[-1] == (Backend.SCALAR, Reason.EXPLOIT)
-
-
-def test_a_cheap_untried_arm_is_tried_at_once(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 300.0}, gpu=False)
-    runs = h.call_tracked(4)
-    assert Backend.SCALAR in [arm for arm, _r in runs[:2]]
+from adaptive_runtime.backend import Backend
+from adaptive_runtime.history import ArmStats, HistoryStore, KeyHistory
+from adaptive_runtime.operations import Kind
+from adaptive_runtime.policy import (
+    Decision,
+    KeyState,
+    Policy,
+    PolicyConfig,
+    Reason,
+    Step,
+    heuristic_order,
+)
+
+GPU, SIMD, SCALAR = Backend.GPU, Backend.SIMD, Backend.SCALAR
+NOW_S = 1_000.0  # the fake clock's reading (quarantines are compared with it)
+TWO = (SIMD, SCALAR)
+
+
+def timed(mean_us: float, n: int = 3, var_us2: float = 1.0, last_update: float = 0.0,
+          failures: int = 0, quarantined_until_s: float = -math.inf) -> ArmStats:
+    """Fake statistics: an arm timed ``n`` times in this epoch at ``mean_us``."""
+    return ArmStats(samples=n, epoch_samples=n, mean_us=mean_us if n else math.nan,
+                    var_us2=var_us2, failures=failures, consecutive_failures=failures,
+                    quarantined_until_s=quarantined_until_s, last_update=last_update)
+
+
+def key_with(arms: Mapping[Backend, ArmStats], bucket: int = 10) -> KeyHistory:
+    key = KeyHistory("op", bucket)
+    key.arms.update(arms)
+    key.samples = sum(s.samples for s in arms.values())
+    key.failures = sum(s.failures for s in arms.values())
+    return key
+
+
+def committed(policy: Policy, key: KeyHistory, candidates: Sequence[Backend] = TWO) -> KeyState:
+    """A state committed by the policy itself to the best arm of ``key``."""
+    state = KeyState()
+    decision = policy.step(state, key, candidates, NOW_S)
+    assert decision.reason is Reason.EXPLOIT, decision
+    return state
+
+
+def fields(state: KeyState) -> dict[str, object]:
+    return {name: copy.copy(getattr(state, name)) for name in KeyState.__slots__}
+
+
+# ------------------------------------------------------------------ cold start
+
+
+def test_cold_start_without_history_is_trueno_heuristic() -> None:
+    policy = Policy()
+    order = heuristic_order(Kind.MATRIX, 1 << 20, (SCALAR, SIMD, GPU))
+    assert order == (GPU, SIMD, SCALAR)
+    d = policy.decide(KeyState(), None, order, NOW_S)
+    assert (d.backend, d.reason, d.confidence, d.has_history) == (GPU, Reason.HEURISTIC, 0.0,
+                                                                 False)
+    assert heuristic_order(Kind.VECTOR, 100, (SIMD, SCALAR)) == (SCALAR, SIMD)
+
+
+def test_a_key_with_no_timing_yet_starts_with_the_heuristic_arm_one_at_a_time() -> None:
+    d = Policy().decide(KeyState(), key_with({}), TWO, NOW_S)
+    # (nothing measured: no plan ahead, the floors and budget need a measured time)
+    assert (d.backend, d.reason, d.plan) == (SIMD, Reason.HEURISTIC, ())
+
+
+# ------------------------------------------------------------------ explore
+
+
+def test_explore_times_every_arm_min_samples_times_fewest_first() -> None:
+    key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(0.0, n=0)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    # up to one timing each: where the neighbouring buckets may have a winner to go by
+    assert (d.backend, d.reason, d.plan) == (SCALAR, Reason.EXPLORE, ())
+    key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(120.0, n=1)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    # then up to two each: where pruning may rule an arm out
+    assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, (SCALAR,))
+
+
+def test_an_arm_far_behind_after_two_timings_is_owed_nothing_more() -> None:
+    # SCALAR: 2 timings at 4x the best (over prune_ratio 3) -> pruned; SIMD is owed one more
+    key = key_with({SIMD: timed(100.0, n=2), SCALAR: timed(400.0, n=2)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, ())
+
+
+def test_an_arm_whose_floor_is_far_over_the_best_is_not_tried() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: ArmStats()})
+    state = KeyState(floors={SCALAR: 200.0})  # over floor_ratio 1.5 x 100 us
+    d = Policy().decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLOIT)
+    assert d.floors_us == {SCALAR: 200.0}
+
+
+def test_an_untried_costly_arm_waits_for_the_exploration_budget() -> None:
+    # SIMD: 2 ms a call, timed 3 times (6 ms spent); SCALAR's trial is guessed at 3x that:
+    # 4 ms over the best, more than max(1 ms, 10% of 6 ms)
+    key = key_with({SIMD: timed(2000.0), SCALAR: ArmStats()})
+    policy = Policy()
+    assert policy.decide(KeyState(), key, TWO, NOW_S).backend is SIMD
+    key.arms[SIMD] = timed(2000.0, n=20)  # 40 ms spent: 10% pays for the trial
+    d = policy.decide(KeyState(), key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
+
+
+def test_two_arms_not_told_apart_are_timed_again_before_committing() -> None:
+    noisy = timed(200.0, var_us2=200.0**2)
+    key = key_with({SIMD: noisy, SCALAR: timed(210.0, var_us2=200.0**2)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    assert d.reason is Reason.EXPLORE
+    assert d.backend is SCALAR and d.plan == (SIMD, SCALAR, SIMD, SCALAR, SIMD)
+
+
+def test_a_neighbours_prior_is_timed_in_full_and_the_others_once() -> None:
+    key = key_with({SIMD: ArmStats(), SCALAR: ArmStats()})
+    state = KeyState(prior=SIMD)
+    policy = Policy()
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SIMD, Reason.HEURISTIC)
+    key = key_with({SIMD: timed(100.0, n=3), SCALAR: timed(110.0, n=1)})
+    # plan done, SCALAR within one timing's noise of the prior: the prior is committed to
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLOIT)
+    policy.apply(state, key, d, TWO)
+    assert state.incumbent is SIMD and state.prior is None  # (a prior serves once)
+
+
+def test_a_prior_beaten_clearly_here_gives_way_to_full_exploration() -> None:
+    key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(50.0, n=1)})
+    state = KeyState(prior=SIMD)
+    policy = Policy()
+    before = fields(state)
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert fields(state) == before  # decide() is pure: the rejection is apply()'s
+    assert d.reason is Reason.EXPLORE and d.plan  # a full round, not the prior's one step
+    policy.apply(state, key, d, TWO)
+    assert state.prior is None and state.prior_rejected
+
+
+def test_the_prior_comes_from_the_neighbouring_buckets_clear_winner() -> None:
+    store = HistoryStore(16)
+    for bucket in (9, 11):
+        near = store.key("op", bucket)
+        near.arms.update({SIMD: timed(100.0, n=2), SCALAR: timed(200.0, n=2)})
+    key = store.key("op", 10)
+    state = KeyState()
+    Policy().step(state, key, TWO, NOW_S, neighbours=store)
+    assert state.prior is SIMD
+    # ... and what SCALAR took on the smaller bucket is its floor here
+    assert state.floors == {SIMD: 100.0, SCALAR: 200.0}
+
+
+# ------------------------------------------------------------------ commit and exploit
+
+
+def test_a_clear_winner_is_committed_and_rechecked_at_the_regular_interval() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy(PolicyConfig(recheck_interval=50))
+    state = KeyState()
+    d = policy.step(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLOIT)
+    assert d.confidence > 0.99 and d.estimates_us == {SIMD: 100.0, SCALAR: 300.0}
+    assert (state.incumbent, state.decisions, state.next_recheck) == (SIMD, 1, 51)
+    assert state.drift_baseline_us == 100.0  # watched for drift from now on
+
+
+def test_an_unsure_commitment_is_rechecked_after_min_samples_decisions() -> None:
+    key = key_with({SIMD: timed(200.0, n=6, var_us2=100.0**2),
+                    SCALAR: timed(210.0, n=6, var_us2=100.0**2)})
+    state = committed(Policy(), key)
+    assert state.next_recheck == state.decisions + 3
+
+
+def test_exploit_is_memoised_until_another_arm_learns_something() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    first = policy.decide(state, key, TWO, NOW_S)
+    assert policy.next(state, key, TWO, NOW_S) == (first, Step.REPEATED)
+    policy.observe(state, SCALAR, 290.0)  # another arm's timing: the next one is full
+    assert state.memo is None
+    assert policy.next(state, key, TWO, NOW_S)[1] is Step.DECIDED
+
+
+def test_hysteresis_keeps_the_committed_arm_within_the_switch_margin() -> None:
+    key = key_with({SIMD: timed(100.0, var_us2=30.0**2), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    key.arms[SCALAR] = timed(97.0, var_us2=30.0**2)  # 3% faster, noisy: not clearly
+    state.memo = None
+    assert policy.decide(state, key, TWO, NOW_S).backend is SIMD
+    key.arms[SCALAR] = timed(90.0, var_us2=30.0**2)  # 10% faster: beyond the margin
+    d = policy.step(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason, state.incumbent, state.switches) == (
+        SCALAR, Reason.EXPLOIT, SCALAR, 1)
+
+
+def test_a_challenger_timed_once_is_rechecked_before_it_takes_over() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    key.arms[SCALAR] = timed(50.0, n=1)
+    state.memo = None
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+
+
+def test_a_switch_on_a_stale_estimate_is_remeasured_first() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    state.decisions = state.next_recheck - 1  # long after the epoch began
+    key.arms[SCALAR] = timed(80.0)
+    state.memo = None
+    d = policy.step(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.DRIFT)
+    assert state.incumbent is None and state.prior is SIMD and state.epoch == 1
+
+
+# ------------------------------------------------------------------ re-check
+
+
+def test_a_recheck_is_due_at_next_recheck_and_the_interval_then_doubles() -> None:
+    key = key_with({SIMD: timed(100.0, last_update=5.0), SCALAR: timed(150.0, last_update=1.0),
+                    GPU: timed(120.0, last_update=2.0)})
+    policy = Policy(PolicyConfig(recheck_interval=4))
+    arms = (SIMD, SCALAR, GPU)
+    state = committed(policy, key, arms)
+    while state.decisions < state.next_recheck:
+        assert policy.next(state, key, arms, NOW_S)[0].reason is Reason.EXPLOIT
+    d, _how = policy.next(state, key, arms, NOW_S)
+    # the plausible other arm heard from least recently
+    assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+    assert (state.rechecks, state.recheck_interval) == (1, 8)
+    assert policy.remeasures(key, d)  # its timing replaces its (old) estimate
+
+
+# ------------------------------------------------------------------ drift
+
+
+def test_three_timings_5x_slower_raise_the_drift_alarm() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    for _ in range(3):
+        assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
+        policy.observe(state, SIMD, 500.0)
+    d = policy.step(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.DRIFT)
+    # a new epoch: the arm that slowed is re-measured in full, the others once
+    assert (state.incumbent, state.prior, state.epoch, state.drift_score) == (None, SIMD, 1, 0.0)
+
+
+def test_isolated_spikes_do_not_raise_the_drift_alarm() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    for _ in range(10):
+        policy.observe(state, SIMD, 100_000.0)
+        for _ in range(20):
+            policy.observe(state, SIMD, 100.0)
+        assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
+
+
+# ------------------------------------------------------------------ fallback and failures
+
+
+def test_every_arm_quarantined_runs_the_one_released_soonest() -> None:
+    key = key_with({SIMD: timed(100.0, failures=1, quarantined_until_s=NOW_S + 5),
+                    SCALAR: timed(300.0, failures=1, quarantined_until_s=NOW_S + 2)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.FALLBACK)
+
+
+def test_a_quarantined_arm_is_passed_over_until_released() -> None:
+    key = key_with({SIMD: timed(100.0, failures=1, quarantined_until_s=NOW_S + 5),
+                    SCALAR: timed(300.0)})
+    policy = Policy()
+    assert policy.decide(KeyState(), key, TWO, NOW_S).backend is SCALAR
+    # released, its last attempt failed: tried again (explore), not committed to
+    d = policy.decide(KeyState(), key, TWO, NOW_S + 6)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLORE)
+
+
+def test_fallback_takes_the_fastest_arm_not_yet_tried() -> None:
+    key = key_with({GPU: timed(50.0), SIMD: timed(100.0), SCALAR: timed(80.0)})
+    policy = Policy()
+    assert policy.fallback(key, (GPU, SIMD, SCALAR), {GPU}) is SCALAR
+    assert policy.fallback(key, (GPU, SIMD, SCALAR), {GPU, SCALAR, SIMD}) is None
+
+
+def test_a_failure_of_the_committed_arm_ends_the_commitment() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    policy.observe_failure(state, SIMD)
+    assert (state.incumbent, state.memo, state.drift_baseline_us) == (None, None, 0.0)
+
+
+def test_merged_estimates_end_the_commitment() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    key.merges += 1
+    key.arms[SCALAR] = timed(50.0, n=40)  # what another process measured
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert state.incumbent is SIMD  # (decide changes nothing)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLOIT)
+    policy.step(state, key, TWO, NOW_S)
+    assert (state.incumbent, state.switches, state.merges) == (SCALAR, 0, 1)
+
+
+# ------------------------------------------------------------------ purity and sequences
+
+
+def test_decide_changes_neither_the_state_nor_the_statistics() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    for state in (KeyState(), committed(policy, key), KeyState(prior=SCALAR)):
+        before, arms = fields(state), copy.deepcopy(key.arms)
+        first = policy.decide(state, key, TWO, NOW_S)
+        assert all(policy.decide(state, key, TWO, NOW_S) == first for _ in range(10))
+        assert fields(state) == before and key.arms == arms
+
+
+def run(policy: Policy, latency_us: Mapping[Backend, float], calls: int,
+        state: KeyState | None = None, store: HistoryStore | None = None,
+        candidates: Sequence[Backend] = TWO) -> tuple[list[Decision], KeyState, HistoryStore]:
+    """The policy's loop over one key, as the runtime runs it (every call timed): next
+    decision, the arm's set latency learned, the policy told."""
+    store = store or HistoryStore(16, wall_clock=iter(range(1, 10**9)).__next__)
+    key = store.key("op", 10)
+    state = state or KeyState()
+    out = []
+    for i in range(calls):
+        decision, how = policy.next(state, key, candidates, NOW_S + i, store)
+        if how is Step.DECIDED and decision.reason is Reason.DRIFT:
+            key.start_epoch()
+        if policy.remeasures(key, decision):
+            key.arms[decision.backend].start_epoch()
+        learned = store.record(key, decision.backend, latency_us[decision.backend], 0)
+        policy.observe(state, decision.backend, learned)
+        out.append(decision)
+    return out, state, store
+
+
+def test_the_state_machine_converges_then_follows_a_slowdown_within_20_calls() -> None:
+    policy = Policy()
+    latency = {SIMD: 100.0, SCALAR: 150.0}
+    decisions, state, store = run(policy, latency, 200)
+    assert [d.reason for d in decisions[:6]] == [Reason.HEURISTIC] + [Reason.EXPLORE] * 5
+    assert {d.backend for d in decisions[6:] if d.reason is Reason.EXPLOIT} == {SIMD}
+    latency[SIMD] = 500.0  # the committed arm slows 5x
+    after, state, _ = run(policy, latency, 100, state, store)
+    exploits = [i for i, d in enumerate(after) if (d.backend, d.reason) == (SCALAR,
+                                                                             Reason.EXPLOIT)]
+    assert exploits and exploits[0] <= 20
+    assert state.incumbent is SCALAR
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.05])
+def test_config_knobs_are_the_policys_own(margin: float) -> None:
+    policy = Policy(PolicyConfig(switch_margin=margin))
+    key = key_with({SIMD: timed(100.0, var_us2=30.0**2), SCALAR: timed(300.0)})
+    state = committed(policy, key)
+    key.arms[SCALAR] = timed(97.0, var_us2=30.0**2)
+    state.memo = None
+    assert policy.decide(state, key, TWO, NOW_S).backend is (SCALAR if margin == 0 else SIMD)
