@@ -4,7 +4,6 @@ See DESIGN.md for the architecture; the names below are the public contract.
 """
 
 from . import ops, telemetry
-from ._dispatch import SelectionKey
 from .backend import Backend
 from .config import RuntimeConfig
 from .errors import (
@@ -18,11 +17,13 @@ from .errors import (
 )
 from .history import HistoryRecord, HistoryWarning
 from .keys import size_bucket
-from .operations import DeviceProbe, Kind, Operation
+from .operations import Kind, Operation
 from .policy import Decision, Reason
-from .runtime import AdaptiveRuntime, get_runtime
+from .runtime import AdaptiveRuntime, RuntimeStats, get_runtime
 from .telemetry.steps import train_step
 
+# The one place the version is written: pyproject.toml reads it from here (setuptools
+# dynamic version, parsed without importing the package).
 __version__ = "0.1.0"
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "Decision",
-    "DeviceProbe",
     "HistoryRecord",
     "HistoryWarning",
     "Kind",
@@ -42,7 +42,7 @@ __all__ = [
     "RegistrationError",
     "ResultMismatchError",
     "RuntimeConfig",
-    "SelectionKey",
+    "RuntimeStats",
     "UnknownOperationError",
     "__version__",
     "get_runtime",
@@ -51,3 +51,18 @@ __all__ = [
     "telemetry",
     "train_step",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Internal since 0.1: DeviceProbe (adaptive_runtime.operations) and SelectionKey (the keys
+    # of rt.stats().selections). Still served for code written against the earlier surface;
+    # not in __all__ or the docs.
+    if name == "DeviceProbe":
+        from .operations import DeviceProbe
+
+        return DeviceProbe
+    if name == "SelectionKey":
+        from ._dispatch import SelectionKey
+
+        return SelectionKey
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

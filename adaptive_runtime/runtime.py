@@ -13,7 +13,9 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ._dispatch import Dispatcher, SelectionKey
@@ -44,17 +46,18 @@ from .operations import (
     OperationRegistry,
     utf8_encodable,
 )
-from .policy import Decision, Policy, PolicyConfig
+from .policy import Decision, Policy, PolicyConfig, Reason
 from .telemetry import instrumentation
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
+    from .replay import CallRecorder
     from .telemetry.metrics import RuntimeMetrics
     from .telemetry.spans import SpanRecorder
 
-__all__ = ["AdaptiveRuntime", "get_runtime"]
+__all__ = ["AdaptiveRuntime", "RuntimeStats", "get_runtime"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,7 +67,8 @@ class AdaptiveRuntime:
 
     ``config`` defaults to :meth:`RuntimeConfig.from_env`. ``builtin_ops`` registers the
     built-in operations (``dot``, ``add``, ...). ``devices`` decides which arms can run (tests
-    pass ``DeviceProbe(gpu=True)`` to stand in for a GPU); ``clock`` (seconds) and ``timer``
+    pass ``adaptive_runtime.operations.DeviceProbe(gpu=True)``, internal, to stand in for a
+    GPU); ``clock`` (seconds) and ``timer``
     (nanoseconds) are injectable for tests.
 
     Raises :class:`BackendUnavailableError` at construction when a forced arm cannot run here.
@@ -323,6 +327,16 @@ class AdaptiveRuntime:
         with self._dispatcher.lock:
             return self._history.snapshot()
 
+    def record_calls(self, path: str | os.PathLike[str],
+                     max_calls: int = 1_000_000) -> CallRecorder:
+        """Record every timed call (operation, size, arm, ``duration_us``, ``time_s``, the
+        calls it stands for) to ``path`` as JSON lines, at most ``max_calls`` of them, for
+        ``adaptive-runtime replay`` (:mod:`adaptive_runtime.replay`). Returns the recorder:
+        ``close()`` it, or use it as a context manager, to stop. Opt-in: off by default."""
+        from .replay import record_calls
+
+        return record_calls(self, path, max_calls)
+
     def save_history(self, path: str | os.PathLike[str]) -> None:
         """Write the history to ``path``: JSON (format ``adaptive_runtime.history/2``) with
         this process's hardware fingerprint, written atomically and durably (a temporary file
@@ -399,6 +413,19 @@ class AdaptiveRuntime:
 
     # ------------------------------------------------------------------ counters
 
+    def stats(self) -> RuntimeStats:
+        """One frozen reading of this runtime's per-call counters (every call, traced or
+        not): selections by (operation, arm, reason), fallbacks, the operations on the hot
+        path now, and what the trace gate did with the calls it saw."""
+        traces = self.trace_counts()
+        return RuntimeStats(
+            selections=MappingProxyType(self.selection_counts()),
+            fallbacks=MappingProxyType(self.fallback_counts()),
+            hot_operations=tuple(self.hot_operations()),
+            spans_admitted=self._dispatcher.spans_admitted(),
+            spans_exported=MappingProxyType(dict(traces["exported"])),
+            spans_suppressed=MappingProxyType(dict(traces["suppressed"])))
+
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call so far, counted by (operation, arm, reason), traced or not."""
         return self._dispatcher.selection_counts()
@@ -426,6 +453,40 @@ class AdaptiveRuntime:
         if spans is not None and spans.dropped:
             counts["suppressed"]["buffer_full"] = spans.dropped
         return counts
+
+
+@dataclass(frozen=True)
+class RuntimeStats:
+    """A runtime's per-call counters at one moment (:meth:`AdaptiveRuntime.stats`).
+
+    - ``selections``: calls by ``(operation, backend, reason)`` (a key with those three
+      fields), traced or not; :meth:`calls` sums them;
+    - ``fallbacks``: calls re-routed after an arm raised, by ``(operation, failed arm,
+      fallback arm)``;
+    - ``hot_operations``: operations on the hot path now (their spans off, learning on);
+    - ``spans_admitted``: timed calls whose spans the trace gate admitted;
+    - ``spans_exported`` / ``spans_suppressed``: those calls by the trace gate's reason
+      (``decision``, ``slow``, ``sampled``, ... / ``hot_path``, ``not_sampled``, ``budget``,
+      ``buffer_full``, ...).
+    """
+
+    selections: Mapping[SelectionKey, int]
+    fallbacks: Mapping[tuple[str, Backend, Backend], int]
+    hot_operations: tuple[str, ...]
+    spans_admitted: int
+    spans_exported: Mapping[str, int]
+    spans_suppressed: Mapping[str, int]
+
+    def calls(self, operation: str | None = None, backend: Backend | str | None = None,
+              reason: Reason | str | None = None) -> int:
+        """Calls counted in :attr:`selections`, all of them or those matching every filter
+        given (``backend`` and ``reason`` as enums or their string values)."""
+        arm = None if backend is None else Backend.parse(backend)
+        why = None if reason is None else Reason(reason)
+        return sum(n for key, n in self.selections.items()
+                   if (operation is None or key.operation == operation)
+                   and (arm is None or key.backend is arm)
+                   and (why is None or key.reason is why))
 
 
 def _name(operation: object) -> str:

@@ -42,6 +42,7 @@ from _table import print_table, verdict
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import size_bucket
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 SEED = 0
@@ -153,7 +154,7 @@ def main() -> None:
     began = time.perf_counter()
     adaptive = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     operations = [name for name in WORKLOAD if name in adaptive.operations]
-    devices = ar.DeviceProbe()
+    devices = DeviceProbe()
     arms = [b for b in (Backend.GPU, Backend.SIMD, Backend.SCALAR) if devices.available(b)]
     runs = strategies(adaptive, arms)
     calls = workload(operations)
@@ -422,7 +423,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
             family_op, _entries, _n = rt._dispatcher.route(name, args)
             for arm in family_op.backends:
                 impl = family_op.implementation_for(arm)
-                if impl is not None and ar.DeviceProbe().available(arm):
+                if impl is not None and DeviceProbe().available(arm):
                     impl.fn(*args)
     adaptive_s = plain_s = 0.0
     per_key: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])

@@ -19,6 +19,7 @@ from hypothesis import settings
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 
 # Pinned randomness: Hypothesis explores the same examples on every run and machine, and no
 # example database is written; deadlines are off because CI machines are noisy.
@@ -156,7 +157,7 @@ def build_runtime(clock: FakeClock, timer: FakeTimer, *, gpu: bool = True,
                   config: ar.RuntimeConfig | None = None,
                   **config_fields: Any) -> ar.AdaptiveRuntime:
     cfg = config if config is not None else ar.RuntimeConfig(**config_fields)
-    return ar.AdaptiveRuntime(cfg, builtin_ops=False, devices=ar.DeviceProbe(gpu=gpu),
+    return ar.AdaptiveRuntime(cfg, builtin_ops=False, devices=DeviceProbe(gpu=gpu),
                               clock=clock, timer=timer)
 
 

@@ -32,10 +32,11 @@ TIMEOUT_S = 60
 PRELUDE = textwrap.dedent('''
     import json, os, sys
     import adaptive_runtime as ar
+    from adaptive_runtime.operations import DeviceProbe
 
     def make_runtime():
         rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                                devices=ar.DeviceProbe(gpu=False))
+                                devices=DeviceProbe(gpu=False))
         op = rt.register("scale", size=lambda n: n, kind="vector")
         op.add_implementation("simd", lambda n: 2 * n)
         op.add_implementation("scalar", lambda n: n + n)

@@ -30,6 +30,7 @@ from prometheus_server import PrometheusServer
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
@@ -264,7 +265,7 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
     provider, target = prometheus_endpoint
     tracer_provider = TracerProvider()  # spans are made and dropped: the gate's counts move
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     register_operations(rt)
     ar.telemetry.instrument(rt, tracer_provider=tracer_provider, meter_provider=provider)
     workload = Workload(rt)

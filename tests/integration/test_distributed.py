@@ -23,10 +23,11 @@ RANK = r"""
 import json, sys
 import torch.distributed as dist
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), devices=ar.DeviceProbe(gpu=False))
+rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), devices=DeviceProbe(gpu=False))
 op = rt.register("fake", size=lambda n: n, kind="vector")
 op.add_implementation(ar.Backend.SIMD, lambda n: n)
 op.add_implementation(ar.Backend.SCALAR, lambda n: n)
@@ -148,10 +149,11 @@ SOLO = r"""
 import json, sys
 import torch.distributed as dist
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 dist.init_process_group("gloo", init_method=sys.argv[3], rank=0, world_size=1)
 rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
-                        devices=ar.DeviceProbe(gpu=False))
+                        devices=DeviceProbe(gpu=False))
 for i in range(5):
     rt.record_performance("dot", 1000, "simd", 10.0 + i)
     rt.record_performance("dot", 1000, "scalar", 30.0)

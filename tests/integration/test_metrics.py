@@ -24,6 +24,7 @@ from prometheus_server import PrometheusServer
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry.metrics import DURATION_BUCKETS_S, RuntimeMetrics
 
@@ -429,7 +430,7 @@ def timed_runtime(ops: dict[str, float], *, failing: Sequence[Backend] = ()
     """A runtime on fake time whose operations (name -> latency scale) take linear_us."""
     clock, timer = ManualClock(), SpentTimer()
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=False), clock=clock, timer=timer)
     for name, scale in ops.items():
         op = rt.register(name, size=lambda n: n, kind="vector")
         for backend in (SIMD, SCALAR):

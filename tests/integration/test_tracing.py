@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry.spans import SpanRecorder
 
 Backend = ar.Backend
@@ -103,7 +104,7 @@ def make_runtime(config: ar.RuntimeConfig | None = None, *,
                  clock: Callable[[], float] | None = None) -> ar.AdaptiveRuntime:
     kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
     return ar.AdaptiveRuntime(config or ar.RuntimeConfig(), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=False), **kwargs)
+                              devices=DeviceProbe(gpu=False), **kwargs)
 
 
 def two_arms(rt: ar.AdaptiveRuntime, name: str = "scale", *,
@@ -249,7 +250,7 @@ def test_select_spans_of_a_device_call_show_the_gpu_arms_floor_with_fake_gpu_arm
     """A GPU arm whose copies would lose is not tried, and the select span says why: its
     floor beside the measured estimates. Calls with inputs on the device are their own
     operation ("<name>@device") in the trace."""
-    rt = ar.AdaptiveRuntime(EXPORT_ALL, builtin_ops=False, devices=ar.DeviceProbe(gpu=True))
+    rt = ar.AdaptiveRuntime(EXPORT_ALL, builtin_ops=False, devices=DeviceProbe(gpu=True))
     op = rt.register("scale", size=lambda n, _where: n, kind="vector",
                      on_device=lambda _n, where: where == "device")
     op.add_implementation(SIMD, lambda n, _where: ("simd", n))
@@ -466,7 +467,7 @@ def test_banked_sampling_credit_does_not_oversample_later(
         return n
 
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(**NO_SPAN_BUDGET),
-                            builtin_ops=False, devices=ar.DeviceProbe(gpu=False), clock=clock,
+                            builtin_ops=False, devices=DeviceProbe(gpu=False), clock=clock,
                             timer=timer)
     two_arms(rt, simd=kernel, scalar=kernel)
     tracing.attach(rt)

@@ -16,11 +16,12 @@ SCRIPT = textwrap.dedent('''
     import numpy as np
     import torch
     import adaptive_runtime as ar
+    from adaptive_runtime.operations import DeviceProbe
     from adaptive_runtime.kernels import _gpu
 
     assert _gpu.device().kind == "numba", _gpu.device()  # torch has no CUDA here
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"),
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     for n in (1, 7, 257):  # one element, odd, more than one block of 256 threads
         for dtype in (np.float32, np.float64):
             rng = np.random.default_rng(n)

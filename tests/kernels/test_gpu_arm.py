@@ -16,6 +16,7 @@ import torch
 
 import adaptive_runtime as ar
 from adaptive_runtime.kernels import _gpu
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 
@@ -66,7 +67,7 @@ def fake_cuda() -> Iterator[FakeCuda]:
 
 def gpu_runtime() -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"),
-                              devices=ar.DeviceProbe(gpu=True))
+                              devices=DeviceProbe(gpu=True))
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
@@ -134,7 +135,7 @@ def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_c
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
     fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     a = np.ones(1024)
     for _ in range(10):  # exploration tries the GPU arm among the first calls
         np.testing.assert_array_equal(rt.run("add", a, a), 2 * a)
@@ -149,7 +150,7 @@ def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)
     fake_cuda.fail_with = torch.cuda.OutOfMemoryError("CUDA out of memory (test double)")
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     rng = np.random.default_rng(2)
     for _ in range(10):
         a, b = rng.standard_normal((2, 300, 300))
@@ -174,7 +175,7 @@ def _rows(rt: ar.AdaptiveRuntime, operation: str) -> dict[Backend, int]:
 def test_calls_with_inputs_on_the_device_are_learned_apart_with_fake_cuda(fake_cuda) -> None:
     """A GPU arm costs a host call two copies and a device call none: the two are learned
     as separate keys ("add" and "add@device"), so neither's estimates are the other's."""
-    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
     host = np.random.default_rng(4).standard_normal(4096)
     on_device = fake_cuda.to_device(host)
     for _ in range(12):
@@ -194,7 +195,7 @@ def test_gpu_arm_whose_copies_would_lose_is_not_tried_on_host_inputs_with_fake_c
     arrays means 24 MB of copies, 240 ms, while SIMD takes about a millisecond: the GPU arm
     is never run for them. On device inputs (no copies) it is tried."""
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e8)
-    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
     a = np.random.default_rng(6).standard_normal(1 << 20)
     for _ in range(20):
         rt.run("add", a, a)
@@ -210,7 +211,7 @@ def test_gpu_arm_whose_copies_would_lose_is_not_tried_on_host_inputs_with_fake_c
 
 def test_a_fast_link_leaves_the_gpu_arm_in_the_running_with_fake_cuda(fake_cuda) -> None:
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)  # copies cost nothing
-    rt = ar.AdaptiveRuntime(devices=ar.DeviceProbe(gpu=True))
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
     a = np.random.default_rng(7).standard_normal(1 << 20)
     for _ in range(20):
         rt.run("add", a, a)

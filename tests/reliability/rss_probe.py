@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 OPERATIONS = ("add_a", "add_b", "add_c", "mul_a", "mul_b", "mul_c")
 SIZES = (8, 64, 300, 1_000, 2_000, 5_000)
@@ -39,7 +40,7 @@ def main(directory: str, calls: int) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(hot_path_calls_per_sec=1e12, spans_per_sec=2_000,
                                              spans_per_sec_per_key=200,
                                              trace_cpu_share=float("inf")),
-                            builtin_ops=False, devices=ar.DeviceProbe(gpu=False))
+                            builtin_ops=False, devices=DeviceProbe(gpu=False))
     for name in OPERATIONS:
         op = rt.register(name, size=lambda a, b: a.size, kind="vector")
         fn = np.add if name.startswith("add") else np.multiply

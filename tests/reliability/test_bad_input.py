@@ -41,6 +41,7 @@ import adaptive_runtime as ar
 from adaptive_runtime._dispatch import MAX_SELECT_LABELS, OTHER_LABEL
 from adaptive_runtime.config import _ENV_NAMES, ENV_PREFIX
 from adaptive_runtime.keys import MAX_SIZE
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry.metrics import MAX_REPORTED_KEYS, OTHER_OPERATION
 
 Backend = ar.Backend
@@ -112,7 +113,7 @@ class Tally:
 
 def fresh_runtime(**config: Any) -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, **config), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=False))
+                              devices=DeviceProbe(gpu=False))
 
 
 def assert_coherent(rt: ar.AdaptiveRuntime, selects: int) -> None:
@@ -275,7 +276,7 @@ _config = Tally()
 
 def _exercise(cfg: ar.RuntimeConfig) -> None:
     """A runtime built from ``cfg`` runs, selects and learns."""
-    rt = ar.AdaptiveRuntime(cfg, builtin_ops=False, devices=ar.DeviceProbe(gpu=False))
+    rt = ar.AdaptiveRuntime(cfg, builtin_ops=False, devices=DeviceProbe(gpu=False))
     op = rt.register("scale", size=lambda n: n, kind="vector")
     op.add_implementation(Backend.SIMD, _simd)
     op.add_implementation(Backend.SCALAR, _scalar)
@@ -342,11 +343,12 @@ def test_fuzzed_runtime_config_and_environment_are_config_errors_or_work(reliabi
 CONFIGURE_FUZZ = textwrap.dedent('''
     import json, os, sys, tempfile
     import adaptive_runtime as ar
+    from adaptive_runtime.operations import DeviceProbe
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     GRPC, HTTP, DIRECTORY, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     op = rt.register("scale", size=lambda n: n, kind="vector")
     op.add_implementation("simd", lambda n: 2 * n)
     op.add_implementation("scalar", lambda n: n + n)
@@ -520,7 +522,7 @@ def test_a_million_distinct_names_keep_memory_and_metric_attributes_bounded(
 def test_hot_path_spans_of_select_names_past_the_cap_are_named_other(reliability) -> None:
     now = [1_000.0]
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(hot_path_calls_per_sec=1.0), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False), clock=lambda: now[0])
+                            devices=DeviceProbe(gpu=False), clock=lambda: now[0])
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider(shutdown_on_exit=False)
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))

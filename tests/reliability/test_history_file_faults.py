@@ -44,6 +44,7 @@ from adaptive_runtime.history import (
     read_history_file,
     write_history_file,
 )
+from adaptive_runtime.operations import DeviceProbe
 
 PACKAGE = Path(ar.__file__).resolve().parent
 
@@ -60,7 +61,7 @@ def _start(path: Path) -> tuple[ar.AdaptiveRuntime, list[warnings.WarningMessage
         warnings.simplefilter("always")
         rt = ar.AdaptiveRuntime(
             ar.RuntimeConfig(tracing=False, history_path=str(path), history_save_interval_s=0),
-            builtin_ops=False, devices=ar.DeviceProbe(gpu=False))
+            builtin_ops=False, devices=DeviceProbe(gpu=False))
     saver = getattr(rt, "_history_saver", None)
     if saver is not None:
         saver.stop()  # (a test's runtime must not save into its tmp_path at interpreter exit)
@@ -86,6 +87,7 @@ def _temporaries(path: Path) -> list[Path]:
 _ZYGOTE = r"""
 import os, sys, time
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import HistoryRecord
 
@@ -102,7 +104,7 @@ def records(v):
 def saver():
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, history_path=path,
                                              history_save_interval_s=0),
-                            builtin_ops=False, devices=ar.DeviceProbe(gpu=False))
+                            builtin_ops=False, devices=DeviceProbe(gpu=False))
     rows = rt.history_snapshot()
     v = rows[0].samples if rows else 0
     say(f"loaded {v} {len(rows)}")
@@ -341,7 +343,7 @@ def test_a_file_just_over_the_bound_is_refused_and_one_at_it_is_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "history.json"
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     rt.record_performance("dot", 1000, "simd", 10.0)
     rt.save_history(path)
     size = path.stat().st_size
@@ -570,7 +572,7 @@ def test_hostile_json_is_refused_with_one_message_and_the_runtime_starts_cold(
         assert word in message, (word, message)
         # an explicit load: the same error; the file is left as it was
         rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
-                                devices=ar.DeviceProbe(gpu=False))
+                                devices=DeviceProbe(gpu=False))
         with pytest.raises(ValueError, match=r"^history file "):
             rt.load_history(path)
         assert path.read_bytes() == content and rt.history_snapshot() == []

@@ -24,6 +24,7 @@ import adaptive_runtime as ar
 from adaptive_runtime.errors import ResultMismatchError
 from adaptive_runtime.kernels.add import add_scalar, add_simd
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 GPU, SIMD, SCALAR = Backend.GPU, Backend.SIMD, Backend.SCALAR
@@ -72,7 +73,7 @@ def make_vadd(clock: Any, timer: Any, latency_us: dict[Backend, float],
     """A runtime with ``vadd`` on fake time: GPU (numpy, a stand-in), SIMD (the built-in numpy
     add) and SCALAR (the built-in numba loop) — real results, set latencies."""
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(**config), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=True), clock=clock, timer=timer)
     op = rt.register("vadd", size=lambda a, b: a.size, kind="vector")
     kernels = {GPU: np.add, SIMD: add_simd, SCALAR: add_scalar}
     arms = {b: Arm(b, kernels[b], us, timer, clock) for b, us in latency_us.items()}
@@ -381,7 +382,7 @@ def test_gpu_out_of_memory_falls_back_and_returns_after_back_off_on_cuda_test_do
     _gpu.set_device(fake, bandwidth_bytes_per_s=1e15)
     try:
         rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
-                                devices=ar.DeviceProbe(gpu=True), clock=clock)
+                                devices=DeviceProbe(gpu=True), clock=clock)
         a, b = np.random.default_rng(3).standard_normal((2, 64, 64))
         made = correct = 0
 
@@ -480,7 +481,7 @@ def test_results_whose_shape_cannot_be_read_pass_through_unchecked(clock, timer)
 
     for validate in (0.0, 1.0):
         rt = ar.AdaptiveRuntime(ar.RuntimeConfig(validate_sample_rate=validate),
-                                builtin_ops=False, devices=ar.DeviceProbe(gpu=False),
+                                builtin_ops=False, devices=DeviceProbe(gpu=False),
                                 clock=clock, timer=timer)
         op = rt.register("odd", size=lambda *_args: 10, kind="vector")
         op.add_implementation(SIMD, lambda *_args: Odd())

@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otlp_receiver import OtlpReceiver
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
 
 Backend = ar.Backend
@@ -118,7 +119,7 @@ def _run_threads(work: Callable[[int], None], threads: int,
 def test_8_threads_x_200000_runs_are_each_counted_once(frequent_thread_switches: None,
                                                        reliability: Any) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     _vector_add(rt)
     # Four size buckets: the 8- and 16-element calls are the SCALAR arm's, the others
     # numpy's; all converge within the first few hundred calls, then take the fast path,
@@ -225,7 +226,7 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
     config = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
                               hot_path_calls_per_sec=1e12, spans_per_sec=1e12,
                               spans_per_sec_per_key=1e12, trace_cpu_share=math.inf)
-    rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=ar.DeviceProbe(gpu=False))
+    rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=DeviceProbe(gpu=False))
     op = rt.register("touch", size=lambda x: x.size, kind="vector")
     op.add_implementation(Backend.SIMD, np.sum)
     x = np.ones(64)

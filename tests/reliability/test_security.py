@@ -75,6 +75,7 @@ SCRIPT = textwrap.dedent('''
     logging.getLogger("a.deep.logger").debug("capture check")  # (proves the capture works)
 
     import adaptive_runtime as ar
+    from adaptive_runtime.operations import DeviceProbe
     from adaptive_runtime.telemetry import setup
     from opentelemetry.sdk.trace import SpanProcessor
 
@@ -86,7 +87,7 @@ SCRIPT = textwrap.dedent('''
     tel = ar.telemetry.configure()
     tel.tracer_provider.add_span_processor(CountEnded())
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     op = rt.register("scale", size=lambda n: n, kind="vector")
     op.add_implementation("simd", lambda n: 2 * n)
     op.add_implementation("scalar", lambda n: n + n)

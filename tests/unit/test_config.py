@@ -8,6 +8,7 @@ import re
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 P = "ADAPTIVE_RUNTIME_"
@@ -186,12 +187,12 @@ def test_from_env_error_names_the_variable_not_one_sharing_its_prefix() -> None:
 def test_forced_gpu_without_gpu_is_backend_unavailable_at_construction() -> None:
     with pytest.raises(ar.BackendUnavailableError, match="gpu"):
         ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"), builtin_ops=False,
-                           devices=ar.DeviceProbe(gpu=False))
+                           devices=DeviceProbe(gpu=False))
 
 
 def test_forced_gpu_with_fake_gpu_constructs() -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     assert rt.config.force_backend is Backend.GPU
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 Reason = ar.Reason
@@ -240,7 +241,7 @@ def test_result_and_arguments_pass_through_unchanged(make_runtime) -> None:
 
 def test_size_of_errors_reach_the_caller(clock, timer) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=False), clock=clock, timer=timer)
     op = rt.register("sized", size=lambda n: n)
     op.add_implementation(Backend.SIMD, lambda n: n)
     with pytest.raises(TypeError, match="input_size"):

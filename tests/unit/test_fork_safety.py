@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import adaptive_runtime as ar
 from adaptive_runtime import fingerprint
 from adaptive_runtime.kernels import _gpu
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
 from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry import setup as telemetry_setup
@@ -45,7 +46,7 @@ WAIT_S = 60.0
 
 def _runtime() -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=False))
+                              devices=DeviceProbe(gpu=False))
 
 
 @contextlib.contextmanager
@@ -104,7 +105,7 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
     metrics = RuntimeMetrics(rt, meter_provider=MeterProvider())
     switch = SwitchableSpanExporter()
     exporter = OtlpJsonFileSpanExporter(tmp_path / "traces.jsonl")
-    probe = ar.DeviceProbe()  # (not probed yet: the first question takes its lock)
+    probe = DeviceProbe()  # (not probed yet: the first question takes its lock)
 
     def learn() -> None:
         rt.record_performance("dot", 1000, "simd", 10.0)

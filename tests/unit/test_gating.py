@@ -16,6 +16,7 @@ from adaptive_runtime.gating import (
     TraceGate,
     measure_period,
 )
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 Reason = ar.Reason
@@ -147,7 +148,7 @@ def test_runtime_op_called_slowly_many_times_is_not_hot(make_runtime) -> None:
 
 def test_select_counts_toward_hot_path_for_unregistered_names(clock, timer) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(hot_path_calls_per_sec=100), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=False), clock=clock, timer=timer)
     for _ in range(400):
         rt.select("user_kernel", 64)
         clock.advance(1 / 200)

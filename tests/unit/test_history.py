@@ -17,6 +17,7 @@ from adaptive_runtime.history import (
     HistoryStore,
 )
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 
@@ -145,7 +146,7 @@ def test_lru_bound_holds_over_a_million_distinct_keys() -> None:
     # this stays fast (~8 s on a laptop-class core).
     cap = 1000
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(max_history_keys=cap), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     record = rt.record_performance
     for i in range(1_000_000):
         record(f"op{i}", 100, "simd", 1.0)
@@ -172,7 +173,7 @@ def _traced_growth(action, rt, start: int, stop: int) -> int:
 
 def _bounded_runtime() -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(max_history_keys=500), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=False), clock=lambda: 0.0)
+                              devices=DeviceProbe(gpu=False), clock=lambda: 0.0)
 
 
 @pytest.mark.parametrize("api", ["record_performance", "select"])
@@ -199,7 +200,7 @@ def test_memory_does_not_grow_with_distinct_keys_beyond_the_cap(api: str) -> Non
 
 def _rt() -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=True))
+                              devices=DeviceProbe(gpu=True))
 
 
 def _comparable(records):
@@ -306,6 +307,6 @@ def test_history_path_in_config_is_loaded_at_start_with_fake_gpu(tmp_path) -> No
     path = tmp_path / "history.json"
     source.save_history(path)
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(history_path=str(path)), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     assert rt.get_best_backend("matmul", 10**6) is Backend.GPU
     assert _comparable(rt.history_snapshot()) == _comparable(source.history_snapshot())

@@ -24,6 +24,7 @@ from adaptive_runtime.history import (
     move_aside,
     read_history_file,
 )
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 P = "ADAPTIVE_RUNTIME_"
@@ -37,7 +38,7 @@ def _no_history_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _rt(**config: object) -> ar.AdaptiveRuntime:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, **config), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     saver = getattr(rt, "_history_saver", None)
     if saver is not None:
         # (a test's runtime must not save into its tmp_path at interpreter exit)
@@ -184,7 +185,7 @@ def test_the_force_switch_in_the_environment_applies_it(tmp_path: Path,
     monkeypatch.setenv(P + "HISTORY", str(path))
     monkeypatch.setenv(P + "HISTORY_FORCE", "1")
     monkeypatch.setenv(P + "HISTORY_SAVE_INTERVAL_S", "0")
-    rt = ar.AdaptiveRuntime(builtin_ops=False, devices=ar.DeviceProbe(gpu=True))
+    rt = ar.AdaptiveRuntime(builtin_ops=False, devices=DeviceProbe(gpu=True))
     try:
         atexit.unregister(rt._history_saver.at_exit)
         assert rt.config.history_force is True

@@ -11,6 +11,7 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 Reason = ar.Reason
@@ -109,7 +110,7 @@ def test_decide_has_no_side_effects_with_fake_gpu_arm(make_runtime) -> None:
 
 def test_decide_for_unknown_name_creates_no_history(clock, timer) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=True), clock=clock, timer=timer)
     rt.decide("never_seen", 123)
     assert rt.history_snapshot() == []
     assert rt.selection_counts() == {}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 
 
 def _rt(clock, timer, *, gpu: bool, **cfg) -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(**cfg), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=gpu), clock=clock, timer=timer)
+                              devices=DeviceProbe(gpu=gpu), clock=clock, timer=timer)
 
 
 def test_duplicate_operation_name_is_rejected(clock, timer) -> None:
@@ -198,8 +199,10 @@ def test_forced_backend_runs_every_call_on_it_with_reason_forced(clock, timer,
     for _ in range(50):
         h.call()
     assert h.arms.calls == {Backend.SCALAR: 50}
-    counts = h.rt.selection_counts()
-    assert set(counts) == {ar.SelectionKey("fakeop", Backend.SCALAR, ar.Reason.FORCED)}
+    stats = h.rt.stats()
+    assert stats.calls() == stats.calls("fakeop", "scalar", "forced") == 50
+    assert [(k.operation, k.backend, k.reason) for k in stats.selections] == [
+        ("fakeop", Backend.SCALAR, ar.Reason.FORCED)]
     assert h.rt.decide("fakeop", 4096).reason is ar.Reason.FORCED
 
 
@@ -213,8 +216,8 @@ def test_forced_backend_times_fast_calls_one_in_n_and_counts_them_all(clock, tim
     assert h.arms.calls == {Backend.SCALAR: 2000}
     [scalar] = [r for r in h.rt.history_snapshot() if r.backend is Backend.SCALAR]
     assert scalar.samples < 2000 // 4
-    assert h.rt.selection_counts() == {
-        ar.SelectionKey("fakeop", Backend.SCALAR, ar.Reason.FORCED): 2000}
+    stats = h.rt.stats()
+    assert stats.calls() == stats.calls("fakeop", Backend.SCALAR, ar.Reason.FORCED) == 2000
 
 
 def test_forced_backend_missing_from_operation_is_unavailable(clock, timer) -> None:

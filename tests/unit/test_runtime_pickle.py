@@ -13,6 +13,7 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.history import record_to_json
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 
@@ -71,7 +72,7 @@ def test_a_pickled_runtime_has_the_same_config_and_a_copy_of_the_history() -> No
 
 
 def test_a_runtime_without_builtin_operations_stays_without_them() -> None:
-    rt = learned(builtin_ops=False, devices=ar.DeviceProbe(gpu=True))
+    rt = learned(builtin_ops=False, devices=DeviceProbe(gpu=True))
     copy = pickle.loads(pickle.dumps(rt))
     assert copy.operations == ()
     assert rows(copy) == rows(rt)

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 THREADS = 8
@@ -47,7 +48,7 @@ def _hammer(rt: ar.AdaptiveRuntime, sizes: tuple[int, ...]) -> list[BaseExceptio
 
 def _runtime(**config) -> ar.AdaptiveRuntime:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(**config), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False))
+                            devices=DeviceProbe(gpu=False))
     op = rt.register("op", size=lambda n: n, kind="vector")
     op.add_implementation(Backend.SIMD, lambda n: n + 1)
     op.add_implementation(Backend.SCALAR, lambda n: n + 1)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
 Reason = ar.Reason
@@ -17,7 +18,7 @@ Reason = ar.Reason
 @pytest.fixture
 def rt(clock, timer) -> ar.AdaptiveRuntime:
     return ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                              devices=ar.DeviceProbe(gpu=True), clock=clock, timer=timer)
+                              devices=DeviceProbe(gpu=True), clock=clock, timer=timer)
 
 
 @pytest.mark.parametrize("duration", [-1.0, -1e-9, math.nan, math.inf, -math.inf])
@@ -87,7 +88,7 @@ def test_get_best_backend_is_the_fastest_measured_arm_with_fake_gpu(rt) -> None:
 
 def test_get_best_backend_ignores_an_arm_this_machine_lacks(clock, timer) -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=False), clock=clock, timer=timer)
+                            devices=DeviceProbe(gpu=False), clock=clock, timer=timer)
     rt.record_performance("matmul", 10**6, "gpu", 1.0)    # e.g. loaded from another machine
     rt.record_performance("matmul", 10**6, "simd", 100.0)
     assert rt.get_best_backend("matmul", 10**6) is Backend.SIMD

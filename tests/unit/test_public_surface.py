@@ -1,0 +1,71 @@
+"""The public surface: ``rt.stats()`` as one frozen snapshot of the per-call counters, internal
+types kept out of ``adaptive_runtime.__all__``, and the version written once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _runtime() -> ar.AdaptiveRuntime:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
+                            devices=DeviceProbe(gpu=False))
+    op = rt.register("double", size=len, kind="vector")
+
+    @op.implementation(ar.Backend.SIMD)
+    def simd(x: list[float]) -> list[float]:
+        return [2 * v for v in x]
+
+    @op.implementation(ar.Backend.SCALAR)
+    def scalar(x: list[float]) -> list[float]:
+        raise RuntimeError("broken arm")
+
+    return rt
+
+
+def test_stats_is_one_frozen_snapshot_of_the_per_call_counters() -> None:
+    rt = _runtime()
+    for _ in range(20):
+        assert rt.run("double", [1.0, 2.0]) == [2.0, 4.0]
+    rt.select("unregistered", 10)
+    stats = rt.stats()
+    assert stats.calls() == 21
+    assert stats.calls("double") == 20
+    assert stats.calls("double", backend="simd") + stats.calls("double", "scalar") == 20
+    assert stats.calls("unregistered", reason=ar.Reason.HEURISTIC) == 1
+    assert {key.operation for key in stats.selections} == {"double", "unregistered"}
+    # the scalar arm raised when it was explored: the call went on to SIMD
+    assert stats.fallbacks == {("double", ar.Backend.SCALAR, ar.Backend.SIMD): 1}
+    assert stats.hot_operations == ()
+    assert stats.spans_admitted == 0  # tracing off
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.spans_admitted = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        stats.fallbacks[("x", ar.Backend.GPU, ar.Backend.SIMD)] = 1  # type: ignore[index]
+    rt.run("double", [1.0])
+    assert stats.calls("double") == 20  # a snapshot: later calls are the next one's
+    assert rt.stats().calls("double") == 21
+
+
+def test_internal_types_are_not_in_the_public_names() -> None:
+    for name in ("DeviceProbe", "SelectionKey", "SpanRecorder"):
+        assert name not in ar.__all__
+    assert "SpanRecorder" not in ar.telemetry.__all__
+    assert "RuntimeStats" in ar.__all__
+
+
+def test_the_version_is_written_once_in_the_package() -> None:
+    tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"]
+    assert "version" in project["project"]["dynamic"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "adaptive_runtime.__version__"}
+    assert isinstance(ar.__version__, str) and ar.__version__
