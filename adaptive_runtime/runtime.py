@@ -48,14 +48,13 @@ from .operations import (
 )
 from .policy import Decision, Policy, PolicyConfig, Reason
 from .telemetry import instrumentation
+from .telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink, metrics_sink, span_sink
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from .replay import CallRecorder
-    from .telemetry.metrics import RuntimeMetrics
-    from .telemetry.spans import SpanRecorder
 
 __all__ = ["AdaptiveRuntime", "RuntimeStats", "get_runtime"]
 
@@ -110,8 +109,9 @@ class AdaptiveRuntime:
                 f"ADAPTIVE_RUNTIME_FORCE_BACKEND) but is not available on this machine")
         self._clock = clock
         self._timer = timer
-        self._spans: SpanRecorder | None = None
-        self._metrics: RuntimeMetrics | None = None
+        # Telemetry behind a seam: no-op sinks until telemetry is switched on (see sinks)
+        self._spans: SpanSink = NO_SPANS
+        self._metrics: MetricsSink = NO_METRICS
         self._telemetry_lock = threading.Lock()
         # (a thread configuring telemetry may hold it at a fork: see _forks)
         renew_after_fork(self, AdaptiveRuntime._renew_lock)
@@ -218,20 +218,25 @@ class AdaptiveRuntime:
         """
         if tracer_provider is not None or meter_provider is not None:
             self._telemetry_off(timeout_s=5.0)
-        # (imported here: a runtime whose telemetry is never switched on loads neither)
-        from .telemetry.metrics import RuntimeMetrics
-        from .telemetry.spans import SpanRecorder
-
         with self._telemetry_lock:
-            if (self.config.tracing and self._spans is None
-                    and instrumentation.records_spans(tracer_provider)):
-                self._spans = SpanRecorder(timer=self._timer, tracer_provider=tracer_provider,
-                                           on_cost=self._span_cost_measured)
-                self._dispatcher.hot_sink = self._spans.submit_transition
-                self._dispatcher.span_sink = self._spans.submit
-            if self._metrics is None:  # metrics whatever config.tracing says
-                self._metrics = RuntimeMetrics(self, meter_provider=meter_provider)
-                self._dispatcher.duration_sink = self._metrics.pending.append
+            if not self._spans.recording:
+                self._spans = span_sink(
+                    enabled=self.config.tracing and instrumentation.records_spans(
+                        tracer_provider),
+                    timer=self._timer, tracer_provider=tracer_provider,
+                    on_cost=self._span_cost_measured)
+            if not self._metrics.recording:  # metrics whatever config.tracing says
+                self._metrics = metrics_sink(self, meter_provider=meter_provider)
+            self._hook_dispatcher()
+
+    def _hook_dispatcher(self) -> None:
+        """Point the dispatcher's hooks at the sinks. The one place a no-op sink becomes
+        ``None``: the dispatcher skips building a call's span record (and explaining its
+        decision) when no one records spans. Telemetry lock held."""
+        spans, metrics = self._spans, self._metrics
+        self._dispatcher.span_sink = spans.submit if spans.recording else None
+        self._dispatcher.hot_sink = spans.submit_transition if spans.recording else None
+        self._dispatcher.duration_sink = metrics.pending.append if metrics.recording else None
 
     def _span_cost_measured(self, cost_us: float) -> None:
         # (a float attribute store: atomic under the GIL, no lock on the worker thread)
@@ -240,21 +245,16 @@ class AdaptiveRuntime:
     def _telemetry_off(self, timeout_s: float) -> None:
         """Stop exporting; what was admitted before is flushed first."""
         with self._telemetry_lock:
-            spans, self._spans = self._spans, None
-            metrics, self._metrics = self._metrics, None
-            self._dispatcher.span_sink = None
-            self._dispatcher.hot_sink = None
-            self._dispatcher.duration_sink = None
-        if spans is not None:
-            spans.shutdown(timeout_s)
-        if metrics is not None:
-            metrics.close()  # a last reading, so the shutdown export holds every call
+            spans, self._spans = self._spans, NO_SPANS
+            metrics, self._metrics = self._metrics, NO_METRICS
+            self._hook_dispatcher()
+        spans.shutdown(timeout_s)
+        metrics.close()  # a last reading, so the shutdown export holds every call
 
     def flush_telemetry(self, timeout_s: float = 5.0) -> bool:
         """Turn every span admitted so far into spans handed to the SDK (``False``: timed
         out). Exporting them is the SDK's job (``ar.telemetry.shutdown()`` flushes it too)."""
-        spans = self._spans
-        return spans.flush(timeout_s) if spans is not None else True
+        return self._spans.flush(timeout_s)
 
     def _implementations_changed(self, name: str) -> None:
         self._dispatcher.reset_route(name)
@@ -449,9 +449,9 @@ class AdaptiveRuntime:
             if gate.steps_exported or gate.steps_suppressed:
                 counts["steps"] = {"exported": gate.steps_exported,
                                    "suppressed": gate.steps_suppressed}
-        spans = self._spans
-        if spans is not None and spans.dropped:
-            counts["suppressed"]["buffer_full"] = spans.dropped
+        dropped = self._spans.dropped
+        if dropped:
+            counts["suppressed"]["buffer_full"] = dropped
         return counts
 
 

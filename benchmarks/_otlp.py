@@ -114,7 +114,7 @@ class Pipeline:
         ar.telemetry.instrument(rt, tracer_provider=self.provider,
                                 meter_provider=self.meter_provider)
         recorder = rt._spans
-        assert recorder is not None
+        assert recorder.recording
         self.recorders.append((rt, recorder))
         return recorder
 

@@ -219,6 +219,8 @@ class RuntimeMetrics:
     kind and carry on without that runtime's data.
     """
 
+    recording = True  # (a MetricsSink, see sinks: the no-op one says False)
+
     def __init__(self, source: MetricsSource, *,
                  meter_provider: metrics.MeterProvider | None = None,
                  max_pending: int = 65536) -> None:

@@ -113,6 +113,8 @@ class SpanRecorder:
     :func:`~adaptive_runtime.telemetry.switching.export_cost_us_per_span`).
     """
 
+    recording = True  # (a SpanSink, see sinks: the no-op one says False)
+
     def __init__(self, *, timer: Callable[[], int] = time.perf_counter_ns,
                  tracer_provider: trace.TracerProvider | None = None,
                  capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 1.0,

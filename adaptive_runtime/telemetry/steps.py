@@ -91,7 +91,7 @@ class TrainStep:
             self._open = (None, scope, scope.__enter__())
             return self
         recorder = runtime._spans
-        if recorder is None:  # the runtime exports no spans: tracing is off
+        if not recorder.recording:  # the runtime exports no spans: tracing is off
             return self
         # The span is made later, on the recorder's worker thread, as the runtime's spans are
         # (a span made now costs the loop ~100 us through the SDK): here a stand-in is made

@@ -529,7 +529,7 @@ def test_tracing_off_in_config_attaches_no_recorder() -> None:
     two_arms(rt)
     ar.telemetry.instrument(rt)  # global provider is the API's no-op proxy here
     try:
-        assert rt._spans is None and rt._dispatcher.span_sink is None
+        assert not rt._spans.recording and rt._dispatcher.span_sink is None
         rt.run("scale", 10)
         assert rt.trace_counts() == {"exported": {}, "suppressed": {}}
     finally:
@@ -833,7 +833,7 @@ def test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gat
     try:
         for _ in range(50):
             rt.run("scale", 10)
-        assert rt._spans is not None
+        assert rt._spans.recording
         assert rt._spans.flush(10.0)
         # the worker thread made the spans, measured its CPU and told the runtime's gate
         deadline = time.monotonic() + 10.0

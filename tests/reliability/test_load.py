@@ -240,7 +240,7 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
         try:
             instrumentation.instrument(rt, tracer_provider=provider)
             recorder = rt._spans
-            assert recorder is not None
+            assert recorder.recording
             bound = recorder.capacity
             watched = recorder._buffer = _WatchedBuffer(bound, THREADS)
 
