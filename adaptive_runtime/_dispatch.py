@@ -256,6 +256,10 @@ class Dispatcher:
         self.hot_sink = hot_sink
         # (operation, backend, duration_us) of every timed call, for the duration histogram
         self.duration_sink: Callable[[tuple[str, Backend, float]], None] | None = None
+        # (operation, size, arm, duration_us, time_s, calls) of every timing learned, for a
+        # call recorder (replay.record_calls); called with the lock held
+        self.call_sink: Callable[[tuple[str, int, Backend, float, float, int]], None] | None \
+            = None
         self._lock = threading.Lock()
         # (the history saver and the metric reader's callbacks take it on their threads: a
         # forked child gets a fresh one, see _forks)
@@ -508,6 +512,8 @@ class Dispatcher:
             self._learn(key, state, decision, duration_us, n)
             if self.duration_sink is not None:
                 self.duration_sink((op.name, decision.backend, duration_us))
+            if self.call_sink is not None:
+                self.call_sink((op.name, n, decision.backend, duration_us, now, calls))
         if self._forced is not None:
             entry.next = self._policy.forced(state, key, self._forced)
             self._refresh(entry, key)  # (a forced arm is never committed: a fast path too)
@@ -955,6 +961,8 @@ class Dispatcher:
             key = self._history.key(operation, bucket)
             learned = self._history.record(key, backend, duration_us, n)
             self._policy.observe(self._state_of(key), backend, learned)
+            if self.call_sink is not None:
+                self.call_sink((operation, n, backend, duration_us, self._clock(), 1))
             self._refresh_route(operation, bucket, key)
 
     def best(self, operation: str, n: int) -> Backend | None:

@@ -8,6 +8,10 @@ over the slowest arm it measured.
 ``adaptive-runtime report`` shows the same for any run, from a saved history file or the
 telemetry files the runtime writes without a collector: a table in the terminal and a PNG
 (latency against size per arm with the crossovers, and the traced decisions over time).
+
+``adaptive-runtime replay`` runs policy configurations over a run's recorded timings
+(``rt.record_calls(path)``, or the telemetry files) and prints each one's regret against the
+hindsight oracle, switches and exploration share (see :mod:`adaptive_runtime.replay`).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
+from rich import box
 from rich.console import Console
+from rich.table import Table
 
 from . import __version__
 from ._progress import progress, status
@@ -47,6 +53,9 @@ from .report import (
 )
 from .runtime import AdaptiveRuntime
 from .telemetry import DEFAULT_DIRECTORY, configure, shutdown
+
+if TYPE_CHECKING:
+    from .replay import ReplayResult
 
 __all__ = ["main", "print_decisions"]
 
@@ -127,7 +136,38 @@ def _parser() -> argparse.ArgumentParser:
                         help="read the spans of every run appended to the folder, not only "
                              "the latest run's")
     report.set_defaults(handler=_report)
+    _add_replay(commands)
     return parser
+
+
+def _add_replay(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay", help="replay policy configurations over a run's recorded timings",
+        description="Run the selection policy offline over recorded per-call timings — a "
+                    "file from rt.record_calls(path), or a telemetry folder's traces.jsonl — "
+                    "once per configuration (the default one first), and print each one's "
+                    "regret against the hindsight oracle (per key the arm with the lowest "
+                    "mean timing), its switches of the committed arm and its exploration "
+                    "share, beside the recorded run's own regret. An arm the policy picks is "
+                    "answered with that arm's timing recorded nearest before the call on the "
+                    "same key (--pick cycle: its timings in turn); an arm the log never timed "
+                    "on a key is not a candidate there (counted as unevaluable). Exit status "
+                    "2 when the input is missing, empty or corrupt, or a knob is unknown.")
+    replay.add_argument("source", nargs="?", metavar="SOURCE",
+                        help="a recorded-calls file (JSON lines) or a telemetry folder "
+                             "(default: $ADAPTIVE_RUNTIME_TELEMETRY_DIR or "
+                             f"./{DEFAULT_DIRECTORY})")
+    replay.add_argument("--config", metavar="KNOB=VALUE[,...]", action="append", default=[],
+                        help="a policy configuration to replay besides the default one, e.g. "
+                             "'switch_margin=0.1,min_samples=5' (repeatable; knobs: the "
+                             "fields of adaptive_runtime.policy.PolicyConfig)")
+    replay.add_argument("--pick", choices=("nearest", "cycle"), default="nearest",
+                        help="which recorded timing answers an arm the policy picks "
+                             "(default: %(default)s)")
+    replay.add_argument("--keys", type=int, default=10, metavar="N",
+                        help="show the N keys losing most time against the oracle under the "
+                             "default configuration (0: none; default: %(default)s)")
+    replay.set_defaults(handler=_replay)
 
 
 def _positive_int(text: str) -> int:
@@ -327,6 +367,65 @@ def _read_telemetry(folder: str, all_runs: bool, err: Console) -> Report:
     with progress(total, f"reading {folder}", err, in_bytes=True, log=False) as update:
         return from_telemetry(folder, all_runs=all_runs,
                               on_progress=lambda done, _total: update(done))
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .replay import load_calls, parse_config, replay
+
+    source = args.source or _telemetry_folder()
+    try:
+        configs = [("default", parse_config(""))]
+        configs += [(text, parse_config(text)) for text in args.config]
+    except ValueError as exc:
+        raise ReportInputError(str(exc)) from None
+    try:
+        with status(make_console(sys.stderr), f"reading {source}...", log=False):
+            calls = load_calls(source)
+    except OSError as exc:
+        raise ReportInputError(f"{source} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ReportInputError(str(exc)) from None
+    if not calls:
+        raise ReportInputError(f"{source} holds no recorded call")
+    results = [(name, replay(calls, config, pick=args.pick)) for name, config in configs]
+    console = make_console(sys.stdout)
+    first = results[0][1]
+    console.print(f"adaptive-runtime replay: {source}: {len(calls):,} timed calls standing "
+                  f"for {first.calls:,} calls, {len(first.keys)} keys; recorded run's "
+                  f"regret {first.recorded_regret:+.2%}", markup=False)
+    console.print(_replay_table(results))
+    if args.keys > 0:
+        console.print(_replay_keys(first, args.keys))
+    return 0
+
+
+def _replay_table(results: Sequence[tuple[str, ReplayResult]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for name, justify in (("policy", "left"), ("calls", "right"),
+                          ("regret vs oracle", "right"), ("switches", "right"),
+                          ("exploration", "right"), ("unevaluable arms", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, r in results:
+        table.add_row(name, f"{r.calls:,}", f"{r.regret:+.2%}", str(r.switches),
+                      f"{r.exploration_share:.2%}", str(r.unevaluable_arms))
+    return table
+
+
+def _replay_keys(result: ReplayResult, limit: int) -> Table:
+    table = Table(title="keys losing most time against the oracle (default configuration)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    for name in ("operation", "bucket", "calls", "oracle", "regret", "recorded", "switches",
+                 "explored", "unevaluable"):
+        table.add_column(name, justify="left" if name in ("operation", "oracle") else "right")
+    worst = sorted(result.keys, key=lambda k: k.cost_us - k.oracle_us, reverse=True)[:limit]
+    for k in worst:
+        recorded = k.recorded_us / k.oracle_us - 1.0 if k.oracle_us > 0 else 0.0
+        table.add_row(k.operation, str(k.size_bucket), f"{k.calls:,}", k.oracle.value,
+                      f"{k.regret:+.2%}", f"{recorded:+.2%}", str(k.switches),
+                      str(k.exploring_calls),
+                      ",".join(b.value for b in k.unevaluable_arms) or "-")
+    return table
 
 
 def _count(n: int, what: str) -> str:
