@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+import adaptive_runtime as ar
 from adaptive_runtime.backend import Backend
 from adaptive_runtime.history import ArmStats, HistoryStore, KeyHistory
-from adaptive_runtime.operations import Kind
+from adaptive_runtime.operations import DeviceProbe, Kind
 from adaptive_runtime.policy import (
     Decision,
     KeyState,
@@ -381,3 +382,20 @@ def test_config_knobs_are_the_policys_own(margin: float) -> None:
     key.arms[SCALAR] = timed(97.0, var_us2=30.0**2)
     state.memo = None
     assert policy.decide(state, key, TWO, NOW_S).backend is (SCALAR if margin == 0 else SIMD)
+
+
+def test_a_prior_arm_without_statistics_on_the_key_is_planned_not_looked_up() -> None:
+    # (select() keys of unregistered names have no ArmStats until a timing is reported)
+    state = KeyState(prior=GPU)
+    d = Policy().decide(state, key_with({}), (GPU, SIMD, SCALAR), NOW_S)
+    assert (d.backend, d.reason) == (GPU, Reason.HEURISTIC)
+
+
+def test_select_on_an_unregistered_name_next_to_a_clear_winner_does_not_fail() -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False,
+                            devices=DeviceProbe(gpu=True))
+    for size in (1 << 10, 1 << 12):  # buckets 11 and 13: GPU 10x faster
+        for _ in range(3):
+            for arm, us in ((GPU, 10.0), (SIMD, 100.0), (SCALAR, 100.0)):
+                rt.record_performance("custom", size, arm, us)
+    assert rt.select("custom", 1 << 11) is GPU  # bucket 12, new: the neighbours' prior
