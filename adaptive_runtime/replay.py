@@ -29,11 +29,15 @@ that key, and the log holds only the arms the recording run tried. So:
 
 The replayed policy times every call it is given (the log's timed calls, in their order), so
 its decision counts — re-check intervals, stale estimates — advance as the runtime's do. The
-oracle per key is the arm with the lowest mean recorded timing (weighted by ``calls``);
-regret is the replayed cost over the oracle's cost, minus one. (A limit worth knowing: an arm
-timed a few times shows few of the machine's stalls, which the committed arm's many timings
-include; on a noisy machine that raises every configuration's regret alike, so compare the
-configurations with each other and with the recorded run's regret, printed beside them.)
+oracle per key is the arm with the lowest mean timing over the key's calls (weighted by
+``calls``), each call answered as a replay answers it (``pick``), so an arm that slowed down
+and was timed rarely after counts at its later timings too; regret is the replayed cost over
+the oracle's cost, minus one (negative where switching arms beats every single arm).
+
+A limit worth knowing: an arm timed a few times shows few of the machine's stalls, which the
+committed arm's many timings include; on a noisy machine that raises every configuration's
+regret alike, so compare the configurations with each other and with the recorded run's
+regret, printed beside them.
 """
 
 from __future__ import annotations
@@ -365,7 +369,7 @@ def replay(calls: Iterable[CallTiming], config: PolicyConfig | None = None, *,
     if pick not in ("nearest", "cycle"):
         raise ValueError(f"pick must be 'nearest' or 'cycle', got {pick!r}")
     ordered = sorted(calls, key=lambda c: c.time_s)
-    runs = _key_runs(ordered)
+    runs = _key_runs(ordered, pick)
     policy = Policy(config)
     store = HistoryStore(max(len(runs), 1) + 1)
     reasons: dict[Reason, int] = defaultdict(int)
@@ -376,30 +380,40 @@ def replay(calls: Iterable[CallTiming], config: PolicyConfig | None = None, *,
     return ReplayResult(policy.config, keys, dict(reasons))
 
 
-def _key_runs(ordered: Sequence[CallTiming]) -> dict[tuple[str, int], _KeyRun]:
+def _key_runs(ordered: Sequence[CallTiming], pick: str) -> dict[tuple[str, int], _KeyRun]:
     """Each key's recorded timings per arm, the oracle means, and its candidates: the arms
     it has timings of, in the cold-start order of its first call's size."""
     timings: dict[tuple[str, int], dict[Backend, _Timings]] = defaultdict(dict)
-    weights: dict[tuple[str, int, Backend], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    first_size: dict[tuple[str, int], int] = {}
+    calls: dict[tuple[str, int], list[CallTiming]] = defaultdict(list)
     arms_of_op: dict[str, set[Backend]] = defaultdict(set)
     for c in ordered:
         key = (c.operation, size_bucket(c.size))
-        first_size.setdefault(key, c.size)
+        calls[key].append(c)
         t = timings[key].setdefault(c.arm, _Timings())
         t.times.append(c.time_s)
         t.durations.append(c.duration_us)
-        w = weights[(*key, c.arm)]
-        w[0] += c.duration_us * c.calls
-        w[1] += c.calls
         arms_of_op[c.operation].add(c.arm)
     runs = {}
     for key, per_arm in timings.items():
-        means = {arm: weights[(*key, arm)][0] / weights[(*key, arm)][1] for arm in per_arm}
-        candidates = heuristic_order(infer_kind(key[0]), first_size[key], tuple(per_arm))
+        means = {arm: _mean_us(t, calls[key], arm, pick) for arm, t in per_arm.items()}
+        first_size = calls[key][0].size
+        candidates = heuristic_order(infer_kind(key[0]), first_size, tuple(per_arm))
         missing = tuple(b for b in Backend if b in arms_of_op[key[0]] and b not in per_arm)
         runs[key] = _KeyRun(per_arm, means, candidates, missing)
     return runs
+
+
+def _mean_us(timings: _Timings, calls: Sequence[CallTiming], arm: Backend, pick: str) -> float:
+    """What ``arm`` costs a call of the key on average, in hindsight. ``"nearest"``: over
+    every call of the key, each answered as a replay answers it (the arm's timing recorded
+    nearest before the call) — the log samples the arms unevenly over time (an arm that
+    slowed down is timed rarely after), so the mean of its recorded timings alone would
+    weigh its good times more. ``"cycle"``: the mean of its recorded timings."""
+    if pick == "nearest":
+        total = sum(c.calls * timings.answer(c.time_s, pick) for c in calls)
+        return total / sum(c.calls for c in calls)
+    mine = [c for c in calls if c.arm is arm]
+    return sum(c.duration_us * c.calls for c in mine) / sum(c.calls for c in mine)
 
 
 def _replay_call(policy: Policy, store: HistoryStore, run: _KeyRun, call: CallTiming,

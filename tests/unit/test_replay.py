@@ -54,7 +54,8 @@ def test_the_oracle_is_the_arm_with_the_lowest_mean_weighted_by_calls() -> None:
              CallTiming("dot", SIZE, SIMD, 10.0, 1.0, calls=1),
              CallTiming("dot", SIZE, SCALAR, 60.0, 2.0, calls=1)]
     (key,) = replay(calls).keys
-    assert key.oracle is SCALAR  # SIMD: (1000 + 10) / 11 = 91.8 us a call
+    # SIMD: 100 us answers the call at 0 s (10 calls), 10 us the ones at 1 s and 2 s
+    assert key.oracle is SCALAR  # (1000 + 10 + 10) / 12 = 85 us a call, against 60
     assert key.oracle_us == pytest.approx(60.0 * 12)
     assert key.recorded_us == pytest.approx(1000.0 + 10.0 + 60.0)
 
@@ -204,3 +205,17 @@ def test_calls_from_telemetry_pairs_each_execute_span_with_its_select(tmp_path) 
         CallTiming("dot", 4096, SIMD, 12.5, 1.1e-6, 1),
         CallTiming("dot", 4096, SCALAR, 30.0, 2.1e-6, 100),  # (a failed call is left out)
     ]
+
+
+def test_the_oracle_counts_an_arm_that_slowed_at_its_later_timings_too() -> None:
+    """The recording run left GPU when it slowed 5x, timing it once after: over the run GPU
+    costs (100 + 500) / 2 a call, SIMD 150. Its recorded timings alone would say 108."""
+    calls = [CallTiming("mm", SIZE, SIMD, 150.0, 0.5)]
+    calls += [CallTiming("mm", SIZE, GPU, 100.0, float(t)) for t in range(50)]
+    calls.append(CallTiming("mm", SIZE, GPU, 500.0, 50.0))
+    calls += [CallTiming("mm", SIZE, SIMD, 150.0, 50.5 + t) for t in range(50)]
+    result = replay(calls)
+    (key,) = result.keys
+    assert key.oracle is SIMD
+    assert result.regret < 0  # GPU while it was fast, then SIMD: better than either alone
+    assert replay(calls, pick="cycle").keys[0].oracle is GPU  # (recorded means only)
