@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from _table import print_table, verdict
 
 import adaptive_runtime as ar
+from adaptive_runtime._dispatch import SelectionKey
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.replay import parse_config, read_calls, replay
 
 OP = "synthetic"
@@ -107,7 +109,7 @@ class Trial:
 
 def make_runtime(latencies: Latencies, ran: list[ar.Backend]) -> ar.AdaptiveRuntime:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
-                            devices=ar.DeviceProbe(gpu=True))
+                            devices=DeviceProbe(gpu=True))
     op = rt.register(OP, size=lambda *_args: SIZE, kind="vector")
 
     def arm(backend: ar.Backend) -> Callable[[], None]:
@@ -128,7 +130,7 @@ def run_trial(scenario: Scenario, record: str | None = None) -> Trial:
     recorder = rt.record_calls(record) if record is not None else None
     run, decide, counts, timer = rt.run, rt.decide, rt.selection_counts, time.perf_counter_ns
     trial = Trial(ran, [], [], [], [], 0, 0, 0)
-    before: dict[ar.SelectionKey, int] = {}
+    before: dict[SelectionKey, int] = {}
     for i in range(CALLS):
         if scenario.change is not None and i == scenario.change[0]:
             latencies[scenario.change[1]] = scenario.change[2]
