@@ -52,17 +52,3 @@ __all__ = [
     "train_step",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # Internal since 0.1: DeviceProbe (adaptive_runtime.operations) and SelectionKey (the keys
-    # of rt.stats().selections). Still served for code written against the earlier surface;
-    # not in __all__ or the docs.
-    if name == "DeviceProbe":
-        from .operations import DeviceProbe
-
-        return DeviceProbe
-    if name == "SelectionKey":
-        from ._dispatch import SelectionKey
-
-        return SelectionKey
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
