@@ -137,8 +137,8 @@ class _Entry:
     """
 
     __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
-                 "impl", "impls", "key", "last_ticket", "mask", "next", "rate", "state", "ticks",
-                 "timed", "timed_exploits", "timing_cost_us")
+                 "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "next", "rate",
+                 "state", "ticks", "timed", "timed_exploits", "timing_cost_us")
 
     def __init__(self, key: KeyHistory, state: KeyState, arms: _Arms,
                  rate: OperationRate) -> None:
@@ -153,6 +153,7 @@ class _Entry:
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
+        self.last_timed_s: float | None = None  # ...and when it was learned from
         self.fast_flushed = 0  # fast calls already added to the counters
         # timed calls that ran the fast path's arm as a plain exploit: counted with the fast
         # calls, not in the dispatcher's counter (one int here, not a dict update of a tuple
@@ -492,17 +493,20 @@ class Dispatcher:
         point the fast path at the committed arm. Caller holds the lock."""
         now = self._clock()
         calls = 1
+        since = None
         if ticket >= 0:
             # this call and the fast ones since the key's previous timed call, for the rate
             gap = ticket - entry.last_ticket
             if gap > 0:
                 calls = gap
                 entry.last_ticket = ticket
+                since = entry.last_timed_s
+                entry.last_timed_s = now
         if decision.reason is _EXPLOIT and decision.backend is entry.backend:
             entry.timed_exploits += 1  # (see _Entry)
         else:
             self._selections[(op.name, decision.backend, decision.reason)] += 1
-        transition = entry.rate.add(calls, now)
+        transition = entry.rate.add(calls, now, since)
         if transition is not None and self.hot_sink is not None:
             self._pending_transitions.append(transition)
         key, state = entry.key, entry.state

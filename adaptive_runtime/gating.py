@@ -56,8 +56,11 @@ class OperationRate:
         self.hot = False
         self.suppressed = 0
 
-    def add(self, calls: int, now_s: float) -> HotPathTransition | None:
-        """Count ``calls`` calls made up to ``now_s``; return a transition if one happened."""
+    def add(self, calls: int, now_s: float, since_s: float | None = None
+            ) -> HotPathTransition | None:
+        """Count ``calls`` calls made up to ``now_s`` (spread since ``since_s``, when they are
+        a batch: the fast calls of one key since its previous timed call); return a
+        transition if one happened."""
         if self.hot:
             self.suppressed += calls  # nothing of a hot operation is traced
         gap = now_s - self.last_call_s
@@ -68,6 +71,12 @@ class OperationRate:
             # call) were spread over the gap; their rate over it is the most recent rate.
             self.window_calls = 0
             return self._close(now_s, calls / gap)
+        if since_s is not None and since_s < self.window_start < now_s:
+            # A batch that began before this window: only its share inside the window counts
+            # here (calls spread evenly over the batch). Counted whole, the batches of several
+            # keys of one operation, reported in one window after minutes of slow calls (keys
+            # called in lockstep are timed together), would read as a burst that never was.
+            calls = round(calls * (now_s - self.window_start) / (now_s - since_s))
         self.window_calls += calls
         return self.close_window(now_s)
 
@@ -142,9 +151,11 @@ class HotPathDetector:
                 self._ops.popitem(last=False)
         return state
 
-    def observe(self, operation: str, calls: int, now_s: float) -> HotPathTransition | None:
-        """Count ``calls`` calls of ``operation`` at ``now_s``; return a transition if any."""
-        return self.state(operation, now_s).add(calls, now_s)
+    def observe(self, operation: str, calls: int, now_s: float, since_s: float | None = None
+                ) -> HotPathTransition | None:
+        """Count ``calls`` calls of ``operation`` made up to ``now_s`` (since ``since_s``, for
+        a batch); return a transition if any."""
+        return self.state(operation, now_s).add(calls, now_s, since_s)
 
     def _find(self, operation: str) -> OperationRate | None:
         state = self._pinned.get(operation)

@@ -110,6 +110,31 @@ def test_batched_observations_count_every_call() -> None:
     assert transition is not None and transition.entered
 
 
+def test_batches_that_began_before_the_window_count_only_their_share_in_it() -> None:
+    # Eleven keys of one operation called in lockstep at 1,000 calls/s each (11,000/s would
+    # be hot; 1,000/s in all is not): each key is timed once per 1,000 calls, all of them in
+    # the same round, so eleven batches of 1,000 fast calls, each spread over the last second,
+    # arrive within one window that opened 0.1 s before.
+    detector = HotPathDetector(10_000)
+    detector.observe("shift", 1, 0.0)
+    assert detector.observe("shift", 1, 1.0) is None  # closes the first window at 1.0
+    for _ in range(11):
+        assert detector.observe("shift", 1_000, 1.1, since_s=0.1) is None
+    # the batches' share in the window: 11 x 1,000 x 0.1 s / 1 s; counted whole they would
+    # have been 11,000 calls in a window of 0.1 s
+    transition = detector.observe("shift", 0, 2.0)
+    assert transition is None and not detector.is_hot("shift", 2.0)
+    assert detector.rate("shift") == pytest.approx(1_100, rel=0.01)
+
+
+def test_a_batch_inside_the_window_counts_whole() -> None:
+    detector = HotPathDetector(10_000)
+    detector.observe("dot", 1, 0.0)
+    transition = detector.observe("dot", 20_000, 1.0, since_s=0.0)
+    assert transition is not None and transition.entered
+    assert transition.calls_per_sec == pytest.approx(20_000, rel=0.01)
+
+
 @pytest.mark.parametrize(("enter", "window"), [(0, 1.0), (-5, 1.0), (10, 0.0)])
 def test_hot_path_detector_rejects_bad_parameters(enter: float, window: float) -> None:
     with pytest.raises(ValueError):
