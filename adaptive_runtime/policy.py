@@ -24,12 +24,12 @@ Phases of one key:
    it clearly. While the two fastest are not told apart (under ``clear_confidence`` that the
    faster is faster), they are timed again, up to ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
-   ``switch_margin`` (hysteresis), or faster beyond doubt (``sure_z``), and timed
-   ``min_samples`` times in the epoch (a challenger timed less is re-timed first). Sparse
-   *recheck* calls measure plausible other arms afresh, at intervals that double while the
-   choice holds — starting after ``min_samples`` decisions when the commitment was not clear
-   (under ``clear_confidence`` that the chosen arm is faster than the runner-up: few noisy
-   timings), after the runtime's ``recheck_interval`` when it was.
+   ``switch_margin`` (hysteresis), and timed ``min_samples`` times in the epoch (a
+   challenger timed less is re-timed first). Sparse *recheck* calls measure plausible other
+   arms afresh, at intervals that double while the choice holds — starting after
+   ``min_samples`` decisions when the commitment was not clear (under ``clear_confidence``
+   that the chosen arm is faster than the runner-up: few noisy timings), after the runtime's
+   ``recheck_interval`` when it was.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
    slower than when it was chosen), or when a challenger beats it in an epoch older than
    ``stale_after_decisions`` (estimates formed at different times), the key is re-explored:
@@ -164,10 +164,6 @@ class PolicyConfig:
     # an epoch older than this many decisions holds stale estimates of the arms not committed
     # to: a switch they call for is re-measured first
     stale_after_decisions: int = 16
-    # a challenger timed in full whose lead is this many standard errors takes over even
-    # within switch_margin: noisy timings never get there, precise ones of a near-tie do
-    # (3.1: one-sided 99.9%)
-    sure_z: float = 3.1
     # Exploring within a budget: an arm never timed on a key is tried when what its trial is
     # expected to cost over the best arm measured there fits in explore_free_us, or in
     # explore_share of the time the key's calls have taken so far (so a trial on a key of
@@ -664,12 +660,11 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
 
 
 def _clearly_better(cfg: PolicyConfig, challenger: ArmStats, incumbent: ArmStats) -> bool:
-    """Whether ``challenger`` beats the committed arm by ``switch_margin``, or — timed in
-    full — beyond doubt (``sure_z``: a near-tie measured precisely)."""
-    if not challenger.estimate_us >= incumbent.estimate_us * (1.0 - cfg.switch_margin):
-        return True  # (an estimate that is NaN is not held back either)
-    return (challenger.epoch_samples >= cfg.min_samples
-            and _sure_faster(challenger, incumbent, cfg.sure_z))
+    """Whether ``challenger`` beats the committed arm by ``switch_margin``. (No rule for a
+    near-tie measured precisely: replayed with and without one, regret and switches were the
+    same, and a wrong pick within the margin costs at most the margin.)"""
+    # (an estimate that is NaN is not held back either)
+    return not challenger.estimate_us >= incumbent.estimate_us * (1.0 - cfg.switch_margin)
 
 
 def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | None:
@@ -1002,24 +997,6 @@ def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Back
     if runner is None:
         return 1.0
     return _p_faster(arms[chosen], arms[runner])
-
-
-# Samples the incumbent's EWMA variance stands for at most (alpha 0.1: ~20 samples' worth).
-_EWMA_EFFECTIVE_SAMPLES = 20
-
-
-def _sure_faster(challenger: ArmStats, incumbent: ArmStats, z: float) -> bool:
-    """Whether ``challenger`` (timed afresh) is faster than ``incumbent`` by ``z`` standard
-    errors. The noise is the incumbent's, relative to its mean, applied to both: a few fresh
-    timings say little about their own spread (three can agree by chance), while the
-    incumbent's many timings give the machine's."""
-    inc_us, ch_us = incumbent.estimate_us, challenger.estimate_us
-    if not inc_us > ch_us:  # (also NaN and inf)
-        return False
-    cv2 = incumbent.var_us2 / (inc_us * inc_us)
-    se2 = cv2 * (ch_us * ch_us / challenger.epoch_samples
-                 + inc_us * inc_us / min(incumbent.epoch_samples, _EWMA_EFFECTIVE_SAMPLES))
-    return (inc_us - ch_us) ** 2 >= z * z * se2
 
 
 def _p_faster(mine: ArmStats, theirs: ArmStats) -> float:
