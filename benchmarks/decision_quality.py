@@ -25,12 +25,19 @@ as the plain library call (numpy / ``torch`` / jitted ``jax.numpy``; numpy's gel
 ``erf``), side by side in a random order per call. Target: adaptive <= 1.02x the plain call
 per input type and dtype, exploration included (goal: under 1x, from the arms that beat it);
 then the operations and sizes where an adaptive arm beats the plain call, and by how much.
+
+With ``DECISION_QUALITY_RECORD=path`` set, the fixed arms' timings of (a) are also written
+there as a recorded-calls file (one arm per call, in turn), which ``adaptive-runtime replay``
+runs any policy configuration over: policy changes compared on this workload without the
+machine's noise.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import math
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -43,6 +50,7 @@ from _table import print_table, verdict
 import adaptive_runtime as ar
 from adaptive_runtime.keys import size_bucket
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
 SEED = 0
@@ -53,6 +61,8 @@ ORACLE_TARGET = 1.05
 BEST_FIXED_TARGET = 0.8
 STATIC_SCALAR_BELOW = 1_000
 STATIC_GPU_ABOVE = 10_000
+# a file to write the fixed arms' timings to, for adaptive_runtime.replay (unset: none)
+RECORD_ENV = "DECISION_QUALITY_RECORD"
 HEADER = ["strategy", "total", "vs oracle", "target", "verdict"]
 
 Make = Callable[[np.random.Generator, int], tuple[Any, ...]]
@@ -150,6 +160,25 @@ def compiled_signatures(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> in
     return total
 
 
+def record_fixed_arms(path: str, adaptive: ar.AdaptiveRuntime,
+                      calls: list[tuple[str, tuple[Any, ...]]], arms: list[Backend],
+                      seconds: dict[str, list[float]]) -> None:
+    """Write the fixed arms' timings as a recorded-calls file for ``adaptive-runtime replay``:
+    call i with arm ``arms[i % len(arms)]`` at time i. Every arm was timed on every call, so
+    unlike a runtime's own recording this log answers any arm a replayed policy picks, with a
+    timing of the same size bucket from a nearby call (policy changes are judged offline on
+    it, free of this machine's noise)."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": CALLS_FORMAT}) + "\n")
+        for i, (name, args) in enumerate(calls):
+            arm = arms[i % len(arms)]
+            out.write(json.dumps({"operation": name,
+                                  "size": adaptive.operation(name).size_of(*args),
+                                  "arm": arm.value,
+                                  "duration_us": seconds[arm.value][i] * 1e6,
+                                  "time_s": float(i), "calls": 1}) + "\n")
+
+
 def main() -> None:
     began = time.perf_counter()
     adaptive = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
@@ -196,6 +225,8 @@ def main() -> None:
     finally:
         gc.enable()
     compiled_during = compiled_signatures(adaptive, arms) - compiled_before
+    if os.environ.get(RECORD_ENV):
+        record_fixed_arms(os.environ[RECORD_ENV], adaptive, calls, arms, seconds)
 
     per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
