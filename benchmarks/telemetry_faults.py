@@ -11,8 +11,9 @@ fault and protocol:
 
 Faults: the collector down (closed port), slow (the real OTLP receiver answering after 1 s),
 black-holing (a socket that accepts and never answers), refusing (UNAVAILABLE / 503). Target:
-the loop within 5 % of tracing off under each fault. Also printed: how long each process took
-to exit after its loop (target for ours: <= 2 s + the exit with tracing off).
+the loop within 5 % of tracing off under each fault (the best of three alternating runs each:
+one run's loop swings by more than 5 % on a shared machine). Also printed: how long each
+process took to exit after its loop (target for ours: <= 2 s + the exit with tracing off).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from _table import print_table, verdict  # noqa: E402
 
 CALLS = 200_000
+REPEATS = 3
 TARGET = 1.05
 EXIT_TARGET_S = 2.0
 
@@ -107,6 +110,10 @@ def run_child(mode: str, endpoint: str, protocol: str) -> tuple[float, float]:
     return ends[0]["loop_s"], exited - ends[0]["t"]
 
 
+def _best_loop_median_exit(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return min(loop for loop, _ in runs), statistics.median(exit_s for _, exit_s in runs)
+
+
 def main() -> None:
     import grpc
     from otlp_receiver import OtlpReceiver
@@ -128,8 +135,15 @@ def main() -> None:
                     receiver.fail_with = grpc.StatusCode.UNAVAILABLE
                 endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
             try:
-                off, off_exit = run_child("off", endpoint, protocol)
-                ours, ours_exit = run_child("ours", endpoint, protocol)
+                # off and ours alternate REPEATS times, each its best loop (a shared machine
+                # only adds time) and its median exit; the plain SDK, a reference whose exit
+                # takes seconds with a failing collector, runs once
+                runs: dict[str, list[tuple[float, float]]] = {"off": [], "ours": []}
+                for _ in range(REPEATS):
+                    for mode, times in runs.items():
+                        times.append(run_child(mode, endpoint, protocol))
+                off, off_exit = _best_loop_median_exit(runs["off"])
+                ours, ours_exit = _best_loop_median_exit(runs["ours"])
                 sdk, sdk_exit = run_child("sdk", endpoint, protocol)
             finally:
                 if receiver is not None:
@@ -142,7 +156,8 @@ def main() -> None:
                          f"{ours_exit:.1f}", verdict(ours_exit <= off_exit + EXIT_TARGET_S),
                          f"{sdk_exit:.1f}"])
     print_table(
-        f"Loop of {CALLS:,} dot calls with the collector failing (each cell one fresh process)",
+        f"Loop of {CALLS:,} dot calls with the collector failing (each run a fresh process; "
+        f"off and ours: best loop and median exit of {REPEATS} alternating runs; SDK: one run)",
         ["fault", "off s", "ours s", "ours/off", "target", "", "plain SDK s", "SDK/off",
          "exit off s", "exit ours s", f"<= off+{EXIT_TARGET_S:g}", "exit SDK s"], rows)
 
