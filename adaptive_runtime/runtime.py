@@ -230,13 +230,9 @@ class AdaptiveRuntime:
             self._hook_dispatcher()
 
     def _hook_dispatcher(self) -> None:
-        """Point the dispatcher's hooks at the sinks. The one place a no-op sink becomes
-        ``None``: the dispatcher skips building a call's span record (and explaining its
-        decision) when no one records spans. Telemetry lock held."""
-        spans, metrics = self._spans, self._metrics
-        self._dispatcher.span_sink = spans.submit if spans.recording else None
-        self._dispatcher.hot_sink = spans.submit_transition if spans.recording else None
-        self._dispatcher.duration_sink = metrics.pending.append if metrics.recording else None
+        """Hand the dispatcher the sinks (the no-ops while telemetry is off). Telemetry lock
+        held."""
+        self._dispatcher.attach(self._spans, self._metrics)
 
     def _span_cost_measured(self, cost_us: float) -> None:
         # (a float attribute store: atomic under the GIL, no lock on the worker thread)

@@ -60,6 +60,7 @@ from _table import print_table, verdict
 from opentelemetry import trace
 
 import adaptive_runtime as ar
+from adaptive_runtime.telemetry.sinks import NO_SPANS
 
 HEADER = ["metric", "measured", "target", "verdict"]
 
@@ -320,9 +321,7 @@ def mixed_loop(receiver: Receiver, traced_call_ns: float
     pipe.flush()
 
     def tracing(on: bool) -> None:
-        dispatcher = rt._dispatcher
-        dispatcher.span_sink = recorder.submit if on else None
-        dispatcher.hot_sink = recorder.submit_transition if on else None
+        rt._dispatcher.attach(recorder if on else NO_SPANS, rt._metrics)
 
     kinds = len(schedule)
     cases = ("on", "off", "off2")  # off2: tracing off again, the A/A noise floor

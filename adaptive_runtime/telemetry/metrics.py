@@ -283,7 +283,7 @@ class _Slot:
 
     def update(self, name: str, fresh: Mapping[tuple[str, ...], int]) -> None:
         # Clamp to the previous reading: the runtime may briefly take back a call it counted
-        # twice while racing (see Dispatcher._flush), and a counter must never go down.
+        # twice while racing (see _dispatch.counts.Counts.flush), and a counter must never go down.
         counts = self.counts[name]
         for labels, n in fresh.items():
             if n > counts.get(labels, 0):

@@ -10,8 +10,8 @@ nothing: this module loads neither the OpenTelemetry SDK nor even its API. The r
 only when they are made.
 
 ``recording`` tells the two apart without an ``isinstance`` or ``None`` check: the no-ops
-say ``False``. (The dispatcher's hooks are still plain callables or ``None``: a timed call
-skips building its span record when no one records it.)
+say ``False``. (The dispatcher reads it once, when the sinks are attached: a timed call skips
+the trace gate and its span record when no one records spans.)
 """
 
 from __future__ import annotations

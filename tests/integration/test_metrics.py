@@ -66,7 +66,7 @@ def _kernel(backend: Backend, fail: bool) -> Callable[[int], int]:
 
 def wire(rt: ar.AdaptiveRuntime, metrics: RuntimeMetrics) -> None:
     """Feed timed-call durations to ``metrics`` the way the runtime's telemetry hook does."""
-    rt._dispatcher.duration_sink = metrics.pending.append
+    rt._dispatcher.attach(rt._spans, metrics)
 
 
 def total(points: Sequence[ReceivedDataPoint]) -> float:

@@ -95,8 +95,7 @@ def attach(rt: ar.AdaptiveRuntime, provider: TracerProvider, **recorder_args: An
     """
     recorder = SpanRecorder(timer=rt._timer, tracer_provider=provider, **recorder_args)
     rt._spans = recorder
-    rt._dispatcher.hot_sink = recorder.submit_transition
-    rt._dispatcher.span_sink = recorder.submit
+    rt._dispatcher.attach(recorder, rt._metrics)
     return recorder
 
 
@@ -529,7 +528,7 @@ def test_tracing_off_in_config_attaches_no_recorder() -> None:
     two_arms(rt)
     ar.telemetry.instrument(rt)  # global provider is the API's no-op proxy here
     try:
-        assert not rt._spans.recording and rt._dispatcher.span_sink is None
+        assert not rt._spans.recording and not rt._dispatcher.tracing
         rt.run("scale", 10)
         assert rt.trace_counts() == {"exported": {}, "suppressed": {}}
     finally:

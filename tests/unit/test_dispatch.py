@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.telemetry.sinks import NO_SPANS
 
 Backend = ar.Backend
 Reason = ar.Reason
@@ -165,7 +168,8 @@ def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
 def _learning_costs(h, cost_us: float) -> None:
     """Make learning from a timed call take ``cost_us`` on the fake timer: the duration sink
     runs while the call is learned from (it stands for costly bookkeeping)."""
-    h.rt._dispatcher.duration_sink = lambda _timing: h.timer.advance_us(cost_us)
+    pending = SimpleNamespace(append=lambda _timing: h.timer.advance_us(cost_us))
+    h.rt._dispatcher.attach(NO_SPANS, SimpleNamespace(recording=True, pending=pending))
 
 
 def _timings_learned(h, calls: int) -> int:

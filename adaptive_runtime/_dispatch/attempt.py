@@ -1,0 +1,64 @@
+"""One timed run of an arm: the one place a kernel runs between two timer reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..backend import Backend
+from ..operations import Operation
+from .checks import ResultChecks
+from .entry import Entry
+
+# (result, kernel start and end in timer nanoseconds, the duration to learn (None: not
+# learned from), the arm's failure (an exception it raised or its wrong result) or None)
+Outcome = tuple[Any, int, int, float | None, Exception | None]
+
+
+def _warmed(op: Operation, backend: Backend) -> None:
+    """Mark ``backend`` warm on ``op`` after its first call (of an implementation registered
+    with ``warm_up``), whose timing is not learned: it paid for what a library sets up on
+    first use — dispatch caches, thread pools, allocator arenas, the first touch of its code
+    (a first ATen call here took 3.8 ms, the fifth 22 us)."""
+    op.warmed.add(backend)
+
+
+class Attempt:
+    """Runs one arm of a timed call: timed, its result checked, its timing judged."""
+
+    def __init__(self, timer: Callable[[], int], checks: ResultChecks) -> None:
+        self._timer = timer
+        self._check = checks.check
+
+    def run(self, op: Operation, entry: Entry, backend: Backend, args: tuple[Any, ...],
+                 ticket: int) -> Outcome:
+        """Run ``backend``'s kernel on ``args`` (``ticket``: the call's, -1 for a fallback)."""
+        timer = self._timer
+        impl = entry.impls[backend]
+        compile_count = impl.compile_count
+        compiled_before = compile_count() if compile_count is not None else 0
+        sync = impl.sync
+        if sync is not None:  # (asynchronous inputs: their own work is not this call's)
+            sync(args)
+        start_ns = timer()
+        try:
+            result = impl.fn(*args)
+            if sync is not None:
+                sync(result)
+        except Exception as exc:
+            return None, start_ns, timer(), None, exc
+        end_ns = timer()
+        wrong = self._check(op, entry, backend, args, result, ticket)
+        if wrong is not None:  # a wrong result is the arm's failure
+            return result, start_ns, end_ns, None, wrong
+        # A call that compiled a kernel measured the compiler, not the kernel; the first call
+        # of a library arm of an operation (each family apart) measured its lazy set-up.
+        if compile_count is not None and compile_count() != compiled_before:
+            return result, start_ns, end_ns, None, None
+        if impl.warm_up and backend not in op.warmed:
+            _warmed(op, backend)
+            return result, start_ns, end_ns, None, None
+        duration_us = (end_ns - start_ns) / 1000.0
+        if impl.surcharge_us is not None:  # what the arm costs later (its backward pass)
+            duration_us += impl.surcharge_us(*args)
+        return result, start_ns, end_ns, duration_us, None

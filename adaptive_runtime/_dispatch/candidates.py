@@ -1,0 +1,97 @@
+"""Which arms a call may run on: an operation's candidates at a size, in cold-start order, and
+their kernels (cached per preference order); the same for any name ``select()`` is given."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..backend import Backend
+from ..errors import BackendUnavailableError, RegistrationError
+from ..operations import Implementation, Kind, Operation, infer_kind
+from ..policy import heuristic_order, heuristic_preference
+from .core import Core
+from .entry import Arms, Route
+
+_log = logging.getLogger(__name__.rpartition(".")[0])
+
+
+def floors(operation: str, impls: Mapping[Backend, Implementation],
+           args: tuple[Any, ...]) -> dict[Backend, float] | None:
+    """Each arm's ``floor_us`` for a key's first call (``None``: no arm has one). A floor
+    that cannot be worked out is left out: it only ever spares an arm a trial."""
+    found: dict[Backend, float] = {}
+    for backend, impl in impls.items():
+        if impl.floor_us is not None:
+            try:
+                found[backend] = float(impl.floor_us(*args))
+            except Exception as exc:  # e.g. a broken device: the arm is simply tried
+                _log.debug("no floor for %s on %s: %s", operation, backend.value, exc)
+    return found or None
+
+
+class Candidates:
+    """Candidate arms of registered operations and of any other name."""
+
+    def __init__(self, core: Core, routes: dict[str, Route]) -> None:
+        self._core = core
+        self._routes = routes
+        self._arms_cache: dict[tuple[str, tuple[Backend, ...]], Arms] = {}
+
+    def arms_of(self, op: Operation, n: int) -> Arms:
+        """Candidates of ``op`` at size ``n`` and their kernels, cached per preference order
+        (there are three) until the operation's implementations change. Lock held."""
+        cache_key = (op.name, heuristic_preference(op.kind, n))
+        arms = self._arms_cache.get(cache_key)
+        if arms is None:
+            candidates = self.of(op, n)
+            arms = self._arms_cache[cache_key] = (candidates, {
+                b: impl for b in candidates if (impl := op.implementation_for(b)) is not None})
+        return arms
+
+    def drop(self, name: str) -> None:
+        """Forget the cached arms of operation ``name`` (its implementations changed)."""
+        for cache_key in [k for k in self._arms_cache if k[0] == name]:
+            del self._arms_cache[cache_key]
+
+    def of(self, op: Operation, n: int) -> tuple[Backend, ...]:
+        """Candidates of a registered operation at size ``n``, in heuristic order."""
+        backends = op.backends
+        if not backends:
+            raise RegistrationError(
+                f"operation {op.name!r} has no implementation; add one with "
+                f"@op.implementation(Backend.SIMD) (or GPU / SCALAR)")
+        forced = self._core.forced
+        if forced is not None:
+            if forced not in backends:
+                raise BackendUnavailableError(
+                    f"backend {forced.value!r} is forced but operation {op.name!r} has "
+                    f"no {forced.value} implementation "
+                    f"(it has: {', '.join(b.value for b in backends)})")
+            return (forced,)
+        core = self._core
+        usable = [b for b in backends if b in core.enabled and core.devices.available(b)]
+        if not usable:
+            raise BackendUnavailableError(
+                f"operation {op.name!r} has implementations for "
+                f"{', '.join(b.value for b in backends)}, none of which can run here "
+                f"(enabled and available: {', '.join(core.available_arms()) or 'none'})")
+        return heuristic_order(op.kind, n, usable)
+
+    def for_name(self, operation: str, n: int) -> tuple[Backend, ...]:
+        """Candidate arms for any operation name (registered or not), in heuristic order."""
+        core = self._core
+        route = self._routes.get(operation)  # (a device twin is routed, not registered)
+        op = route[2] if route is not None else core.registry.find(operation)
+        if op is not None and op.backends:
+            return self.of(op, n)
+        if core.forced is not None:
+            return (core.forced,)
+        usable = [b for b in core.enabled if core.devices.available(b)]
+        if not usable:  # (checked before anything is touched: a rejected call changes nothing)
+            raise BackendUnavailableError(
+                f"no arm can run operation {operation!r} here: every enabled arm "
+                f"({', '.join(b.value for b in core.enabled)}) is unavailable on this machine")
+        kind = op.kind if op is not None and op.kind is not Kind.OTHER else infer_kind(operation)
+        return heuristic_order(kind, n, usable)

@@ -1,0 +1,154 @@
+"""``Dispatcher``: the facade the runtime holds. It makes the parts and wires them together;
+each job is done by one part (see the package docstring)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..backend import Backend
+from ..config import RuntimeConfig
+from ..gating import HotPathDetector, OperationRate, TraceGate
+from ..history import HistoryStore
+from ..operations import DeviceProbe, Operation, OperationRegistry
+from ..policy import Decision, Policy
+from ..telemetry.sinks import MetricsSink, SpanSink
+from .attempt import Attempt
+from .candidates import Candidates
+from .checks import ResultChecks
+from .core import Core
+from .counts import Counts, SelectionKey
+from .emission import CallTiming, Emission
+from .entry import Route
+from .fallback import Fallback
+from .fastpath import Router
+from .learner import Learner
+from .timed import TimedCalls
+from .trueno import TruenoApi
+
+
+class Dispatcher:
+    """Routes calls of registered operations and Trueno-style selections for any name.
+
+    ``run``, ``route`` and ``run_routed`` are the fast path's own bound methods, set per
+    instance: a call pays for no forwarding frame.
+    """
+
+    def __init__(self, *, config: RuntimeConfig, registry: OperationRegistry,
+                 history: HistoryStore, policy: Policy, hot: HotPathDetector, gate: TraceGate,
+                 devices: DeviceProbe, clock: Callable[[], float],
+                 timer: Callable[[], int]) -> None:
+        core = self._core = Core(config=config, registry=registry, history=history,
+                                 policy=policy, hot=hot, gate=gate, devices=devices,
+                                 clock=clock, timer=timer)
+        routes: dict[str, Route] = {}
+        rates: dict[str, OperationRate] = {}
+        counts = self._counts = Counts(core, routes)
+        emission = self._emission = Emission(core, counts)
+        candidates = Candidates(core, routes)
+        learner = self._learner = Learner(core, counts, emission, candidates, rates)
+        attempt = Attempt(timer, ResultChecks(core, learner))
+        fallback = Fallback(core, learner, counts, emission, attempt)
+        timed = TimedCalls(core, learner, emission, attempt, fallback)
+        router = self._router = Router(core, candidates, counts, routes, rates)
+        router.connect(timed.slow, fallback.fast_failure)
+        self._trueno = TruenoApi(core, router, learner, candidates, counts, emission)
+        self.run = router.run
+        self.route = router.route
+        self.run_routed = router.run_routed
+
+    # ------------------------------------------------------------------ telemetry
+
+    def attach(self, spans: SpanSink, metrics: MetricsSink) -> None:
+        """Hand what calls do to these sinks from now on (the no-ops: telemetry off)."""
+        self._emission.attach(spans, metrics)
+
+    @property
+    def tracing(self) -> bool:
+        """Whether timed calls are offered to the trace gate (a span sink records)."""
+        return self._emission.tracing
+
+    @property
+    def call_sink(self) -> Callable[[CallTiming], None] | None:
+        """A call recorder's hook (``replay.record_calls``): every timing learned, as
+        (operation, size, arm, duration_us, time_s, calls), lock held; ``None``: none."""
+        calls = self._emission.calls
+        return None if calls is Emission.no_calls else calls
+
+    @call_sink.setter
+    def call_sink(self, sink: Callable[[CallTiming], None] | None) -> None:
+        self._emission.calls = Emission.no_calls if sink is None else sink
+        self._emission.recording_calls = sink is not None
+
+    def spans_admitted(self) -> int:
+        return self._emission.spans_admitted()
+
+    def admit_step(self, duration_us: float, failed: bool, admitted_before: int) -> float:
+        return self._emission.admit_step(duration_us, failed, admitted_before)
+
+    # ------------------------------------------------------------------ Trueno-style API
+
+    def select(self, operation: str, n: int) -> Decision:
+        return self._trueno.select(operation, n)
+
+    def explain(self, operation: str, n: int) -> Decision:
+        return self._trueno.explain(operation, n)
+
+    def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
+        self._trueno.record(operation, n, backend, duration_us)
+
+    def best(self, operation: str, n: int) -> Backend | None:
+        return self._trueno.best(operation, n)
+
+    def is_hot(self, operation: str) -> bool:
+        return self._trueno.is_hot(operation)
+
+    def hot_operations(self) -> list[str]:
+        return self._trueno.hot_operations()
+
+    # ------------------------------------------------------------------ routes and counts
+
+    @property
+    def generation(self) -> int:
+        """Bumped whenever routes are reset: routes kept by call sites are stale."""
+        return self._router.generation
+
+    def add_route(self, op: Operation) -> None:
+        self._router.add_route(op)
+
+    def reset_route(self, operation: str) -> None:
+        self._router.reset_route(operation)
+
+    def forget(self, operation: str, bucket: int) -> None:
+        """History dropped this key (LRU or reset): drop its fast-path entry and the
+        policy's state of it. Lock held."""
+        self._learner.drop(operation, bucket)
+        self._router.drop_entry(operation, bucket)
+
+    def selection_counts(self) -> dict[SelectionKey, int]:
+        return self._counts.selection_counts()
+
+    def fallback_counts(self) -> dict[tuple[str, Backend, Backend], int]:
+        return self._counts.fallback_counts()
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._core.lock
+
+    # (read by tests and benchmarks that look inside a runtime)
+    @property
+    def _gate(self) -> TraceGate:
+        return self._core.gate
+
+    @property
+    def _hot(self) -> HotPathDetector:
+        return self._core.hot
+
+    @property
+    def _select_labels(self) -> set[str]:
+        return self._counts.select_labels
+
+    @property
+    def _selections(self) -> Any:
+        return self._counts.selections

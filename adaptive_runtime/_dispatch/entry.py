@@ -1,0 +1,95 @@
+"""The fast-path state of one key (:class:`Entry`) and the route table's types."""
+
+from __future__ import annotations
+
+import operator
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..backend import Backend
+from ..gating import TIMED_CALL_COST_US, OperationRate
+from ..history import KeyHistory
+from ..operations import Implementation, Operation
+from ..policy import Decision, KeyState, Reason
+
+# An operation's candidate arms for one cold-start preference, and their implementations.
+Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
+
+
+# Tickets an entry can hand out: ``sys.maxsize`` (a call a nanosecond for 292 years).
+_TICKETS = sys.maxsize
+
+
+def _issued(tickets: Iterator[int]) -> int:
+    """Tickets handed out so far by a ticket iterator (``iter(range(_TICKETS))``), read
+    without taking one: a range iterator knows how many it has left (PEP 424)."""
+    return _TICKETS - operator.length_hint(tickets)
+
+
+class Entry:
+    """Fast-path state of one (operation, size bucket). Mutated in place, never replaced, so
+    tickets taken by racing threads are never lost.
+
+    Counting without a per-call lock: every call that finds the entry takes a ticket from
+    ``ticks``; a timed call also takes one from ``timed`` before anything else, and counts
+    itself under the lock. So fast calls = tickets - timed tickets, exactly, whenever no call
+    is between its two ``next()``; :meth:`~adaptive_runtime._dispatch.counts.Counts.flush`
+    adds them to the counters. Tickets come from iterators over ``range(sys.maxsize)``:
+    ``next()`` on one is a single C call (concurrent threads each get a distinct ticket, as
+    from an ``itertools.count``), and how many were handed out is read without taking one.
+    """
+
+    __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
+                 "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "next", "rate",
+                 "state", "ticks", "timed", "timed_exploits", "timing_cost_us")
+
+    def __init__(self, key: KeyHistory, state: KeyState, arms: Arms,
+                 rate: OperationRate) -> None:
+        self.key = key
+        self.state = state  # the policy's state of the key
+        self.rate = rate
+        self.bucket = key.bucket
+        self.candidates, self.impls = arms
+        self.ticks = iter(range(_TICKETS))
+        self.timed = iter(range(_TICKETS))
+        self.mask = 0  # 0: every call takes the slow path
+        self.impl: Callable[..., Any] | None = None
+        self.backend: Backend | None = None
+        self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
+        self.last_timed_s: float | None = None  # ...and when it was learned from
+        self.fast_flushed = 0  # fast calls already added to the counters
+        # timed calls that ran the fast path's arm as a plain exploit: counted with the fast
+        # calls, not in the dispatcher's counter (one int here, not a dict update of a tuple
+        # key: a timed call's bookkeeping is dominated by the memory it touches)
+        self.timed_exploits = 0
+        self.fast_label: tuple[str, Backend, Reason] | None = None  # ...and where
+        # the decision for the key's next timed call, made when the previous one was learned
+        # from (so a timed call takes the lock once); None: decide when the call comes
+        self.next: Decision | None = None
+        # what learning from a timed exploit call of this key costs (EWMA of the time from
+        # the kernel's end to the lock's release): sets the fast path's timing period.
+        # Updated outside the lock: a lost update only delays the estimate.
+        self.timing_cost_us = TIMED_CALL_COST_US
+        # input signature -> (result signature, the arm that answered first): what every
+        # arm must return for such inputs (see checks.ResultChecks.check)
+        self.expected: dict[Any, tuple[tuple[Any, Any], Backend]] = {}
+
+    def next_ticket(self) -> int:
+        """The ticket the next call will take."""
+        return _issued(self.ticks)
+
+    def fast_calls(self) -> int:
+        """Calls that took the fast path so far, and timed plain exploits of its arm."""
+        return _issued(self.ticks) - _issued(self.timed) + self.timed_exploits
+
+
+# How run() finds a registered operation's entries: (size_of, {bucket: entry}, operation,
+# family route). The family route, where the operation has input families (a ``family`` hook,
+# or an ``on_device`` hook where the GPU arm can run), is (classifier, {family: ({bucket:
+# entry}, twin)}): the classifier names a call's family ("" for the default one), and calls of
+# another family go to the operation's twin for it (see Operation.family_twin).
+# (An untimed family's twin is (None, the function that runs its calls).)
+Twins = dict[str, tuple[dict[int, Entry], Operation]]
+FamilyRoute = tuple[Callable[..., str], Twins]
+Route = tuple[Callable[..., int], dict[int, Entry], Operation, FamilyRoute | None]

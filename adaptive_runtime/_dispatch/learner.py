@@ -1,0 +1,219 @@
+"""The learner: the policy's state of each key, and what happens under the lock after a timed
+call — count it, feed the hot-path rate, learn the timing, decide the key's next timed call,
+and set the key's measurement period (the fast path's arm, timed 1-in-N)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backend import Backend
+from ..gating import TIMED_CALL_COST_US, OperationRate, TraceVerdict, measure_period
+from ..history import KeyHistory
+from ..operations import Operation
+from ..policy import Decision, KeyState, Reason, Step
+from .candidates import Candidates, floors
+from .core import Core
+from .counts import Counts
+from .emission import Emission
+from .entry import Entry
+
+_EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+# A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
+# few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
+# the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
+_SUSPECT_DRIFT = 1.0
+
+# A timed call's span: the trace gate's verdict and the decision, explained.
+Span = tuple[TraceVerdict, Decision]
+
+
+class Learner:
+    """Owns the policy's per-key state and carries out its transitions. Every method but
+    :meth:`first_decision` needs the lock held."""
+
+    def __init__(self, core: Core, counts: Counts, emission: Emission,
+                 candidates: Candidates, rates: dict[str, OperationRate]) -> None:
+        self._core = core
+        self._clock = core.clock  # (never replaced: read here once, not through the core)
+        self._counts = counts
+        self._emission = emission
+        self._candidates = candidates
+        self._rates = rates  # registered operations' call-rate state (see Router)
+        # the policy's state of each key: key id -> (the key's history, its state), dropped
+        # with the key (forget); a key made anew gets a new state
+        self._states: dict[tuple[str, int], tuple[KeyHistory, KeyState]] = {}
+
+    def state_of(self, key: KeyHistory) -> KeyState:
+        """The policy's state of ``key`` (new for a key made anew)."""
+        found = self._states.get(key.id)
+        if found is None or found[0] is not key:
+            found = self._states[key.id] = (key, KeyState())
+        return found[1]
+
+    def drop(self, operation: str, bucket: int) -> None:
+        """History dropped this key: drop the policy's state of it."""
+        self._states.pop((operation, bucket), None)
+
+    def decide(self, key: KeyHistory, state: KeyState, candidates: tuple[Backend, ...],
+               now: float) -> Decision:
+        """A full decision for ``key``, applied."""
+        core = self._core
+        if core.forced is not None:
+            return core.policy.forced(state, key, core.forced)
+        decision = core.policy.step(state, key, candidates, now, core.history, explain=False)
+        self._after_step(key, decision)
+        return decision
+
+    @staticmethod
+    def _after_step(key: KeyHistory, decision: Decision) -> None:
+        """What a full decision asks of the measured history: after a drift alarm, every
+        arm is measured afresh (see Policy.step)."""
+        if decision.reason is Reason.DRIFT:
+            key.start_epoch()
+
+    def first_decision(self, op: Operation, entries: dict[int, Entry], n: int,
+                       bucket: int, args: tuple[Any, ...]) -> tuple[Entry, Decision]:
+        """Entry and decision for a call with nothing decided in advance (a new key, or the
+        previous decision was invalidated). Takes the lock."""
+        core = self._core
+        with core.lock:
+            entry = entries.get(bucket)
+            if entry is None:
+                key = core.history.key(op.name, bucket)
+                state = self.state_of(key)
+                entry = entries[bucket] = Entry(key, state, self._candidates.arms_of(op, n),
+                                                self._rates[op.name])
+                for backend in entry.candidates:  # now, rather than on an exploring call
+                    key.arm(backend)
+                core.policy.set_floors(state, key, entry.candidates,
+                                       floors(op.name, entry.impls, args), core.history)
+            decision = entry.next
+            if decision is None:
+                decision = self.decide(entry.key, entry.state, entry.candidates, core.clock())
+            return entry, decision
+
+    def settle(self, op: Operation, entry: Entry, decision: Decision, ticket: int,
+               duration_us: float | None, failed: bool, n: int) -> Span | None:
+        """After a timed call: count it, learn from it, decide the key's next timed call and
+        point the fast path at the committed arm. Returns the call's span — the trace gate's
+        verdict and the decision explained as it was made — or ``None`` (not exported)."""
+        # (one function, not three: every exploring call comes through here)
+        now = self._clock()
+        calls = 1
+        since = None
+        if ticket >= 0:
+            # this call and the fast ones since the key's previous timed call, for the rate
+            gap = ticket - entry.last_ticket
+            if gap > 0:
+                calls = gap
+                entry.last_ticket = ticket
+                since = entry.last_timed_s
+                entry.last_timed_s = now
+        if decision.reason is _EXPLOIT and decision.backend is entry.backend:
+            entry.timed_exploits += 1  # (see Entry)
+        else:
+            self._counts.selections[(op.name, decision.backend, decision.reason)] += 1
+        emission = self._emission
+        transition = entry.rate.add(calls, now, since)
+        if transition is not None:
+            emission.pending.append(transition)
+        key, state = entry.key, entry.state
+        span = None
+        if emission.tracing:  # (before learning: the span shows what the decision knew)
+            verdict = emission.verdict(key, decision, duration_us, entry.rate.hot, failed,
+                                       calls, now)
+            if verdict is not None:
+                span = verdict, self.explained(entry, decision)
+        if not state.decisions & 15:
+            self._core.history.touch(key)  # LRU recency, refreshed every 16th decision
+        if duration_us is not None:
+            self.learn(key, state, decision, duration_us, n)
+            if emission.timings:
+                emission.duration((op.name, decision.backend, duration_us))
+            if emission.recording_calls:
+                emission.calls((op.name, n, decision.backend, duration_us, now, calls))
+        self._next(entry, key, state, now)
+        return span
+
+    def _next(self, entry: Entry, key: KeyHistory, state: KeyState, now: float) -> None:
+        """Decide the key's next timed call and, where that changed it, its fast path."""
+        core = self._core
+        if core.forced is not None:
+            entry.next = core.policy.forced(state, key, core.forced)
+            self.refresh(entry, key)  # (a forced arm is never committed: a fast path too)
+            return
+        # (unexplained, whoever listens: explained() fills in what a span or rt.decide() shows)
+        entry.next, how = core.policy.next(state, key, entry.candidates, now, core.history,
+                                           explain=False)
+        if how is Step.DECIDED:
+            self._after_step(key, entry.next)
+            if state.incumbent is not None or entry.mask:
+                self.refresh(entry, key)
+        elif how is Step.REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
+            # Committed and nothing due (most timed calls of a converged key): the fast
+            # path already points at the committed arm, timed at the period set with the
+            # memo — more often while the arm looks slower than it was (_SUSPECT_DRIFT).
+            self.refresh(entry, key)
+
+    def explained(self, entry: Entry, decision: Decision) -> Decision:
+        """``decision`` with what it was based on — estimates, samples, confidence — from the
+        key's history as it is now, for its span. Decisions are made unexplained whether or
+        not anyone listens (explaining one costs a timed call microseconds); only those that
+        become spans are explained. Lock held."""
+        return self._core.policy.explained(decision, entry.state, entry.key, entry.candidates)
+
+    def learn(self, key: KeyHistory, state: KeyState, decision: Decision,
+              duration_us: float, n: int) -> None:
+        """Learn one timing of a call of ``n`` elements run by ``decision``: into the key's
+        history (replacing the arm's estimate where the policy re-measures it), then into the
+        policy's state."""
+        backend = decision.backend
+        policy = self._core.policy
+        if policy.remeasures(key, decision):
+            key.arms[backend].start_epoch()
+        learned_us = self._core.history.record(key, backend, duration_us, n)
+        policy.observe(state, backend, learned_us)
+
+    def failed(self, entry: Entry, backend: Backend) -> None:
+        """``backend`` failed on ``entry``'s key: its failure recorded (quarantine with
+        back-off), the decision made before it dropped. (The caller moves the fast path.)"""
+        self._core.history.record_failure(entry.key, backend, self._core.clock())
+        self._core.policy.observe_failure(entry.state, backend)
+        entry.next = None  # decided before this failure: decide again
+
+    def refresh(self, entry: Entry, key: KeyHistory) -> None:
+        """Point the key's fast path at its committed arm, timed 1-in-N."""
+        state = entry.state
+        core = self._core
+        target = core.forced if core.forced is not None else state.incumbent
+        stats = key.arms.get(target) if target is not None else None
+        if stats is None or not stats.epoch_samples or stats.consecutive_failures:
+            entry.mask = 0
+            return
+        impl = entry.impls.get(target)  # type: ignore[arg-type]
+        if impl is None:
+            entry.mask = 0
+            return
+        if entry.backend is not target and entry.backend is not None:
+            self._counts.flush(key.operation, entry)  # its fast calls ran the previous arm
+        # impl before mask: a racing reader never sees a mask > 0 with no kernel
+        entry.impl = impl.fn
+        entry.backend = target
+        # (never below the warm cost of a timed call: the measurement leaves out its clock
+        # reads and the steps before the kernel)
+        cost_us = entry.timing_cost_us
+        config = core.config
+        mask = measure_period(
+            stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
+            config.max_measure_period, slow_call_us=config.sampling_threshold_us,
+            suspect=target is state.incumbent and state.drift_score > _SUSPECT_DRIFT) - 1
+        if mask > core.validate_mask >= 0:  # validation mode: sampled calls take this path
+            mask = core.validate_mask
+        entry.mask = mask
+
+    def reset_entry(self, entry: Entry, key: KeyHistory) -> None:
+        """Decide ``entry``'s next call afresh from what was just learned or selected (a
+        ``select()``, a recorded timing)."""
+        entry.next = None
+        self._core.policy.drop_plan(entry.state)
+        self.refresh(entry, key)

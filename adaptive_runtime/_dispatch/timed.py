@@ -1,0 +1,70 @@
+"""A timed call: the arm decided for it in advance runs between two timer reads, then one lock
+to learn from it and decide the key's next timed call; spans after the lock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..keys import size_bucket
+from ..operations import Operation
+from ..policy import Reason
+from .attempt import Attempt
+from .core import Core
+from .emission import Emission
+from .entry import Entry
+from .fallback import Fallback
+from .learner import Learner
+
+_EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+# EWMA weight of one timed call's measured cost (see Entry.timing_cost_us).
+_COST_ALPHA = 0.125
+
+
+class TimedCalls:
+    """Runs the calls the fast path does not: every call of a key still exploring, 1-in-N of
+    a converged one, the first call of a key."""
+
+    def __init__(self, core: Core, learner: Learner, emission: Emission, attempt: Attempt,
+                 fallback: Fallback) -> None:
+        self._core = core
+        self._timer = core.timer  # (never replaced: read here once, not through the core)
+        self._learner = learner
+        self._emission = emission
+        self._attempt = attempt.run
+        self._recover = fallback.recover
+
+    def slow(self, op: Operation, entries: dict[int, Entry], n: int, args: tuple[Any, ...],
+             entry: Entry | None, ticket: int) -> Any:
+        """A call that is timed: run the arm decided for it, then (one lock) learn and decide
+        the key's next timed call."""
+        timer = self._timer
+        emission = self._emission
+        select_ns = timer() if emission.tracing else 0  # the select span's start
+        if ticket >= 0:
+            next(entry.timed)  # type: ignore[union-attr]  # see Entry: keeps counts exact
+        decision = entry.next if entry is not None else None
+        if decision is None:
+            # validate what size_of returned (size_bucket raises a clear error)
+            entry, decision = self._learner.first_decision(op, entries, n, size_bucket(n), args)
+        elif n < 0:
+            size_bucket(n)  # raises: a negative size found the bucket of its bit length
+        backend = decision.backend
+        result, start_ns, end_ns, learn_us, error = self._attempt(op, entry, backend, args,
+                                                                  ticket)
+        if error is not None:
+            return self._recover(op, entry, n, decision, args, ticket, error,
+                                 (select_ns, start_ns, end_ns))
+        with self._core.lock:
+            span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n)
+        if decision.reason is _EXPLOIT:
+            # What learning from a committed key's call cost, for the period of its fast path:
+            # far more between large calls (cold caches) than in a tight loop, so it is
+            # measured, not assumed. (Exploring calls, which ask the policy, are not typical.)
+            cost_us = (timer() - end_ns) / 1000.0
+            entry.timing_cost_us += (cost_us - entry.timing_cost_us) * _COST_ALPHA
+        if emission.pending:
+            emission.deliver_transitions()
+        if span is not None:
+            emission.emit(op.name, n, entry.bucket, span[1], backend,
+                          (select_ns, start_ns, end_ns), None, None, span[0])
+        return result
