@@ -34,7 +34,11 @@ class Learner:
     def __init__(self, core: Core, counts: Counts, emission: Emission,
                  candidates: Candidates, rates: dict[str, OperationRate]) -> None:
         self._core = core
-        self._clock = core.clock  # (never replaced: read here once, not through the core)
+        # (never replaced: read here once, not through the core on every timed call)
+        self._clock = core.clock
+        self._policy = core.policy
+        self._history = core.history
+        self._forced = core.forced
         self._counts = counts
         self._emission = emission
         self._candidates = candidates
@@ -125,7 +129,7 @@ class Learner:
             if verdict is not None:
                 span = verdict, self.explained(entry, decision)
         if not state.decisions & 15:
-            self._core.history.touch(key)  # LRU recency, refreshed every 16th decision
+            self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
             self.learn(key, state, decision, duration_us, n)
             if emission.timings:
@@ -137,14 +141,13 @@ class Learner:
 
     def _next(self, entry: Entry, key: KeyHistory, state: KeyState, now: float) -> None:
         """Decide the key's next timed call and, where that changed it, its fast path."""
-        core = self._core
-        if core.forced is not None:
-            entry.next = core.policy.forced(state, key, core.forced)
+        if self._forced is not None:
+            entry.next = self._policy.forced(state, key, self._forced)
             self.refresh(entry, key)  # (a forced arm is never committed: a fast path too)
             return
         # (unexplained, whoever listens: explained() fills in what a span or rt.decide() shows)
-        entry.next, how = core.policy.next(state, key, entry.candidates, now, core.history,
-                                           explain=False)
+        entry.next, how = self._policy.next(state, key, entry.candidates, now, self._history,
+                                            explain=False)
         if how is Step.DECIDED:
             self._after_step(key, entry.next)
             if state.incumbent is not None or entry.mask:
@@ -168,10 +171,10 @@ class Learner:
         history (replacing the arm's estimate where the policy re-measures it), then into the
         policy's state."""
         backend = decision.backend
-        policy = self._core.policy
+        policy = self._policy
         if policy.remeasures(key, decision):
             key.arms[backend].start_epoch()
-        learned_us = self._core.history.record(key, backend, duration_us, n)
+        learned_us = self._history.record(key, backend, duration_us, n)
         policy.observe(state, backend, learned_us)
 
     def failed(self, entry: Entry, backend: Backend) -> None:
