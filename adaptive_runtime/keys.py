@@ -9,12 +9,18 @@ below ``MAX_SIZE`` = ``2**64``) while separating sizes whose best arm differs.
 
 from __future__ import annotations
 
-__all__ = ["MAX_SIZE", "bucket_bounds", "reference_size", "size_bucket"]
+__all__ = ["MAX_SIZE", "bucket_bounds", "reference_size", "size_bucket", "unchecked_bucket"]
 
 #: Sizes are element counts below this (no array holds more; torch and numpy sizes are
 #: 64-bit). Larger ones are rejected: they would each make a bucket of their own, without bound,
 #: and their reference sizes overflow a float.
 MAX_SIZE = 1 << 64
+
+
+#: :func:`size_bucket` without its checks, for the dispatcher's fast path, which only looks up
+#: keys whose sizes :func:`size_bucket` has already accepted: ``int.bit_length`` itself, a C
+#: method (no Python frame per call); it raises ``TypeError`` for anything but an ``int``.
+unchecked_bucket = int.bit_length
 
 
 def size_bucket(n: int) -> int:
@@ -32,7 +38,7 @@ def size_bucket(n: int) -> int:
         raise ValueError(f"input_size must be >= 0, got {n}")
     if n >= MAX_SIZE:
         raise ValueError(f"input_size must be < 2**64, got an int of {n.bit_length()} bits")
-    return n.bit_length()
+    return unchecked_bucket(n)
 
 
 def reference_size(bucket: int) -> int:

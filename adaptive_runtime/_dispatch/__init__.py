@@ -3,9 +3,10 @@
 Fast path (a converged key, a call not chosen for timing; ``fastpath``): two dict lookups, the
 operation's ``size_of`` (and its input-family classifier, where it has one: calls of another
 family — torch tensors, JAX arrays, inputs already on the GPU — go to the operation's twin for
-that family), ``int.bit_length`` and one ``next()`` on the key's ``itertools.count``, then the
-kernel. No lock, no clock read, no allocation. ``next()`` on an ``itertools.count`` is a single
-C call, so concurrent threads each get a distinct ticket and no call goes uncounted.
+that family), ``keys.unchecked_bucket`` (``int.bit_length``) and one ``next()`` on the key's
+ticket iterator, then the kernel. No lock, no clock read, no allocation. ``next()`` on it is a
+single C call, so concurrent threads each get a distinct ticket and no call goes uncounted
+(see ``entry.Entry``).
 
 A ticket ``t`` with ``t & mask == 0`` (every call, for a key still being explored) is a timed
 call (``timed``): it runs the arm decided for it in advance between two timer reads

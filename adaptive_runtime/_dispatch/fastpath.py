@@ -9,7 +9,7 @@ from typing import Any
 
 from ..backend import Backend
 from ..gating import OperationRate
-from ..keys import size_bucket
+from ..keys import size_bucket, unchecked_bucket
 from ..operations import DEVICE_FAMILY, Operation
 from .candidates import Candidates
 from .core import Core
@@ -88,8 +88,8 @@ class Router:
         if entries is None:  # a family run untimed (Operation.add_untimed): ``op`` is the
             return op(*args)  # function that runs it
         try:
-            entry = entries.get(n.bit_length())
-        except AttributeError:  # a size that is not a Python int (numpy integer, float, ...)
+            entry = entries.get(unchecked_bucket(n))
+        except TypeError:  # a size that is not a Python int (numpy integer, float, ...)
             entry = entries.get(size_bucket(n))
         if entry is not None:
             ticket = next(entry.ticks)
