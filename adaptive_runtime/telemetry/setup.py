@@ -93,6 +93,7 @@ from .credentials import check_header_settings, otlp_http_session, quiet_grpc_ha
 from .deadline import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     exit_deadline,
+    flush_deadline,
     remaining,
     resolve_shutdown_timeout,
     set_shutdown_timeout_s,
@@ -165,7 +166,7 @@ class Telemetry:
         self._shut_down = True
         bound = configured_shutdown_timeout_s() if timeout_s is None else timeout_s
         started = time.monotonic()
-        deadline = started + bound
+        deadline = flush_deadline(started, bound)
         instrumentation.deactivate(bound)  # the runtimes' buffered spans, into the provider
         # Metrics and spans flush side by side, each on a thread of its own (the SDK's metric
         # flush exports on the calling thread and may retry for the exporter's whole timeout)
