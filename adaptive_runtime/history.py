@@ -80,12 +80,6 @@ _EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(
 # policy's drift detector reads the unclipped timing, and a drift alarm re-measures from
 # scratch.
 _CLIP_RATIO = 1.5
-# A neighbouring size bucket's winner becomes an exploring key's prior only when it is this
-# many times faster than every other arm there (and every neighbour found agrees): closer arms
-# may cross over within one bucket. A timing here that contradicts the prior still turns it down.
-PRIOR_MARGIN = 1.25
-# ... and only from arms timed at least this many times there (their min-of-two estimate).
-_PRIOR_MIN_SAMPLES = 2
 # A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
 _QUARANTINE_BASE_S = 1.0
 # Timings are learned at the bucket's reference size: a bucket spans sizes up to 2x apart, and a
@@ -269,42 +263,6 @@ class HistoryStore:
         for key in list(self._keys.values()):
             total += key.samples + key.failures
         return total + len(self._keys)
-
-    def neighbour_prior(self, operation: str, bucket: int, candidates: Sequence[Backend],
-                        margin: float = PRIOR_MARGIN) -> Backend | None:
-        """The arm that clearly wins the nearest size buckets of ``operation`` on each side
-        (up to two buckets away): ``margin`` times faster than every other candidate there,
-        each timed at least twice in the current epoch — committed or still exploring (the
-        keys of a workload explore alongside each other) — when every neighbour found
-        agrees. ``None`` otherwise."""
-        # (asked at every exploring checkpoint of every key: a plain loop, no allocation)
-        winner = None
-        keys = self._keys
-        for side in (-1, 1):
-            for distance in (1, 2):
-                near = keys.get((operation, bucket + side * distance))
-                if near is None:
-                    continue
-                arms = near.arms
-                best = None
-                best_us = runner_us = math.inf
-                for b in candidates:
-                    stats = arms.get(b)
-                    if (stats is None or stats.epoch_samples < _PRIOR_MIN_SAMPLES
-                            or stats.consecutive_failures):
-                        continue
-                    us = stats.mean_us
-                    if us < best_us:
-                        best, best_us, runner_us = b, us, best_us
-                    elif us < runner_us:
-                        runner_us = us
-                if runner_us == math.inf:
-                    continue  # fewer than two arms measured there
-                if best_us * margin > runner_us or (winner is not None and best is not winner):
-                    return None
-                winner = best
-                break
-        return winner
 
     def find(self, operation: str, bucket: int) -> KeyHistory | None:
         """The key's history, or ``None``; does not change recency."""

@@ -18,11 +18,10 @@ Phases of one key:
 2. *explore* — each candidate arm is timed ``min_samples`` times, round by round; an arm
    whose estimate after two timings is over ``prune_ratio`` x the best so far needs no more
    (it is clearly not the answer), and an arm never timed whose floor (what it takes at least,
-   e.g. the GPU arm's copies of a host call) is over ``floor_ratio`` x the best is not tried.
-   When the neighbouring size buckets have a clear winner (the key's prior), that arm is timed
-   ``min_samples`` times and the others once, and it is committed to unless one of them beat
-   it clearly. While the two fastest are not told apart (under ``clear_confidence`` that the
-   faster is faster), they are timed again, up to ``2 * min_samples`` times each.
+   e.g. the GPU arm's copies of a host call, or what it took on a smaller size bucket) is
+   over ``floor_ratio`` x the best is not tried. While the two fastest are not told apart
+   (under ``clear_confidence`` that the faster is faster), they are timed again, up to
+   ``2 * min_samples`` times each.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
    ``switch_margin`` (hysteresis), and timed ``min_samples`` times in the epoch (a
    challenger timed less is re-timed first). Sparse *recheck* calls measure plausible other
@@ -58,7 +57,7 @@ from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from .backend import Backend
-from .history import PRIOR_MARGIN, ArmStats, KeyHistory
+from .history import ArmStats, KeyHistory
 from .operations import Kind
 
 __all__ = [
@@ -201,10 +200,7 @@ def heuristic_order(kind: Kind, input_size: int,
 
 class Neighbours(Protocol):
     """What the policy reads of other keys (a :class:`~adaptive_runtime.history.HistoryStore`
-    is one): the nearest size buckets' clear winner, and a smaller bucket's history."""
-
-    def neighbour_prior(self, operation: str, bucket: int,
-                        candidates: Sequence[Backend]) -> Backend | None: ...
+    is one): a smaller size bucket's history, for the floors."""
 
     def find(self, operation: str, bucket: int) -> KeyHistory | None: ...
 
@@ -239,12 +235,9 @@ class KeyState:
     # the last full exploit decision, reused (Policy.next) until memo_until decisions
     memo: Decision | None = None
     memo_until: int = 0
-    # the arm expected to win: the neighbouring size buckets' clear winner (looked up while
-    # the key explores), or the committed arm after a drift alarm; exploration times it fully
-    # and the others once
+    # the arm expected to win: the committed arm after a drift alarm; exploration times it
+    # fully and the others once
     prior: Backend | None = None
-    # a timing here contradicted a prior in this epoch: explore in full, look no further
-    prior_rejected: bool = False
     # what each arm takes here at least (an implementation's floor_us for the key's first
     # call, raised to what the arm took on a smaller size bucket): an arm whose floor is well
     # over another arm's measured time is not tried
@@ -319,8 +312,8 @@ class Policy:
     def step(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
              now_s: float, neighbours: Neighbours | None = None,
              explain: bool = True) -> Decision:
-        """One full evaluation, applied: look at the neighbouring buckets (the prior, the
-        floors), :meth:`decide`, then :meth:`apply`. Where it returns a ``drift`` decision
+        """One full evaluation, applied: look at the smaller buckets (the floors),
+        :meth:`decide`, then :meth:`apply`. Where it returns a ``drift`` decision
         the caller starts a new epoch of the key's estimates (``key.start_epoch()``)."""
         self._sync(state, key)
         if neighbours is not None:
@@ -341,7 +334,6 @@ class Policy:
                 and _prior_contradicted(key, prior, candidates)):
             # decide() saw this and explored in full: the prior is wrong here
             state.prior = None
-            state.prior_rejected = True
         state.decisions += 1
         reason = decision.reason
         if reason is _EXPLOIT:
@@ -433,18 +425,19 @@ class Policy:
 
     def _look_around(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
                      neighbours: Neighbours) -> None:
-        """Take what the neighbouring buckets know. While the key explores, their clear
-        winner, if they have one by now, becomes its prior: looked up at the checkpoints after
-        the first and second round of timings (later it would save little), not only when
-        the key is created — a workload creates its keys together, long before any of them
-        has converged. Floors from the smaller buckets are raised then too, and whenever an
-        arm never timed here may be waiting for the exploration budget."""
-        if (state.incumbent is None and state.prior is None and not state.prior_rejected
-                and state.decisions - state.epoch_start <= 2 * len(candidates)):
-            state.prior = neighbours.neighbour_prior(key.operation, key.bucket, candidates)
-            _raise_floors(state, key, candidates, neighbours)
-        elif state.memo is None and any(b not in key.arms or not key.arms[b].samples
-                                        for b in candidates):
+        """Raise the floors to what the smaller buckets measured: at the checkpoints after
+        the first and second round of timings, not only when the key is created (a workload
+        creates its keys together, long before any of them has converged), and whenever an
+        arm never timed here may be waiting for the exploration budget.
+
+        (No prior from the neighbouring buckets' clear winner: replayed over four recordings
+        of ``benchmarks/decision_quality.py``, timing such a prior in full and the others
+        once cost regret, 17.5% without against 19.0% with it, as crossovers between
+        adjacent buckets are common on a shared machine.)"""
+        if ((state.incumbent is None and state.decisions - state.epoch_start
+             <= 2 * len(candidates))
+                or (state.memo is None and any(b not in key.arms or not key.arms[b].samples
+                                               for b in candidates))):
             _raise_floors(state, key, candidates, neighbours)
 
     # ------------------------------------------------------------------ the decision
@@ -609,7 +602,7 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
             if n and stats.mean_us > 2.0 * prune_above:
                 continue  # (one timing this far behind is enough: 6x the best)
             if (n and stats.mean_us - best_seen >= cfg.explore_free_us
-                    and stats.mean_us > best_seen * PRIOR_MARGIN):
+                    and stats.mean_us > best_seen * _CLEAR_MARGIN):
                 # One costly timing that lost clearly is enough: timing it again to make
                 # sure would cost more than the exploration allowance.
                 continue
@@ -634,9 +627,10 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
     state, key, usable = r.state, r.key, r.usable
     arms = key.arms
     incumbent = state.incumbent
-    # A confirmed prior is committed to even when one timing of another arm came out a
-    # little faster: the neighbours' evidence outweighs one noisy timing, and the
-    # commitment, unsure, is re-checked after min_samples decisions.
+    # A confirmed prior (the arm that raised a drift alarm, re-measured in full) is
+    # committed to even when one timing of another arm came out a little faster: its
+    # min_samples fresh timings outweigh one noisy timing, and the commitment, unsure, is
+    # re-checked after min_samples decisions.
     best = state.prior if r.confirmed else best_arm(usable, arms)
     if best is None or math.isinf(arms[best].estimate_us):
         # every usable arm failed last time and is out of quarantine: try one again
@@ -752,6 +746,10 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
 # the memoised exploit decision is reused (drift, re-checks and failures still act at once, and
 # a timing of any other arm ends the memo).
 _MEMO_DECISIONS = 16
+# An arm this many times slower than another in one epoch is clearly behind, and a prior
+# beaten by this much is wrong here: a shared machine's timings of one call vary by 20-40%,
+# but noise only ever adds time.
+_CLEAR_MARGIN = 1.25
 # Page-Hinkley on the ratio timing/baseline (see Policy.observe).
 _PH_SLACK = 0.2
 _PH_RATIO_CAP = 3.0
@@ -811,7 +809,6 @@ def _start_epoch(state: KeyState) -> None:
     state.epoch_start = state.decisions
     state.incumbent = None
     state.memo = None
-    state.prior_rejected = False
     _disarm(state)
 
 
@@ -849,8 +846,8 @@ _FLOOR_LOOKBACK = 8
 
 
 def _prior_contradicted(key: KeyHistory, prior: Backend, backends: Sequence[Backend]) -> bool:
-    """Whether another of ``backends`` beat ``prior`` clearly in this epoch — by the margin the
-    neighbours' winner needed (the prior is wrong here)."""
+    """Whether another of ``backends`` beat ``prior`` clearly in this epoch — by
+    ``_CLEAR_MARGIN`` (the prior is wrong here)."""
     arms = key.arms
     prior_stats = arms.get(prior)
     if prior_stats is None or not prior_stats.epoch_samples:
@@ -858,18 +855,19 @@ def _prior_contradicted(key: KeyHistory, prior: Backend, backends: Sequence[Back
     for b in backends:
         stats = arms.get(b)
         if (b is not prior and stats is not None and stats.epoch_samples
-                and stats.mean_us * PRIOR_MARGIN < prior_stats.mean_us):
+                and stats.mean_us * _CLEAR_MARGIN < prior_stats.mean_us):
             return True
     return False
 
 
 def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
                 min_samples: int) -> tuple[Backend, ...] | None:
-    """Exploration when the neighbouring buckets' clear winner is known: ``min_samples``
-    timings of it, one of each other arm. ``None`` when an other arm beat it clearly (the
-    prior is wrong here: the key is explored in full, and :meth:`Policy.apply` drops the
-    prior). A closer result is within what one timing's noise does (a shared machine's timings
-    of one call vary by 20-40%): the prior is committed to, unsure, and so re-checked soon."""
+    """Exploration when an arm is expected to win (after a drift alarm, the arm that
+    slowed): ``min_samples`` timings of it, one of each other arm. ``None`` when an other arm
+    beat it clearly (the prior is wrong here: the key is explored in full, and
+    :meth:`Policy.apply` drops the prior). A closer result is within what one timing's noise
+    does (a shared machine's timings of one call vary by 20-40%): the prior is committed to,
+    unsure, and so re-checked soon."""
     if _prior_contradicted(key, prior, usable):
         return None
     arms = key.arms
@@ -940,9 +938,10 @@ _MAX_PLAN = 16
 @functools.lru_cache(maxsize=1024)  # few distinct rounds exist; this is per exploring call
 def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tuple[Backend, ...]:
     """The order in which to time the arms owed timings (``(timings so far, arm)`` in
-    heuristic order): round-robin, fewest timings first, up to one timing each — the point
-    where the neighbouring buckets, exploring alongside, may have a clear winner to go by —
-    then up to two — where pruning may rule an arm out — then up to ``min_samples``; the
+    heuristic order): round-robin, fewest timings first, up to one timing each — where one
+    timing far behind rules an arm out, and the smaller buckets, exploring alongside, may
+    have floors to go by — then up to two — where pruning may rule an arm out — then up to
+    ``min_samples``; the
     policy looks again at each of these points. No timing in a schedule depends on another's
     result."""
     counts = [n for n, _b in round_]

@@ -268,17 +268,13 @@ def test_zero_switch_margin_takes_any_faster_arm(make_runtime) -> None:
     assert [b for b, r in runs if r is Reason.EXPLOIT][-1] is Backend.SCALAR
 
 
-# --------------------------------------------------------------------------- neighbour prior
+# --------------------------------------------------------------------------- floors and pruning
 
 
-def test_a_new_size_below_a_clear_win_explores_the_loser_once(make_runtime) -> None:
+def test_an_arm_far_behind_on_its_first_timing_is_timed_once(make_runtime) -> None:
     h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    for size in (1 << 12, 1 << 13):  # buckets 13 and 14: SIMD wins by 10x
-        h.call_tracked(40, size=size)
-        assert h.rt.decide(h.op, size).backend is Backend.SIMD
-    before = h.arms.calls[Backend.SCALAR]
-    runs = h.call_tracked(40, size=1 << 11)  # bucket 12: new, below them
-    assert h.arms.calls[Backend.SCALAR] - before == 1  # instead of min_samples_per_arm (3)
+    runs = h.call_tracked(40, size=1 << 11)  # SCALAR 10x slower: over 2 x prune_ratio
+    assert h.arms.calls[Backend.SCALAR] == 1  # instead of min_samples_per_arm (3)
     assert runs[0] == (Backend.SIMD, Reason.HEURISTIC)
     assert h.rt.decide(h.op, 1 << 11).reason is Reason.EXPLOIT
 
@@ -298,10 +294,10 @@ def test_an_arm_far_slower_on_smaller_sizes_is_not_tried_on_larger_ones(make_run
 
 
 def test_a_floor_is_applied_before_a_round_is_planned(make_runtime) -> None:
-    """No neighbour prior here (the smaller bucket's arms are close), but SCALAR's time there
-    is a floor over 1.5x what SIMD takes here. SIMD's first call here is not learned from (it
-    compiled): with nothing measured, the next round is not planned ahead past the floors —
-    SIMD is timed alone, and then SCALAR is ruled out."""
+    """SCALAR's time on the smaller bucket (close to SIMD's there) is a floor over 1.5x what
+    SIMD takes here. SIMD's first call here is not learned from (it compiled): with nothing
+    measured, the next round is not planned ahead past the floors — SIMD is timed alone, and
+    then SCALAR is ruled out."""
     h = make_runtime({Backend.SIMD: 190.0, Backend.SCALAR: 200.0}, op="unused", arms=(),
                      gpu=False)
     compiled = [0]
@@ -329,76 +325,6 @@ def test_an_arm_close_on_smaller_sizes_is_still_tried_on_larger_ones(make_runtim
     h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 60.0}  # bucket 12: SCALAR wins
     h.call_tracked(40, size=1 << 11)
     assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
-
-
-def test_a_prior_that_is_wrong_here_gives_way_to_full_exploration(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 20.0, Backend.SCALAR: 200.0}, gpu=False)
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-    # in bucket 12 the arms swap: SCALAR is the fast one there
-    h.arms.latency_us = {Backend.SIMD: lambda: 200.0, Backend.SCALAR: lambda: 20.0}
-    h.call_tracked(40, size=1 << 11)
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR
-    assert _samples(h, 12, Backend.SCALAR) >= 3  # explored in full, not once
-
-
-def test_neighbours_that_converge_later_still_shorten_exploration(make_runtime) -> None:
-    """Keys of a workload are created together: a key that started exploring before its
-    neighbours converged takes their clear winner at its next checkpoint."""
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)  # 1.5x
-    h.call(1 << 11)  # bucket 12 starts exploring: no neighbour knows anything yet
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-        assert h.rt.decide(h.op, size).backend is Backend.SIMD
-    before = h.arms.calls[Backend.SCALAR]
-    h.call_tracked(40, size=1 << 11)
-    # its first round (one timing each) was planned before: SCALAR is timed that once only
-    assert h.arms.calls[Backend.SCALAR] - before == 1
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
-
-
-def test_neighbours_still_exploring_lend_their_clear_winner(make_runtime) -> None:
-    """Keys explore alongside each other: a neighbour that timed each arm twice and found
-    one 1.5x faster is evidence enough for a prior, before it commits."""
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 150.0}, gpu=False)
-    h.call_tracked(4, size=1 << 12)  # bucket 13: SIMD, SCALAR, SIMD, SCALAR
-    assert h.rt.decide(h.op, 1 << 12).reason is Reason.EXPLORE  # (3 timings each to commit)
-    before = h.arms.calls[Backend.SCALAR]
-    h.call_tracked(40, size=1 << 11)
-    assert h.arms.calls[Backend.SCALAR] - before == 1  # the prior's plan: SCALAR once
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SIMD
-
-
-def test_one_close_timing_does_not_overturn_a_prior_but_gets_it_rechecked_soon(
-        make_runtime) -> None:
-    # (every call timed, so decisions and calls are counted alike)
-    # (SCALAR 1.3x slower: its floor from the smaller side, ~1.3x SIMD's time here, is under
-    # the 1.5x that rules an arm out)
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 130.0}, gpu=False,
-                     max_measure_period=1)
-    for size in (1 << 10, 1 << 12):  # SIMD wins by 1.3x on both sides
-        h.call_tracked(40, size=size)
-    # in bucket 12 SCALAR is in fact 10% faster: within one timing's noise of the prior
-    h.arms.latency_us = {Backend.SIMD: 100.0, Backend.SCALAR: 90.0}
-    runs = h.call_tracked(30, size=1 << 11)
-    explored = list(itertools.takewhile(lambda run: run[1] is not Reason.EXPLOIT, runs))
-    assert [b for b, _r in explored].count(Backend.SCALAR) == 1  # the prior's plan held
-    assert Reason.RECHECK in [r for _b, r in runs[len(explored):len(explored) + 6]]
-    assert h.rt.decide(h.op, 1 << 11).backend is Backend.SCALAR  # the re-check corrected it
-
-
-def test_no_prior_where_neighbours_are_close_or_disagree(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 100.0, Backend.SCALAR: 120.0}, gpu=False)  # only 1.2x
-    for size in (1 << 10, 1 << 12):
-        h.call_tracked(40, size=size)
-    h.call_tracked(40, size=1 << 11)
-    # no prior: SCALAR is explored in full (min_samples timings), not once as a prior's plan
-    assert _samples(h, 12, Backend.SCALAR) >= 3
-
-
-def _samples(h, bucket: int, backend: Backend) -> int:
-    return sum(r.samples for r in h.rt.history_snapshot()
-               if (r.operation, r.size_bucket, r.backend) == (h.op, bucket, backend))
 
 
 # ------------------------------------------------------------------ confidence and re-checks
