@@ -57,6 +57,9 @@ class Dispatcher:
         self.run = router.run
         self.route = router.route
         self.run_routed = router.run_routed
+        # (a training step's begin and end read these: bound methods, no forwarding frame)
+        self.spans_admitted = emission.spans_admitted
+        self.admit_step = emission.admit_step
 
     # ------------------------------------------------------------------ telemetry
 
@@ -80,12 +83,6 @@ class Dispatcher:
     def call_sink(self, sink: Callable[[CallTiming], None] | None) -> None:
         self._emission.calls = Emission.no_calls if sink is None else sink
         self._emission.recording_calls = sink is not None
-
-    def spans_admitted(self) -> int:
-        return self._emission.spans_admitted()
-
-    def admit_step(self, duration_us: float, failed: bool, admitted_before: int) -> float:
-        return self._emission.admit_step(duration_us, failed, admitted_before)
 
     # ------------------------------------------------------------------ Trueno-style API
 

@@ -432,7 +432,7 @@ class SpanRecorder:
         if generator is not None and generator is not preset_ids:
             tracer.id_generator = preset_ids  # type: ignore[attr-defined]
         offset = self._wall_offset_ns
-        preset_ids.preset(step.span_context)
+        preset_ids.preset(step.span.get_span_context())
         try:
             span = tracer.start_span(step.name, context=step.parent, start_time=step.start_ns
                                      + offset, attributes={**step.attributes,
@@ -524,12 +524,13 @@ _OUR_SCOPES = frozenset({INSTRUMENTATION_NAME, STEPS_INSTRUMENTATION_NAME})
 
 
 class StepRecord(NamedTuple):
-    """A training step, as the loop hands it over: the ids its span must have (allocated in
-    the loop, where the step's runtime spans were recorded under them), its parent context,
-    attributes, times (the runtime timer's ns) and the exception that ended it, if any."""
+    """A training step, as the loop hands it over: the stand-in span that was current while
+    it ran (the step's runtime spans were recorded under its ids, which it draws when first
+    asked), its parent context, attributes, times (the runtime timer's ns) and the exception
+    that ended it, if any."""
 
     name: str
-    span_context: trace.SpanContext
+    span: trace.Span
     parent: otel_context.Context
     attributes: dict[str, Any]
     start_ns: int

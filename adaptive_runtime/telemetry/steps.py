@@ -52,8 +52,8 @@ INSTRUMENTATION_NAME = "adaptive_runtime"
 class TrainStep:
     """One training step's span (see the module docstring); made by :func:`train_step`."""
 
-    __slots__ = ("_attributes", "_group", "_name", "_open", "_runtime", "_sync_every",
-                 "_tracer_provider", "step")
+    __slots__ = ("_added", "_attributes", "_group", "_name", "_open", "_runtime",
+                 "_sync_every", "_tracer_provider", "step")
 
     def __init__(self, step: int | None, attributes: dict[str, Any], name: str,
                  runtime: AdaptiveRuntime | None, sync_every: int | None, group: Any,
@@ -65,10 +65,11 @@ class TrainStep:
         self._sync_every = sync_every
         self._group = group
         self._tracer_provider = tracer_provider
-        # while the step runs: (recorder, context token, _StepSpan, parent, start_ns,
-        # attributes, calls admitted so far) for a span made later, or (None, the SDK's span
-        # scope, span) for one made now; None with tracing off
+        # while the step runs: (recorder, context token, _StepSpan, parent, the gate's step
+        # verdict, calls admitted so far, start ns) for a span made later, or (None, the SDK's
+        # span scope, span) for one made now; None with tracing off
         self._open: tuple[Any, ...] | None = None
+        self._added: dict[str, Any] | None = None  # set_attribute's, while the step runs
 
     # ------------------------------------------------------------------ context manager
 
@@ -78,15 +79,13 @@ class TrainStep:
             from ..runtime import get_runtime
 
             runtime = self._runtime = get_runtime()
+        self._added = None
         if not runtime.config.tracing:
             return self
-        attributes = dict(self._attributes)
-        if self.step is not None:
-            attributes["train.step"] = self.step
         if self._tracer_provider is not None:  # a provider of the caller's: a span now
             tracer = self._tracer_provider.get_tracer(INSTRUMENTATION_NAME)
             scope = tracer.start_as_current_span(
-                self._name, attributes={**attributes, **rank_attributes()},
+                self._name, attributes={**self._span_attributes(), **rank_attributes()},
                 record_exception=True, set_status_on_exception=True)
             self._open = (None, scope, scope.__enter__())
             return self
@@ -95,13 +94,15 @@ class TrainStep:
             return self
         # The span is made later, on the recorder's worker thread, as the runtime's spans are
         # (a span made now costs the loop ~100 us through the SDK): here a stand-in is made
-        # current, so the step's calls are recorded as its children, and its ids are drawn
-        # only if asked for (a traced call or an exported step; most steps are neither).
+        # current, so the step's calls are recorded as its children. Nothing else is built
+        # until the step's end says its span is exported (most steps' spans are not): the
+        # loop's share of a step span is this stand-in, two timestamps and the gate's verdict.
         parent = otel_context.get_current()
         span = _StepSpan(parent)
         token = otel_context.attach(trace.set_span_in_context(span, parent))
-        self._open = (recorder, token, span, parent, recorder.now_ns(), attributes,
-                      runtime._dispatcher.spans_admitted())
+        dispatcher = runtime._dispatcher
+        self._open = (recorder, token, span, parent, dispatcher.admit_step,
+                      dispatcher.spans_admitted(), recorder.now_ns())
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -113,19 +114,30 @@ class TrainStep:
             elif opened[0] is None:  # (a span made now)
                 opened[1].__exit__(exc_type, exc, tb)
             else:
-                recorder, token, span, parent, start_ns, attributes, admitted = opened
-                otel_context.detach(token)
+                recorder, token, span, parent, admit, admitted, start_ns = opened
                 end_ns = recorder.now_ns()
-                weight = self._runtime._dispatcher.admit_step(  # type: ignore[union-attr]
-                    (end_ns - start_ns) / 1e3, exc_type is not None, admitted)
+                otel_context.detach(token)
+                weight = admit((end_ns - start_ns) / 1e3, exc_type is not None, admitted)
                 if weight:
+                    attributes = self._span_attributes()
                     if weight > 1.0:
                         attributes["adaptive.sampling.weight"] = weight
-                    recorder.submit_step(StepRecord(self._name, span.get_span_context(),
-                                                    parent, attributes, start_ns, end_ns, exc))
+                    # (the span's ids are drawn on the worker, unless a traced call of the
+                    # step drew them already: StepRecord carries the stand-in itself)
+                    recorder.submit_step(StepRecord(self._name, span, parent, attributes,
+                                                    start_ns, end_ns, exc))
         finally:
             if exc_type is None:
                 self._maybe_sync()
+
+    def _span_attributes(self) -> dict[str, Any]:
+        """The step span's attributes: the step's, its number, those set while it ran."""
+        attributes = dict(self._attributes)
+        if self.step is not None:
+            attributes["train.step"] = self.step
+        if self._added:
+            attributes.update(self._added)
+        return attributes
 
     def set_attribute(self, key: str, value: Any) -> None:
         """Add an attribute to the step's span (the loss, say); nothing with tracing off."""
@@ -134,8 +146,10 @@ class TrainStep:
             return
         if opened[0] is None:
             opened[2].set_attribute(key, value)
+        elif self._added is None:
+            self._added = {key: value}
         else:
-            opened[5][key] = value
+            self._added[key] = value
 
     def _maybe_sync(self) -> None:
         every = self._sync_every
@@ -168,9 +182,10 @@ class TrainStep:
 
 class _StepSpan(trace.NonRecordingSpan):
     """The current span while a step runs, until its span is made on the recorder's worker:
-    non-recording, with ids drawn when first asked for — by the worker making a traced
-    call's spans under it, or by the step's end when its span is exported (a SpanContext
-    costs ~1.5 us to build, several times that amid a training step's memory traffic)."""
+    non-recording, with ids drawn when first asked for — by the worker, making a traced
+    call's spans under it or the step's own span, or by user code that reads them; never by
+    the runtime in the loop (a SpanContext costs ~1.5 us to build, several times that amid
+    a training step's memory traffic)."""
 
     def __init__(self, parent: otel_context.Context) -> None:
         self._parent = parent
@@ -183,7 +198,8 @@ class _StepSpan(trace.NonRecordingSpan):
             drawn = trace.SpanContext(
                 outer.trace_id if outer.is_valid else _random_id(128), _random_id(64),
                 is_remote=False, trace_flags=_SAMPLED)
-            # The loop and the worker may both ask first: setdefault (atomic) keeps one.
+            # (the worker and user code in the loop reading the current span may both ask
+            # first: setdefault, atomic, keeps one)
             context = self._context = self.__dict__.setdefault("_drawn", drawn)
         return context
 
