@@ -32,7 +32,8 @@ Phases of one key:
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
    slower than when it was chosen), or when a challenger beats it in an epoch older than
    ``stale_after_decisions`` (estimates formed at different times), the key is re-explored:
-   that arm in full, the others once (fully when one of them beats it clearly).
+   that arm in full, the others once (fully when one of them beats it clearly) — each when
+   its estimate from before the alarm fits the exploration budget.
 
 A failing arm has an infinite estimate and sits out a quarantine; ``fallback`` is the reason of
 a call re-routed after an arm raised (:meth:`Policy.fallback`), or of one that runs while every
@@ -242,6 +243,9 @@ class KeyState:
     # call, raised to what the arm took on a smaller size bucket): an arm whose floor is well
     # over another arm's measured time is not tried
     floors: dict[Backend, float] | None = None
+    # each arm's estimate when the current epoch began (at a drift alarm): what a timing of
+    # it is expected to take until it is timed again, for the exploration budget
+    previous_us: dict[Backend, float] | None = None
     # the exploring decisions still to come from the latest full evaluation's plan
     plan: tuple[Decision, ...] = ()
     # Page-Hinkley on the committed arm's timings relative to its estimate at commitment
@@ -355,6 +359,8 @@ class Policy:
             # only if one of them now beats it (a machine's stall alarms too, and must not
             # cost min_samples calls of every slow arm)
             slowed = state.incumbent
+            state.previous_us = {b: s.mean_us for b, s in key.arms.items()
+                                 if s.epoch_samples and not s.consecutive_failures}
             _start_epoch(state)
             state.prior = slowed
 
@@ -515,13 +521,26 @@ class Policy:
 def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
            usable: Sequence[Backend]) -> Decision | None:
     """Drift: the committed arm's Page-Hinkley statistic passed ``drift_threshold`` (it
-    got slower than when it was chosen): re-explore, starting with the best other arm."""
+    got slower than when it was chosen): re-explore, starting with the best other arm whose
+    timing fits the exploration budget (its estimate over what the slowed arm takes now),
+    else with the slowed arm itself; the new epoch times the others as the budget allows.
+
+    Why the budget: a machine's load slows the committed arm and raises the alarm on a key
+    of large calls too, and there the other arm can be ten times slower still (a scalar loop
+    at 40 ms against 4 ms); timed at once on every alarm, it cost more than the alarm saved.
+    Replayed over four recordings of ``benchmarks/decision_quality.py``: regret 17.5% mean
+    with every alarm timing the best other arm at once and again in the new epoch, 14.6%
+    within the budget."""
     incumbent = state.incumbent
     if (incumbent is None or incumbent not in usable
             or state.drift_score <= cfg.drift_threshold):
         return None
-    others = [b for b in usable if b is not incumbent] or usable
-    return _explained(best_arm(others, key.arms) or others[0], Reason.DRIFT, key, state)
+    arms = key.arms
+    slowed_us = arms[incumbent].mean_us
+    budget = _explore_budget(cfg, arms, slowed_us)
+    others = [b for b in usable if b is not incumbent and b in arms
+              and arms[b].estimate_us - slowed_us <= budget]  # (NaN: not measured, left out)
+    return _explained(best_arm(others, arms) or incumbent, Reason.DRIFT, key, state)
 
 
 def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
@@ -681,30 +700,42 @@ def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | 
 
 def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Backend],
                 best_seen: float) -> Sequence[Backend]:
-    """``usable`` without the arms never timed on this key whose trial does not fit the
+    """``usable`` without the arms not timed in this epoch whose trial does not fit the
     exploration budget yet (see :class:`PolicyConfig`): a plain loop tried once on a
     million-element call costs as much as dozens of the vectorised calls it would not
     beat. They are tried when the key has run long enough (the policy looks again at
-    its checkpoints), or at once where a smaller size found them competitive."""
+    its checkpoints), or at once where a smaller size found them competitive. An arm timed
+    before a drift alarm is expected to take what it took then."""
     arms = key.arms
+    previous = state.previous_us
     budget = -1.0
     kept = []
     for b in usable:
         stats = arms.get(b)
-        if stats is not None and (stats.samples or stats.failures):
-            kept.append(b)  # (timed here before: a new epoch re-measures it as it is)
+        guess = previous.get(b) if previous and stats is not None else None
+        if stats is not None and (stats.epoch_samples or stats.failures
+                                  or (stats.samples and guess is None)):
+            kept.append(b)  # (measured in this epoch, or failed: its own estimate decides)
             continue
         if budget < 0.0:
-            # (an arm's timings before this epoch counted at the best time measured now)
-            spent = sum(s.samples * (s.mean_us if s.epoch_samples else best_seen)
-                        for s in arms.values() if s.samples)
-            budget = max(cfg.explore_free_us, cfg.explore_share * spent)
-        floor = state.floors.get(b) if state.floors else None
-        # (a floor of 0: the GPU arm of inputs already on the device, with nothing to copy)
-        guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+            budget = _explore_budget(cfg, arms, best_seen)
+        if guess is None:
+            floor = state.floors.get(b) if state.floors else None
+            # (a floor of 0: the GPU arm of inputs already on the device, nothing to copy)
+            guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
         if guess - best_seen <= budget:
             kept.append(b)
     return kept
+
+
+def _explore_budget(cfg: PolicyConfig, arms: Mapping[Backend, ArmStats],
+                    best_us: float) -> float:
+    """What a trial of an arm may cost over ``best_us`` on a key: ``explore_free_us``, or
+    ``explore_share`` of the time the key's calls have taken so far (an arm's timings before
+    this epoch counted at ``best_us``)."""
+    spent = sum(s.samples * (s.mean_us if s.epoch_samples else best_us)
+                for s in arms.values() if s.samples)
+    return max(cfg.explore_free_us, cfg.explore_share * spent)
 
 
 def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,

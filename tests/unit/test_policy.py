@@ -269,6 +269,27 @@ def test_three_timings_5x_slower_raise_the_drift_alarm() -> None:
     assert (state.incumbent, state.prior, state.epoch, state.drift_score) == (None, SIMD, 1, 0.0)
 
 
+def test_a_drift_alarm_times_a_far_slower_arm_only_within_the_exploration_budget() -> None:
+    # large calls: SIMD 4 ms, SCALAR 40 ms (132 ms spent: a budget of 13.2 ms a trial)
+    key = key_with({SIMD: timed(4_000.0), SCALAR: timed(40_000.0)})
+    policy = Policy()
+    state = committed(policy, key)
+    for _ in range(3):
+        policy.observe(state, SIMD, 20_000.0)  # the machine's load: SIMD 5x slower
+    d = policy.step(state, key, TWO, NOW_S)
+    # SCALAR's 36 ms over SIMD's estimate is over the budget: the slowed arm is re-measured
+    assert (d.backend, d.reason) == (SIMD, Reason.DRIFT)
+    assert state.previous_us == {SIMD: 4_000.0, SCALAR: 40_000.0} and state.prior is SIMD
+    key.start_epoch()  # (the caller's part of a drift decision)
+    key.arms[SIMD] = timed(20_000.0, n=3)
+    # re-measured at 20 ms: SCALAR's 40 ms then is 20 ms over it, still over the budget ...
+    assert policy.decide(state, key, TWO, NOW_S).backend is SIMD
+    # ... until the key has run long enough to pay for a trial (or SIMD slows further)
+    key.arms[SIMD] = timed(20_000.0, n=10)
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
+
+
 def test_isolated_spikes_do_not_raise_the_drift_alarm() -> None:
     key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
     policy = Policy()
