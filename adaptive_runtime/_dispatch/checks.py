@@ -53,16 +53,25 @@ class ResultChecks:
             seen = entry.expected.get(in_sig)
         except Exception:  # a shape or dtype that cannot be read or hashed: not checked
             in_sig = seen = None
-        if in_sig is not None:
-            out_sig = result_signature(result)
-            if seen is None:
-                if len(entry.expected) < _MAX_SIGNATURES:
-                    entry.expected[in_sig] = (out_sig, backend)
-            elif not signatures_agree(seen[0], out_sig):
-                wrong = self._settle_signatures(op, entry, backend, args, in_sig, out_sig,
-                                                seen)
-                if wrong is not None:
-                    return wrong
+        if seen is not None:
+            # The usual case inline (no call, no signature built): the very dtype object
+            # the first answer had and an equal shape, which signatures_agree() accepts;
+            # anything else goes through it in full.
+            expected_shape, expected_dtype = seen[0]
+            try:
+                agrees = (getattr(result, "dtype", None) is expected_dtype
+                          and expected_shape == getattr(result, "shape", None))
+            except Exception:  # (an odd result: signatures_agree() copes with it)
+                agrees = False
+            if not agrees:
+                out_sig = result_signature(result)
+                if not signatures_agree(seen[0], out_sig):
+                    wrong = self._settle_signatures(op, entry, backend, args, in_sig,
+                                                    out_sig, seen)
+                    if wrong is not None:
+                        return wrong
+        elif in_sig is not None and len(entry.expected) < _MAX_SIGNATURES:
+            entry.expected[in_sig] = (result_signature(result), backend)
         mask = self._core.validate_mask
         if mask >= 0 and ((ticket >= 0 and not ticket & mask)
                           or self._on_trial(entry.key, backend)):
