@@ -14,7 +14,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._forks import renew_after_fork
@@ -136,6 +136,12 @@ class Implementation:
     warm_up: bool = False
     surcharge_us: Callable[..., float] | None = None
     sync: Callable[[Any], None] | None = None
+    # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
+    plain: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", self.compile_count is None and not self.warm_up
+                           and self.surcharge_us is None and self.sync is None)
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backend import Backend
-from ..operations import Operation
+from ..operations import Implementation, Operation
 from .checks import ResultChecks
 from .entry import Entry
 
@@ -31,10 +31,28 @@ class Attempt:
         self._check = checks.check
 
     def run(self, op: Operation, entry: Entry, backend: Backend, args: tuple[Any, ...],
-                 ticket: int) -> Outcome:
+            ticket: int) -> Outcome:
         """Run ``backend``'s kernel on ``args`` (``ticket``: the call's, -1 for a fallback)."""
-        timer = self._timer
         impl = entry.impls[backend]
+        if not impl.plain:
+            return self._run_hooked(op, entry, backend, impl, args, ticket)
+        # (an implementation without hooks, the usual one: nothing but the kernel is timed)
+        timer = self._timer
+        start_ns = timer()
+        try:
+            result = impl.fn(*args)
+        except Exception as exc:
+            return None, start_ns, timer(), None, exc
+        end_ns = timer()
+        wrong = self._check(op, entry, backend, args, result, ticket)
+        if wrong is not None:  # a wrong result is the arm's failure
+            return result, start_ns, end_ns, None, wrong
+        return result, start_ns, end_ns, (end_ns - start_ns) / 1000.0, None
+
+    def _run_hooked(self, op: Operation, entry: Entry, backend: Backend, impl: Implementation,
+                    args: tuple[Any, ...], ticket: int) -> Outcome:
+        """:meth:`run` for an implementation with hooks (see ``Implementation``)."""
+        timer = self._timer
         compile_count = impl.compile_count
         compiled_before = compile_count() if compile_count is not None else 0
         sync = impl.sync
