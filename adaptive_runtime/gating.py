@@ -65,7 +65,8 @@ class OperationRate:
             self.suppressed += calls  # nothing of a hot operation is traced
         gap = now_s - self.last_call_s
         self.last_call_s = now_s
-        if gap > self.detector.window_s:
+        window_s = self.detector.window_s
+        if gap > window_s:
             # Nothing was counted for a whole window: what the window holds is older than one
             # window, and these calls (a batch: the fast calls since the key's previous timed
             # call) were spread over the gap; their rate over it is the most recent rate.
@@ -78,7 +79,12 @@ class OperationRate:
             # called in lockstep are timed together), would read as a burst that never was.
             calls = round(calls * (now_s - self.window_start) / (now_s - since_s))
         self.window_calls += calls
-        return self.close_window(now_s)
+        # (close_window() inlined, on every timed call; its silence test is false here: the
+        # last call is this one)
+        elapsed = now_s - self.window_start
+        if elapsed < window_s:
+            return None
+        return self._close(now_s, self.window_calls / elapsed)
 
     def close_window(self, now_s: float) -> HotPathTransition | None:
         """Close the window if it is over: its rate decides whether the operation is hot.

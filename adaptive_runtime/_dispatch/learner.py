@@ -17,7 +17,10 @@ from .counts import Counts
 from .emission import Emission
 from .entry import Entry
 
-_EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+# module globals: one dict lookup instead of two on the slow path
+_EXPLOIT = Reason.EXPLOIT
+_DECIDED = Step.DECIDED
+_REPEATED = Step.REPEATED
 # A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
 # few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
 # the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
@@ -40,6 +43,8 @@ class Learner:
         self._history = core.history
         self._forced = core.forced
         self._counts = counts
+        # (counted into on every timed call that is not a plain exploit: one lookup)
+        self._selections = counts.selections
         self._emission = emission
         self._candidates = candidates
         self._rates = rates  # registered operations' call-rate state (see Router)
@@ -116,7 +121,7 @@ class Learner:
         if decision.reason is _EXPLOIT and decision.backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
         else:
-            self._counts.selections[(op.name, decision.backend, decision.reason)] += 1
+            self._selections[(op.name, decision.backend, decision.reason)] += 1
         emission = self._emission
         transition = entry.rate.add(calls, now, since)
         if transition is not None:
@@ -148,11 +153,11 @@ class Learner:
         # (unexplained, whoever listens: explained() fills in what a span or rt.decide() shows)
         entry.next, how = self._policy.next(state, key, entry.candidates, now, self._history,
                                             explain=False)
-        if how is Step.DECIDED:
+        if how is _DECIDED:
             self._after_step(key, entry.next)
             if state.incumbent is not None or entry.mask:
                 self.refresh(entry, key)
-        elif how is Step.REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
+        elif how is _REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
             # Committed and nothing due (most timed calls of a converged key): the fast
             # path already points at the committed arm, timed at the period set with the
             # memo — more often while the arm looks slower than it was (_SUSPECT_DRIFT).

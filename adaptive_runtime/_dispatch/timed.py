@@ -29,6 +29,7 @@ class TimedCalls:
         self._core = core
         self._timer = core.timer  # (never replaced: read here once, not through the core)
         self._learner = learner
+        self._settle = learner.settle
         self._emission = emission
         self._attempt = attempt.run
         self._recover = fallback.recover
@@ -40,9 +41,11 @@ class TimedCalls:
         timer = self._timer
         emission = self._emission
         select_ns = timer() if emission.tracing else 0  # the select span's start
-        if ticket >= 0:
-            next(entry.timed)  # type: ignore[union-attr]  # see Entry: keeps counts exact
-        decision = entry.next if entry is not None else None
+        if entry is not None:  # (it took a ticket: see Router.run_routed)
+            next(entry.timed)  # see Entry: keeps counts exact
+            decision = entry.next
+        else:
+            decision = None
         if decision is None:
             # validate what size_of returned (size_bucket raises a clear error)
             entry, decision = self._learner.first_decision(op, entries, n, size_bucket(n), args)
@@ -55,7 +58,7 @@ class TimedCalls:
             return self._recover(op, entry, n, decision, args, ticket, error,
                                  (select_ns, start_ns, end_ns))
         with self._core.lock:
-            span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n)
+            span = self._settle(op, entry, decision, ticket, learn_us, False, n)
         if decision.reason is _EXPLOIT:
             # What learning from a committed key's call cost, for the period of its fast path:
             # far more between large calls (cold caches) than in a tight loop, so it is
