@@ -53,8 +53,10 @@ class Router:
         self._fast_failure = fast_failure
 
     def run(self, operation: str, /, *args: Any) -> Any:
+        """:meth:`route`, then :meth:`run_routed`, in one frame: their bodies are inlined
+        here, as every call of ``rt.run`` comes this way and a frame is a large share of a
+        converged call's overhead. A change to either belongs here too."""
         # Positional arguments only: ``**kwargs`` would cost a dict per call on this path.
-        # (route() inlined: a frame less on every call)
         try:
             size_of, entries, op, families = self._routes[operation]
         except KeyError:
@@ -65,7 +67,21 @@ class Router:
             family = families[0](*args)
             if family:  # not the default family: the operation's twin for it
                 entries, op = self._twin(op, family, families[1])
-        return self.run_routed(op, entries, n, args)
+                if entries is None:  # a family run untimed (Operation.add_untimed): ``op``
+                    return op(*args)  # is the function that runs it
+        try:
+            entry = entries.get(unchecked_bucket(n))
+        except TypeError:  # a size that is not a Python int (numpy integer, float, ...)
+            entry = entries.get(size_bucket(n))
+        if entry is not None:
+            ticket = next(entry.ticks)
+            if ticket & entry.mask:
+                try:  # (free in CPython 3.11+ while nothing is raised)
+                    return entry.impl(*args)  # type: ignore[misc]
+                except Exception as exc:
+                    return self._fast_failure(op, entry, n, args, ticket, exc)
+            return self._slow(op, entries, n, args, entry, ticket)
+        return self._slow(op, entries, n, args, None, -1)
 
     def route(self, operation: str, args: tuple[Any, ...]) -> tuple[Any, Any, int]:
         """Where a call of ``operation`` with ``args`` goes: ``(operation or its family twin,
@@ -98,7 +114,8 @@ class Router:
 
     def run_routed(self, op: Any, entries: dict[int, Entry] | None, n: int,
                    args: tuple[Any, ...]) -> Any:
-        """Run a call routed by :meth:`route`: its arm picked, timed or not, and learned."""
+        """Run a call routed by :meth:`route`: its arm picked, timed or not, and learned.
+        (Inlined in :meth:`run`: a change here belongs there too.)"""
         if entries is None:  # a family run untimed (Operation.add_untimed): ``op`` is the
             return op(*args)  # function that runs it
         try:

@@ -106,7 +106,7 @@ class Learner:
         """After a timed call: count it, learn from it, decide the key's next timed call and
         point the fast path at the committed arm. Returns the call's span — the trace gate's
         verdict and the decision explained as it was made — or ``None`` (not exported)."""
-        # (one function, not three: every exploring call comes through here)
+        # (one function, not four: every exploring call comes through here)
         now = self._clock()
         calls = 1
         since = None
@@ -136,7 +136,13 @@ class Learner:
         if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
-            self.learn(key, state, decision, duration_us, n)
+            # Learned into the key's history (replacing the arm's estimate where the policy
+            # re-measures it), then into the policy's state.
+            backend = decision.backend
+            if self._policy.remeasures(key, decision):
+                key.arms[backend].start_epoch()
+            self._policy.observe(state, backend,
+                                 self._history.record(key, backend, duration_us, n))
             if emission.timings:
                 emission.duration((op.name, decision.backend, duration_us))
             if emission.recording_calls:
@@ -169,18 +175,6 @@ class Learner:
         not anyone listens (explaining one costs a timed call microseconds); only those that
         become spans are explained. Lock held."""
         return self._core.policy.explained(decision, entry.state, entry.key, entry.candidates)
-
-    def learn(self, key: KeyHistory, state: KeyState, decision: Decision,
-              duration_us: float, n: int) -> None:
-        """Learn one timing of a call of ``n`` elements run by ``decision``: into the key's
-        history (replacing the arm's estimate where the policy re-measures it), then into the
-        policy's state."""
-        backend = decision.backend
-        policy = self._policy
-        if policy.remeasures(key, decision):
-            key.arms[backend].start_epoch()
-        learned_us = self._history.record(key, backend, duration_us, n)
-        policy.observe(state, backend, learned_us)
 
     def failed(self, entry: Entry, backend: Backend) -> None:
         """``backend`` failed on ``entry``'s key: its failure recorded (quarantine with
