@@ -319,7 +319,8 @@ class Policy:
         """One full evaluation, applied: look at the smaller buckets (the floors),
         :meth:`decide`, then :meth:`apply`. Where it returns a ``drift`` decision
         the caller starts a new epoch of the key's estimates (``key.start_epoch()``)."""
-        self._sync(state, key)
+        if state.merges != key.merges:  # estimates merged in: commit again from them
+            _uncommit(state, key.merges)
         if neighbours is not None:
             self._look_around(state, key, candidates, neighbours)
         decision = self.decide(state, key, candidates, now_s, explain)
@@ -424,10 +425,6 @@ class Policy:
             return False
         stats = key.arms.get(decision.backend)
         return stats is not None and stats.epoch_samples >= self.config.min_samples
-
-    def _sync(self, state: KeyState, key: KeyHistory) -> None:
-        if state.merges != key.merges:
-            _uncommit(state, key.merges)
 
     def _look_around(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
                      neighbours: Neighbours) -> None:
@@ -559,8 +556,11 @@ def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
         # An arm never timed here whose floor (the GPU arm's copies of a host call, say)
         # is well over what another arm was measured to take cannot win: not tried.
         limit = best_seen * cfg.floor_ratio
-        usable = [b for b in usable if floors.get(b, 0.0) <= limit
-                  or (b in arms and arms[b].epoch_samples)]
+        for b in usable:  # (a new list only when a floor rules an arm out: seldom)
+            if floors.get(b, 0.0) > limit:
+                usable = [b for b in usable if floors.get(b, 0.0) <= limit
+                          or (b in arms and arms[b].epoch_samples)]
+                break
     waiting = False
     if best_seen < math.inf:
         affordable = _affordable(cfg, state, key, usable, best_seen)
@@ -604,8 +604,11 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     ``prune_ratio`` x the best so far after two timings is owed nothing more: it is
     clearly not the answer."""
     key, arms, min_samples = r.key, r.key.arms, r.min_samples
-    if not any(b not in arms or arms[b].consecutive_failures
-               or arms[b].epoch_samples < min_samples for b in r.usable):
+    for b in r.usable:  # (a loop, not any(): no generator on every exploring evaluation)
+        stats = arms.get(b)
+        if stats is None or stats.consecutive_failures or stats.epoch_samples < min_samples:
+            break
+    else:
         return None
     best_seen = r.best_seen
     prune_above = best_seen * cfg.prune_ratio
@@ -859,9 +862,11 @@ def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend
     tried on batches of 512. (One timing there is enough: noise only ever adds time, the floor
     ratio leaves slack, and every few re-checks look at every arm.)"""
     floors = state.floors
+    find, operation = neighbours.find, key.operation
+    nearest, lowest = key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0)
     for backend in candidates:
-        for bucket in range(key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0), -1):
-            smaller = neighbours.find(key.operation, bucket)
+        for bucket in range(nearest, lowest, -1):
+            smaller = find(operation, bucket)
             stats = smaller.arms.get(backend) if smaller is not None else None
             if stats is None or not stats.epoch_samples or stats.consecutive_failures:
                 continue
