@@ -44,13 +44,14 @@ class RuntimeConfig:
       max_measure_period: a converged key is timed 1-in-N, N the smallest power of two that
         keeps timing (its measured cost) under 0.5% of the key's time, up to this.
       tracing: export spans at all.
-      trace_sample_rate: share of fast, unremarkable calls that are traced.
-      spans_per_sec / spans_per_sec_per_key: token-bucket budgets on exported spans.
+      spans_per_sec: token-bucket budget on exported spans, per process (one key may take a
+        tenth of it).
       trace_cpu_share: background CPU that making and exporting routine (slow or sampled)
-        spans may take, as a share of the time the runtime's calls take. Decision, first-call
-        and error spans come on top (they never wait), hence half of the ~1% target;
-        ``ar.train_step`` spans have a budget of the same share of the steps' time (see
-        ``telemetry.steps``); ``inf`` lifts both limits.
+        spans may take, as a share of the time the runtime's calls take: it decides how many
+        fast routine calls are sampled (at most 1%). Decision, first-call and error spans
+        come on top (they never wait), hence half of the ~1% target; ``ar.train_step`` spans
+        have a budget of the same share of the steps' time (see ``telemetry.steps``);
+        ``inf`` lifts both limits.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
       history_path: history file loaded at start-up, saved every history_save_interval_s
@@ -79,9 +80,7 @@ class RuntimeConfig:
     recheck_interval: int = 64
     drift_threshold: float = 4.0
     max_measure_period: int = 1024
-    trace_sample_rate: float = 0.01
     spans_per_sec: float = 200.0
-    spans_per_sec_per_key: float = 20.0
     trace_cpu_share: float = 0.005
     history_save_interval_s: float = 60.0
     history_force: bool = False
@@ -106,9 +105,7 @@ class RuntimeConfig:
         _number(self, "hot_path_calls_per_sec", low=0.0, low_open=True)
         _number(self, "switch_margin", low=0.0, high=0.9)
         _number(self, "drift_threshold", low=0.0, low_open=True)
-        _number(self, "trace_sample_rate", low=0.0, high=1.0)
         _number(self, "spans_per_sec", low=0.0)
-        _number(self, "spans_per_sec_per_key", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
         _number(self, "history_save_interval_s", low=0.0, high=_MAX_INTERVAL_S)
         _number(self, "validate_sample_rate", low=0.0, high=1.0)

@@ -60,6 +60,19 @@ __all__ = ["AdaptiveRuntime", "RuntimeStats", "get_runtime"]
 
 _log = logging.getLogger(__name__)
 
+# Settings of the trace gate that are derived, not configured.
+# The share of fast routine calls sampled. The CPU budget (trace_cpu_share) binds long before
+# it: a sampled call takes under sampling_threshold_us and its spans ~200 us of background
+# CPU, so 0.5 % of its time pays for a span every 2,000 calls or more. Measured with
+# benchmarks/tracing_overhead.py (its mixed loop): 2 and 4 spans/s, +1.23 % and +1.08 % of
+# the loop with every routine call eligible, 2 and 9 spans/s, +1.10 % and +2.04 % with 1 %.
+# It bounds sampling only where trace_cpu_share is lifted (inf).
+_TRACE_SAMPLE_RATE = 0.01
+# One key's share of the per-process span budget (spans_per_sec): a key whose every call is
+# remarkable (an arm failing on each call, a decision each time) cannot take the spans of
+# the others. A tenth: ten such keys at once still fill the budget.
+_KEY_SPAN_SHARE = 0.1
+
 
 class AdaptiveRuntime:
     """Chooses GPU, SIMD or SCALAR per call from measured history, and learns from every call.
@@ -126,8 +139,9 @@ class AdaptiveRuntime:
                                        drift_threshold=cfg.drift_threshold)),
             hot=self._hot,
             gate=TraceGate(tracing=cfg.tracing, sampling_threshold_us=cfg.sampling_threshold_us,
-                           sample_rate=cfg.trace_sample_rate, spans_per_sec=cfg.spans_per_sec,
-                           spans_per_sec_per_key=cfg.spans_per_sec_per_key, now_s=clock(),
+                           sample_rate=_TRACE_SAMPLE_RATE, spans_per_sec=cfg.spans_per_sec,
+                           spans_per_sec_per_key=_KEY_SPAN_SHARE * cfg.spans_per_sec,
+                           now_s=clock(),
                            max_keys=cfg.max_history_keys,
                            cpu_share=None if cfg.trace_cpu_share == math.inf
                            else cfg.trace_cpu_share),

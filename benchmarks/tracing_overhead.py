@@ -9,9 +9,10 @@ from the loop being measured. The runtimes are attached to the local provider th
 global OpenTelemetry state is touched.
 
 1. In-loop cost of one traced call. A registered op (a 64-element dot) on a runtime that times
-   and exports *every* call (``max_measure_period=1``, ``trace_sample_rate=1``, unlimited span
-   budgets, no hot path): per call, tracing on minus the same calls with tracing off (no span
-   sink) — what the caller's thread pays for two spans. Against it: the same two spans (same
+   and exports *every* call (``max_measure_period=1``, ``sampling_threshold_us=0``: every
+   timed call is slow, so traced; unlimited span budgets, no hot path): per call, tracing on
+   minus the same calls with tracing off (no span sink) — what the caller's thread pays for
+   two spans. Against it: the same two spans (same
    names, attributes, parent/child link, explicit times) made directly with the SDK on the
    caller's thread, through the same provider and exporter. Batches of calls small enough that
    no background thread needs to wake during one; the pipeline is flushed between batches,
@@ -72,8 +73,8 @@ A64, B64 = RNG.random(64), RNG.random(64)
 BATCH_CALLS = 1_500  # 3,000 spans: under the BSP's batch size below, so it never wakes mid-batch
 REPEATS = 15
 IN_LOOP_TARGET_X = 5.0
-EVERY_CALL = ar.RuntimeConfig(trace_sample_rate=1.0, spans_per_sec=1e9, trace_cpu_share=math.inf,
-                              spans_per_sec_per_key=1e9, max_measure_period=1,
+EVERY_CALL = ar.RuntimeConfig(sampling_threshold_us=0.0, spans_per_sec=1e9,
+                              trace_cpu_share=math.inf, max_measure_period=1,
                               hot_path_calls_per_sec=1e9)
 
 # 2. mixed loop

@@ -57,7 +57,7 @@ RECORD = textwrap.dedent('''
     ar.telemetry.configure(service_name="report-test", directory=folder)
     # every decision traced (no hot path, no span budget), so the spans hold the whole story
     config = ar.RuntimeConfig(hot_path_calls_per_sec=1e9, trace_cpu_share=math.inf,
-                              spans_per_sec=1e6, spans_per_sec_per_key=1e6)
+                              spans_per_sec=1e6)
     rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=DeviceProbe(gpu=True))
     blend = rt.register("blend", size=lambda n: n, kind="vector")
     blend.add_implementation("simd", arm(60.0, 0.001))      # = scalar at 1,017 elements

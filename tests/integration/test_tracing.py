@@ -70,8 +70,7 @@ EXECUTE_ATTRIBUTES = {
 ESTIMATE_PREFIX = "adaptive.estimate_us."
 
 # Span budgets (token buckets and background CPU share) far above what a test produces.
-NO_SPAN_BUDGET = {"spans_per_sec": 1e9, "spans_per_sec_per_key": 1e9,
-                  "trace_cpu_share": math.inf}
+NO_SPAN_BUDGET = {"spans_per_sec": 1e9, "trace_cpu_share": math.inf}
 # Every admitted call exported: no sampling (each timed call is "slow"), every call timed,
 # no span budget.
 EXPORT_ALL = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
@@ -489,8 +488,9 @@ def test_banked_sampling_credit_does_not_oversample_later(
 def test_the_span_budget_caps_exports_and_weights_still_cover_the_calls(
         tracing: Tracing, clock: Any) -> None:
     calls, step_s, per_key = 20_000, 0.001, 2.0
-    rt = make_runtime(ar.RuntimeConfig(max_measure_period=1, spans_per_sec=1e9,
-                                       trace_cpu_share=math.inf, spans_per_sec_per_key=per_key),
+    # (a key's token bucket: a tenth of the process's)
+    rt = make_runtime(ar.RuntimeConfig(max_measure_period=1, spans_per_sec=10 * per_key,
+                                       trace_cpu_share=math.inf),
                       clock=clock)
     two_arms(rt)
     tracing.attach(rt)

@@ -38,7 +38,6 @@ def main(directory: str, calls: int) -> None:
     # Never hot (a hot operation exports no spans) and a span budget well above the
     # defaults: the span path runs all along, not only in the warm-up.
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(hot_path_calls_per_sec=1e12, spans_per_sec=2_000,
-                                             spans_per_sec_per_key=200,
                                              trace_cpu_share=float("inf")),
                             builtin_ops=False, devices=DeviceProbe(gpu=False))
     for name in OPERATIONS:

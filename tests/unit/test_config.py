@@ -40,7 +40,6 @@ def test_config_is_frozen() -> None:
     ({"max_measure_period": 0}, "max_measure_period", ">= 1"),
     ({"max_history_keys": 0}, "max_history_keys", ">= 1"),
     ({"switch_margin": 0.95}, "switch_margin", "<= 0.9"),
-    ({"trace_sample_rate": 1.5}, "trace_sample_rate", "<= 1"),
     ({"trace_cpu_share": -0.01}, "trace_cpu_share", ">= 0"),
     ({"trace_cpu_share": float("nan")}, "trace_cpu_share", "number"),
     ({"min_samples_per_arm": 0}, "min_samples_per_arm", ">= 1"),
@@ -64,6 +63,13 @@ def test_an_infinite_trace_cpu_share_lifts_the_limit() -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_cpu_share=math.inf), builtin_ops=False)
     assert rt._dispatcher._gate.cpu_share is None
     assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher._gate.cpu_share == 0.005
+
+
+def test_a_keys_span_budget_is_a_tenth_of_the_process_budget() -> None:
+    gate = ar.AdaptiveRuntime(ar.RuntimeConfig(spans_per_sec=50.0),
+                              builtin_ops=False)._dispatcher._gate
+    assert gate.spans_per_sec_per_key == 5.0
+    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher._gate.spans_per_sec_per_key == 20.0
 
 
 def test_config_error_is_a_value_error() -> None:
@@ -172,13 +178,13 @@ def test_from_env_forced_and_disabled_conflict_names_a_variable() -> None:
 
 
 def test_from_env_error_names_the_variable_not_one_sharing_its_prefix() -> None:
-    # SPANS_PER_SEC is a prefix of SPANS_PER_SEC_PER_KEY: the error must blame the right one.
-    env = {P + "SPANS_PER_SEC": "5", P + "SPANS_PER_SEC_PER_KEY": "-1"}
+    # HISTORY is a prefix of HISTORY_SAVE_INTERVAL_S: the error must blame the right one.
+    env = {P + "HISTORY": "/tmp/adaptive-history.json", P + "HISTORY_SAVE_INTERVAL_S": "-1"}
     with pytest.raises(ar.ConfigError) as info:
         ar.RuntimeConfig.from_env(env)
     message = str(info.value)
-    assert re.search(rf"\b{P}SPANS_PER_SEC_PER_KEY\b", message), message
-    assert not re.search(rf"\b{P}SPANS_PER_SEC\b(?!_)", message), message
+    assert re.search(rf"\b{P}HISTORY_SAVE_INTERVAL_S\b", message), message
+    assert not re.search(rf"\b{P}HISTORY\b(?!_)", message), message
 
 
 # --------------------------------------------------------------------------- runtime start-up
