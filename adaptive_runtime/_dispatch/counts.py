@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..backend import Backend
 from ..policy import Reason
 from .core import Core
-from .entry import Entry, Route
+from .entry import TALLY_LABELS, Entry, Route
 
 MAX_SELECT_LABELS = 256
 RETIRED_ENTRIES = 1024
@@ -52,7 +52,15 @@ class Counts:
         return OTHER_LABEL
 
     def flush(self, operation: str, entry: Entry) -> None:
-        """Add the entry's fast-path calls since the last flush to the counters. Lock held."""
+        """Add the entry's fast-path calls since the last flush, and its other timed calls
+        (its tally), to the counters. Lock held."""
+        tally = entry.tally
+        if any(tally):
+            for slot, calls in enumerate(tally):
+                if calls:
+                    backend, reason = TALLY_LABELS[slot]
+                    self.selections[(operation, backend, reason)] += calls
+                    tally[slot] = 0
         fast = entry.fast_calls()
         delta = fast - entry.fast_flushed
         if delta > 0 and entry.backend is not None:

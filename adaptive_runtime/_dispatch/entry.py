@@ -20,6 +20,14 @@ Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
 # Tickets an entry can hand out: ``sys.maxsize`` (a call a nanosecond for 292 years).
 _TICKETS = sys.maxsize
 
+# An entry's timed calls by (arm, reason), not yet in the dispatcher's counters: slot
+# TALLY_REASON[reason] + TALLY_ARM[arm] of ``Entry.tally``, whose (arm, reason) is
+# TALLY_LABELS[slot]. (A list slot, not a Counter keyed by a tuple built and hashed on every
+# timed call: a third of the cost; the counters fold it in when read, Counts.flush.)
+TALLY_ARM = {b: i for i, b in enumerate(Backend)}
+TALLY_REASON = {r: i * len(Backend) for i, r in enumerate(Reason)}
+TALLY_LABELS = tuple((b, r) for r in Reason for b in Backend)
+
 
 def _issued(tickets: Iterator[int]) -> int:
     """Tickets handed out so far by a ticket iterator (``iter(range(_TICKETS))``), read
@@ -42,7 +50,7 @@ class Entry:
 
     __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
                  "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "next", "rate",
-                 "state", "ticks", "timed", "timed_exploits", "timing_cost_us")
+                 "state", "tally", "ticks", "timed", "timed_exploits", "timing_cost_us")
 
     def __init__(self, key: KeyHistory, state: KeyState, arms: Arms,
                  rate: OperationRate) -> None:
@@ -64,6 +72,9 @@ class Entry:
         # key: a timed call's bookkeeping is dominated by the memory it touches)
         self.timed_exploits = 0
         self.fast_label: tuple[str, Backend, Reason] | None = None  # ...and where
+        # every other timed call, by (arm, reason), since the counters last folded it in
+        # (see TALLY_LABELS); counted under the lock
+        self.tally = [0] * len(TALLY_LABELS)
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None

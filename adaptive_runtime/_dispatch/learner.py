@@ -15,7 +15,7 @@ from .candidates import Candidates, floors
 from .core import Core
 from .counts import Counts
 from .emission import Emission
-from .entry import Entry
+from .entry import TALLY_ARM, TALLY_REASON, Entry
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -43,8 +43,6 @@ class Learner:
         self._history = core.history
         self._forced = core.forced
         self._counts = counts
-        # (counted into on every timed call that is not a plain exploit: one lookup)
-        self._selections = counts.selections
         self._emission = emission
         self._candidates = candidates
         self._rates = rates  # registered operations' call-rate state (see Router)
@@ -120,8 +118,8 @@ class Learner:
                 entry.last_timed_s = now
         if decision.reason is _EXPLOIT and decision.backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
-        else:
-            self._selections[(op.name, decision.backend, decision.reason)] += 1
+        else:  # (folded into the counters when they are read: Counts.flush)
+            entry.tally[TALLY_REASON[decision.reason] + TALLY_ARM[decision.backend]] += 1
         emission = self._emission
         transition = entry.rate.add(calls, now, since)
         if transition is not None:

@@ -57,8 +57,12 @@ class TimedCalls:
         if error is not None:
             return self._recover(op, entry, n, decision, args, ticket, error,
                                  (select_ns, start_ns, end_ns))
-        with self._core.lock:
+        lock = self._core.lock
+        lock.acquire()  # (not ``with``: it costs a timed call twice as much, ~90 ns more)
+        try:
             span = self._settle(op, entry, decision, ticket, learn_us, False, n)
+        finally:
+            lock.release()
         if decision.reason is _EXPLOIT:
             # What learning from a committed key's call cost, for the period of its fast path:
             # far more between large calls (cold caches) than in a tight loop, so it is

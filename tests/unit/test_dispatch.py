@@ -155,6 +155,26 @@ def test_converged_cheap_key_is_timed_one_in_n(make_runtime) -> None:
     assert sum(h.rt.selection_counts().values()) == 200 + calls
 
 
+def test_exploring_calls_are_counted_once_each_however_often_counts_are_read(
+        make_runtime) -> None:
+    # (a key's timed calls are tallied on its entry and folded into the counters when read)
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 4.0}, op="unused", arms=())
+    op = h.rt.register("counted", size=lambda n: n)
+    op.add_implementation(Backend.SIMD, h.arms.kernel(Backend.SIMD))
+    op.add_implementation(Backend.SCALAR, h.arms.kernel(Backend.SCALAR))
+    ran: dict[Backend, int] = {}
+    for n in range(1, 9):
+        arm = h.rt.run("counted", 4096)[0]
+        ran[arm] = ran.get(arm, 0) + 1
+        counts = h.rt.selection_counts()
+        assert sum(counts.values()) == n
+        assert {b: sum(c for k, c in counts.items() if k.backend is b) for b in ran} == ran
+    op.add_implementation(Backend.GPU, h.arms.kernel(Backend.GPU))  # the entry is retired
+    assert sum(h.rt.selection_counts().values()) == 8
+    h.rt.run("counted", 4096)
+    assert sum(h.rt.selection_counts().values()) == 9
+
+
 def test_key_whose_timing_is_noise_is_timed_every_call(make_runtime) -> None:
     # 1 ms calls: a timed call's warm cost (4 us) is under 0.5% of one
     h = make_runtime({Backend.SIMD: 1_000.0, Backend.SCALAR: 2_800.0})
