@@ -19,6 +19,7 @@ from .entry import TALLY_ARM, TALLY_REASON, Entry
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
+_DRIFT = Reason.DRIFT
 _DECIDED = Step.DECIDED
 _REPEATED = Step.REPEATED
 # A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
@@ -116,10 +117,11 @@ class Learner:
                 entry.last_ticket = ticket
                 since = entry.last_timed_s
                 entry.last_timed_s = now
-        if decision.reason is _EXPLOIT and decision.backend is entry.backend:
+        reason, backend = decision.reason, decision.backend
+        if reason is _EXPLOIT and backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
         else:  # (folded into the counters when they are read: Counts.flush)
-            entry.tally[TALLY_REASON[decision.reason] + TALLY_ARM[decision.backend]] += 1
+            entry.tally[TALLY_REASON[reason] + TALLY_ARM[backend]] += 1
         emission = self._emission
         transition = entry.rate.add(calls, now, since)
         if transition is not None:
@@ -136,15 +138,14 @@ class Learner:
         if duration_us is not None:
             # Learned into the key's history (replacing the arm's estimate where the policy
             # re-measures it), then into the policy's state.
-            backend = decision.backend
             if self._policy.remeasures(key, decision):
                 key.arms[backend].start_epoch()
             self._policy.observe(state, backend,
                                  self._history.record(key, backend, duration_us, n))
             if emission.timings:
-                emission.duration((op.name, decision.backend, duration_us))
+                emission.duration((op.name, backend, duration_us))
             if emission.recording_calls:
-                emission.calls((op.name, n, decision.backend, duration_us, now, calls))
+                emission.calls((op.name, n, backend, duration_us, now, calls))
         self._next(entry, key, state, now)
         return span
 
@@ -158,7 +159,8 @@ class Learner:
         entry.next, how = self._policy.next(state, key, entry.candidates, now, self._history,
                                             explain=False)
         if how is _DECIDED:
-            self._after_step(key, entry.next)
+            if entry.next.reason is _DRIFT:  # (_after_step, inlined: every full evaluation)
+                key.start_epoch()
             if state.incumbent is not None or entry.mask:
                 self.refresh(entry, key)
         elif how is _REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
