@@ -250,7 +250,7 @@ class AdaptiveRuntime:
 
     def _span_cost_measured(self, cost_us: float) -> None:
         # (a float attribute store: atomic under the GIL, no lock on the worker thread)
-        self._dispatcher._gate.span_cost_us = cost_us
+        self._dispatcher.trace_gate.span_cost_us = cost_us
 
     def _telemetry_off(self, timeout_s: float) -> None:
         """Stop exporting; what was admitted before is flushed first."""
@@ -452,7 +452,7 @@ class AdaptiveRuntime:
         """Measured calls whose spans the trace gate admitted / suppressed, by reason, and
         (``"steps"``, once there were any) the ``ar.train_step`` spans it exported /
         suppressed."""
-        gate = self._dispatcher._gate
+        gate = self._dispatcher.trace_gate
         with self._dispatcher.lock:
             counts = {"exported": {r.value: n for r, n in gate.exported.items() if n},
                       "suppressed": {r.value: n for r, n in gate.suppressed.items() if n}}

@@ -283,7 +283,7 @@ def receiver_cpu_s(receiver: Receiver) -> float:
 def verdict_cost_ns() -> float:
     """In-loop cost of tracing for a timed call that is not traced: the trace gate's verdict
     and the select span's clock read (min of repeats, on a gate like a runtime's)."""
-    gate = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False)._dispatcher._gate
+    gate = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False)._dispatcher.trace_gate
     timer, admit, exploit = time.perf_counter_ns, gate.admit, ar.Reason.EXPLOIT
     best = math.inf
     for _ in range(20):

@@ -125,13 +125,3 @@ class Emission:
     def spans_admitted(self) -> int:
         """Calls whose spans the trace gate admitted so far (read without the lock)."""
         return self._core.gate.admitted
-
-    def admit_step(self, duration_us: float, failed: bool, admitted_before: int) -> float:
-        """The trace gate's verdict on a training step's span (its weight; 0.0: not
-        exported); ``admitted_before`` = :meth:`spans_admitted` when the step began.
-
-        Without the lock: only step ends touch the step budget, and steps on two threads at
-        once can at worst lose an update to it (a span more or less), never a call's data."""
-        gate = self._core.gate
-        return gate.admit_step(duration_us, failed=failed,
-                               parent_of_spans=gate.admitted != admitted_before)

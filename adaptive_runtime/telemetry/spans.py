@@ -31,6 +31,7 @@ import atexit
 import itertools
 import logging
 import os
+import random
 import threading
 import time
 import weakref
@@ -124,7 +125,7 @@ class SpanRecorder:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
-        self._timer = timer
+        self.timer = timer  # the clock of the records' times (the runtime's, in ns)
         self._provider = tracer_provider
         self.capacity = capacity
         self._flush_interval_s = flush_interval_s
@@ -161,18 +162,23 @@ class SpanRecorder:
     def submit(self, record: CallRecord) -> None:
         """Queue one timed call's spans (called right after the call, in its thread)."""
         next(_counts.calls)
-        self._enqueue(("call", record, otel_context.get_current()))
+        context = otel_context.get_current()
+        _take(context)
+        self._enqueue(("call", record, context))
 
     def submit_step(self, step: StepRecord) -> None:
         """Queue a training step's span (see ``steps``): made later with the span id its
         children were recorded under."""
         next(_counts.singles)
+        _take(step.parent)  # (a step in a step: the outer one's span is its parent)
         self._enqueue(("step", step))
 
     def submit_transition(self, transition: HotPathTransition) -> None:
         """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it."""
         next(_counts.singles)
-        self._enqueue(("hot", transition, otel_context.get_current(), self._timer()))
+        context = otel_context.get_current()
+        _take(context)
+        self._enqueue(("hot", transition, context, self.timer()))
 
     def _enqueue(self, item: tuple[Any, ...]) -> None:
         if self._stop:
@@ -202,10 +208,6 @@ class SpanRecorder:
             self._wake.set()
         elif len(buffer) >= self.capacity // 2:
             self._wake.set()  # drain early rather than drop
-
-    def now_ns(self) -> int:
-        """The timer the records' times come from (the runtime's, in ns)."""
-        return self._timer()
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -521,6 +523,49 @@ def _issued(counter: itertools.count) -> int:
 
 STEPS_INSTRUMENTATION_NAME = "adaptive_runtime.steps"
 _OUR_SCOPES = frozenset({INSTRUMENTATION_NAME, STEPS_INSTRUMENTATION_NAME})
+
+
+class StandInSpan(trace.NonRecordingSpan):
+    """The current span while a training step runs (``steps``), until its span is made on a
+    recorder's worker thread: non-recording, with ids drawn when first asked for — by the
+    worker, making the spans of a traced call under it or the step's own span, or by user
+    code; never by the runtime in the loop (a SpanContext costs ~1.5 us to build, several
+    times that amid a training step's memory traffic). ``context``: ``parent_context`` with
+    it current.
+
+    ``taken``: something outside the step holds it — a record queued under it (the worker
+    will draw its ids later and name it as a parent) or whoever read its ids. Its step's
+    span is then always exported, and it stands for no other step; until then one object
+    may stand for one thread's steps in turn (``steps`` reuses it)."""
+
+    def __init__(self, parent: otel_context.Context) -> None:
+        self.parent_context = parent
+        self._context = None  # type: ignore[assignment]
+        self.taken = False
+        self.context = trace.set_span_in_context(self, parent)
+
+    def get_span_context(self) -> trace.SpanContext:
+        self.taken = True
+        context = self._context
+        if context is None:
+            outer = trace.get_current_span(self.parent_context).get_span_context()
+            drawn = trace.SpanContext(
+                outer.trace_id if outer.is_valid else _random_id(128), _random_id(64),
+                is_remote=False, trace_flags=_SAMPLED)
+            # (the worker and user code may both ask first: setdefault, atomic, keeps one)
+            context = self._context = self.__dict__.setdefault("_drawn", drawn)
+        return context
+
+
+def _take(context: otel_context.Context) -> None:
+    """Mark the stand-in current in ``context``, if one is, as taken: a record holds it."""
+    span = trace.get_current_span(context)
+    if type(span) is StandInSpan:
+        span.taken = True
+
+
+_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_random_id = random.getrandbits  # (ids of 64 and 128 random bits, as the SDK draws them)
 
 
 class StepRecord(NamedTuple):

@@ -7,13 +7,16 @@ is recorded), so in Jaeger a ``train_step`` trace holds the step's decisions. At
 ``adaptive.world_size`` in a distributed job, and whatever the caller adds.
 
 Step spans are sampled within the trace budget, as the runtime's own spans are: a step whose
-calls' spans were exported (they need their parent), the first step and a failed one always get
-theirs; other steps share ``RuntimeConfig.trace_cpu_share`` of the training time, so a step
-span per step is exported while steps are long, one per several steps when they take a few ms
-(making and exporting a span costs ~70 us of background CPU in the OpenTelemetry Python SDK).
-A sampled step span's ``adaptive.sampling.weight`` says how many steps it stands for;
-``trace_cpu_share=math.inf`` exports every step. With a ``tracer_provider`` of the caller's,
-the span is made when the step begins, so every step gets one.
+calls' spans were exported or whose ids user code read (for spans of its own, log lines: they
+name it as their parent), the first step and a failed one always get theirs; other steps share
+``RuntimeConfig.trace_cpu_share`` of the training time, so a step span per step is exported
+while steps are long, one per several steps when they take a few ms (making and exporting a
+span costs ~70 us of background CPU in the OpenTelemetry Python SDK). A sampled step span's
+``adaptive.sampling.weight`` says how many steps it stands for; ``trace_cpu_share=math.inf``
+exports every step. With a ``tracer_provider`` of the caller's, the span is made when the step
+begins, so every step gets one. (Code that keeps the step's context to make spans after the
+step has ended should read the step's ids while it runs — ``trace.get_current_span()
+.get_span_context()`` — so that its step is exported and its ids are its own.)
 
 Usable as a context manager (one per step) and as a decorator (``@ar.train_step(epoch=0)``:
 each call of the function is a step, numbered from 0 unless ``step=`` says otherwise). With
@@ -28,7 +31,7 @@ at the end of step N, 2N, ...; see the README).
 from __future__ import annotations
 
 import functools
-import random
+import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,7 +40,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..distributed import rank_attributes
-from .spans import StepRecord
+from .spans import SpanRecorder, StandInSpan, StepRecord
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -65,9 +68,9 @@ class TrainStep:
         self._sync_every = sync_every
         self._group = group
         self._tracer_provider = tracer_provider
-        # while the step runs: (recorder, context token, _StepSpan, parent, the gate's step
-        # verdict, calls admitted so far, start ns) for a span made later, or (None, the SDK's
-        # span scope, span) for one made now; None with tracing off
+        # while the step runs: (recorder, context token, StandInSpan, parent, trace gate, start
+        # ns) for a span made later, or (None, the SDK's span scope, span) for one made now;
+        # None with tracing off
         self._open: tuple[Any, ...] | None = None
         self._added: dict[str, Any] | None = None  # set_attribute's, while the step runs
 
@@ -96,13 +99,14 @@ class TrainStep:
         # (a span made now costs the loop ~100 us through the SDK): here a stand-in is made
         # current, so the step's calls are recorded as its children. Nothing else is built
         # until the step's end says its span is exported (most steps' spans are not): the
-        # loop's share of a step span is this stand-in, two timestamps and the gate's verdict.
+        # loop's share of a step span is the stand-in, two timestamps and the gate's verdict.
+        # Amid a training step's cache traffic every line here costs several times what it
+        # does in a tight loop, so the stand-in of the thread's last step is made current
+        # again when nothing took it (see _take_stand_in) rather than a new one made.
         parent = otel_context.get_current()
-        span = _StepSpan(parent)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        dispatcher = runtime._dispatcher
-        self._open = (recorder, token, span, parent, dispatcher.admit_step,
-                      dispatcher.spans_admitted(), recorder.now_ns())
+        stand_in = _take_stand_in(parent)
+        self._open = (recorder, otel_context.attach(stand_in.context), stand_in, parent,
+                      runtime._dispatcher.trace_gate, recorder.timer())
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -114,21 +118,34 @@ class TrainStep:
             elif opened[0] is None:  # (a span made now)
                 opened[1].__exit__(exc_type, exc, tb)
             else:
-                recorder, token, span, parent, admit, admitted, start_ns = opened
-                end_ns = recorder.now_ns()
+                recorder, token, stand_in, parent, gate, start_ns = opened
+                end_ns = recorder.timer()
                 otel_context.detach(token)
-                weight = admit((end_ns - start_ns) / 1e3, exc_type is not None, admitted)
+                # Without the runtime's lock: only step ends touch the step budget, and steps
+                # on two threads at once can at worst lose an update to it (a span more or
+                # less). A step whose span something took — a traced call recorded under it,
+                # user code that read its ids for spans of its own — is always exported.
+                weight = gate.admit_step((end_ns - start_ns) / 1e3,
+                                         failed=exc_type is not None,
+                                         parent_of_spans=stand_in.taken)
                 if weight:
-                    attributes = self._span_attributes()
-                    if weight > 1.0:
-                        attributes["adaptive.sampling.weight"] = weight
-                    # (the span's ids are drawn on the worker, unless a traced call of the
-                    # step drew them already: StepRecord carries the stand-in itself)
-                    recorder.submit_step(StepRecord(self._name, span, parent, attributes,
-                                                    start_ns, end_ns, exc))
+                    self._submit(recorder, stand_in, parent, weight, start_ns, end_ns, exc)
+                elif not stand_in.taken:
+                    _STAND_INS.idle = stand_in  # (the next step's: see _take_stand_in)
         finally:
-            if exc_type is None:
+            if exc_type is None and self._sync_every is not None:
                 self._maybe_sync()
+
+    def _submit(self, recorder: SpanRecorder, stand_in: StandInSpan,
+                parent: otel_context.Context, weight: float, start_ns: int, end_ns: int,
+                exc: BaseException | None) -> None:
+        attributes = self._span_attributes()
+        if weight > 1.0:
+            attributes["adaptive.sampling.weight"] = weight
+        # (its ids are drawn on the worker, unless a traced call drew them already: StepRecord
+        # carries the stand-in itself)
+        recorder.submit_step(StepRecord(self._name, stand_in, parent, attributes, start_ns,
+                                        end_ns, exc))
 
     def _span_attributes(self) -> dict[str, Any]:
         """The step span's attributes: the step's, its number, those set while it ran."""
@@ -180,32 +197,27 @@ class TrainStep:
         return stepped  # type: ignore[return-value]
 
 
-class _StepSpan(trace.NonRecordingSpan):
-    """The current span while a step runs, until its span is made on the recorder's worker:
-    non-recording, with ids drawn when first asked for — by the worker, making a traced
-    call's spans under it or the step's own span, or by user code that reads them; never by
-    the runtime in the loop (a SpanContext costs ~1.5 us to build, several times that amid
-    a training step's memory traffic)."""
+def _take_stand_in(parent: otel_context.Context) -> StandInSpan:
+    """The stand-in span of a step beginning under ``parent``: the one of this thread's last
+    step, if that step had the same parent and nothing took its stand-in, else a new one.
 
-    def __init__(self, parent: otel_context.Context) -> None:
-        self._parent = parent
-        self._context = None  # type: ignore[assignment]
-
-    def get_span_context(self) -> trace.SpanContext:
-        context = self._context
-        if context is None:
-            outer = trace.get_current_span(self._parent).get_span_context()
-            drawn = trace.SpanContext(
-                outer.trace_id if outer.is_valid else _random_id(128), _random_id(64),
-                is_remote=False, trace_flags=_SAMPLED)
-            # (the worker and user code in the loop reading the current span may both ask
-            # first: setdefault, atomic, keeps one)
-            context = self._context = self.__dict__.setdefault("_drawn", drawn)
-        return context
+    A stand-in nothing took (see :class:`~adaptive_runtime.telemetry.spans.StandInSpan`)
+    was never seen outside its step, so one object can stand for a run of steps without a
+    span of their own; the step that is exported, or that something took, keeps it."""
+    idle, _STAND_INS.idle = _STAND_INS.idle, None
+    if idle is not None and idle.parent_context is parent:
+        return idle
+    return StandInSpan(parent)
 
 
-_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
-_random_id = random.getrandbits  # (ids of 64 and 128 random bits, as the SDK draws them)
+class _StandIns(threading.local):
+    """Per thread, the stand-in of the last step, when nothing took it (see _take_stand_in)."""
+
+    idle: StandInSpan | None = None
+
+
+_STAND_INS = _StandIns()
+
 
 
 def train_step(step: int | None = None, *, epoch: int | None = None,

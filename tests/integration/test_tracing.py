@@ -826,7 +826,7 @@ def test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gat
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
-    gate = rt._dispatcher._gate
+    gate = rt._dispatcher.trace_gate
     assumed = gate.span_cost_us
     ar.telemetry.instrument(rt, tracer_provider=provider)
     try:

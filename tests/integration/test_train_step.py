@@ -180,3 +180,33 @@ def test_short_steps_are_sampled_and_every_traced_call_keeps_its_step(otlp_recei
     assert runtime_spans and all(s.parent_span_id in step_spans for s in runtime_spans)
     weights = [s.attributes.get("adaptive.sampling.weight", 1.0) for s in step_spans.values()]
     assert sum(weights) <= steps and any(w > 1 for w in weights)
+
+
+def test_a_step_whose_span_user_code_reads_is_exported_with_its_children(otlp_receiver,
+                                                                         provider) -> None:
+    """With no budget for step spans (``trace_cpu_share=0``: only the first step and steps
+    something needs are exported), a step under which the user made a span of their own
+    still gets its span, with the ids that span named as its parent; the steps between are
+    held back, and no two exported steps share an id (a step's stand-in span is reused only
+    while nothing has seen it)."""
+    rt = make_runtime(ar.RuntimeConfig(trace_cpu_share=0.0, sampling_threshold_us=1e9))
+    two_arms(rt)
+    ar.telemetry.instrument(rt, tracer_provider=provider)
+    tracer = provider.get_tracer("user-code")
+    for step in range(40):
+        with ar.train_step(step=step, runtime=rt):
+            rt.run("scale", 64)
+            if step % 10 == 5:
+                with tracer.start_as_current_span("user.forward"):
+                    pass
+    assert rt.flush_telemetry(10.0)
+    counts = rt.trace_counts()["steps"]
+    spans = otlp_receiver.wait_for_spans(
+        lambda s: sum(x.name == "train_step" for x in s) == counts["exported"]
+        and sum(x.name == "user.forward" for x in s) == 4)
+    step_spans = {s.span_id: s for s in spans if s.name == "train_step"}
+    assert len(step_spans) == counts["exported"]  # (ids unique: one span per exported step)
+    user = [s for s in spans if s.name == "user.forward"]
+    parents = sorted(step_spans[s.parent_span_id].attributes["train.step"] for s in user)
+    assert parents == [5, 15, 25, 35]
+    assert counts["suppressed"] > 0

@@ -61,15 +61,16 @@ def test_an_infinite_trace_cpu_share_lifts_the_limit() -> None:
     env = ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "inf"})
     assert env.trace_cpu_share == math.inf
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_cpu_share=math.inf), builtin_ops=False)
-    assert rt._dispatcher._gate.cpu_share is None
-    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher._gate.cpu_share == 0.005
+    assert rt._dispatcher.trace_gate.cpu_share is None
+    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher.trace_gate.cpu_share == 0.005
 
 
 def test_a_keys_span_budget_is_a_tenth_of_the_process_budget() -> None:
     gate = ar.AdaptiveRuntime(ar.RuntimeConfig(spans_per_sec=50.0),
-                              builtin_ops=False)._dispatcher._gate
+                              builtin_ops=False)._dispatcher.trace_gate
     assert gate.spans_per_sec_per_key == 5.0
-    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher._gate.spans_per_sec_per_key == 20.0
+    default = ar.AdaptiveRuntime(builtin_ops=False)._dispatcher.trace_gate
+    assert default.spans_per_sec_per_key == 20.0
 
 
 def test_config_error_is_a_value_error() -> None:
