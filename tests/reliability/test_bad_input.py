@@ -496,7 +496,7 @@ def test_a_million_distinct_names_keep_memory_and_metric_attributes_bounded(
         dispatcher = rt._dispatcher
         assert len(rt.history_snapshot()) <= cap
         assert len(dispatcher._hot._ops) <= cap
-        assert len(dispatcher._gate._keys) <= cap
+        assert len(dispatcher.trace_gate._keys) <= cap
         assert len(dispatcher._select_labels) <= MAX_SELECT_LABELS
         assert len(dispatcher._selections) <= (MAX_SELECT_LABELS + 1) * 3 * len(ar.Reason)
         growth_mib = rss_end - rss_warm
