@@ -422,7 +422,7 @@ class TraceGate:
         self.admitted += 1
         return TraceVerdict(True, why, weight)
 
-    def admit_step(self, duration_us: float, *, failed: bool, parent_of_spans: bool) -> float:
+    def admit_step(self, duration_us: float, failed: bool, parent_of_spans: bool) -> float:
         """Whether a training step's span is exported: the steps it stands for (its
         ``weight``), 0.0 for no.
 
@@ -435,13 +435,27 @@ class TraceGate:
         the OpenTelemetry Python SDK); sampled, long steps still get one each, short ones one
         per ``span cost / cpu_share`` of training time.
         """
+        # Every step asks, amid its training step's cache traffic, where each line costs
+        # several times what it does in a tight loop: a step held back (most are) takes the
+        # few lines below, the rest of the accounting is in _step_verdict.
         self.pending_steps += 1
+        share = self.cpu_share
+        if share is not None and not (failed or parent_of_spans):
+            credit = self.step_credit_us + share * duration_us
+            if credit < 0.5 * self.span_cost_us and self.steps_exported:
+                self.step_credit_us = credit  # (under the cap: below one span's cost)
+                self.steps_suppressed += 1
+                return 0.0
+        return self._step_verdict(duration_us, failed or parent_of_spans)
+
+    def _step_verdict(self, duration_us: float, forced: bool) -> float:
+        """admit_step past its common case: the credit capped, the verdict, the spending."""
         share = self.cpu_share
         cost = 0.5 * self.span_cost_us
         if share is not None and 0.0 < duration_us < math.inf:
             credit = self.step_credit_us + share * duration_us
             self.step_credit_us = min(credit, MAX_BANKED_CALLS * cost)
-        forced = failed or parent_of_spans or self.steps_exported == 0
+        forced = forced or self.steps_exported == 0
         if not forced and share is not None and self.step_credit_us < cost:
             self.steps_suppressed += 1
             return 0.0

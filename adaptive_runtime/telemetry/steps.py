@@ -31,7 +31,6 @@ at the end of step N, 2N, ...; see the README).
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -82,18 +81,12 @@ class TrainStep:
             from ..runtime import get_runtime
 
             runtime = self._runtime = get_runtime()
-        self._added = None
-        if not runtime.config.tracing:
-            return self
         if self._tracer_provider is not None:  # a provider of the caller's: a span now
-            tracer = self._tracer_provider.get_tracer(INSTRUMENTATION_NAME)
-            scope = tracer.start_as_current_span(
-                self._name, attributes={**self._span_attributes(), **rank_attributes()},
-                record_exception=True, set_status_on_exception=True)
-            self._open = (None, scope, scope.__enter__())
+            if runtime.config.tracing:
+                self._open_sdk_span()
             return self
         recorder = runtime._spans
-        if not recorder.recording:  # the runtime exports no spans: tracing is off
+        if not recorder.recording:  # the runtime exports no spans (its tracing=False too)
             return self
         # The span is made later, on the recorder's worker thread, as the runtime's spans are
         # (a span made now costs the loop ~100 us through the SDK): here a stand-in is made
@@ -101,13 +94,22 @@ class TrainStep:
         # until the step's end says its span is exported (most steps' spans are not): the
         # loop's share of a step span is the stand-in, two timestamps and the gate's verdict.
         # Amid a training step's cache traffic every line here costs several times what it
-        # does in a tight loop, so the stand-in of the thread's last step is made current
-        # again when nothing took it (see _take_stand_in) rather than a new one made.
+        # does in a tight loop, so the last step's stand-in is made current again when
+        # nothing took it (see _take_stand_in) rather than a new one made.
         parent = otel_context.get_current()
         stand_in = _take_stand_in(parent)
+        self._added = None
         self._open = (recorder, otel_context.attach(stand_in.context), stand_in, parent,
                       runtime._dispatcher.trace_gate, recorder.timer())
         return self
+
+    def _open_sdk_span(self) -> None:
+        self._added = None
+        tracer = self._tracer_provider.get_tracer(INSTRUMENTATION_NAME)  # type: ignore[union-attr]
+        scope = tracer.start_as_current_span(
+            self._name, attributes={**self._span_attributes(), **rank_attributes()},
+            record_exception=True, set_status_on_exception=True)
+        self._open = (None, scope, scope.__enter__())
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -125,13 +127,12 @@ class TrainStep:
                 # on two threads at once can at worst lose an update to it (a span more or
                 # less). A step whose span something took — a traced call recorded under it,
                 # user code that read its ids for spans of its own — is always exported.
-                weight = gate.admit_step((end_ns - start_ns) / 1e3,
-                                         failed=exc_type is not None,
-                                         parent_of_spans=stand_in.taken)
+                weight = gate.admit_step((end_ns - start_ns) / 1e3, exc_type is not None,
+                                         stand_in.taken)
                 if weight:
                     self._submit(recorder, stand_in, parent, weight, start_ns, end_ns, exc)
                 elif not stand_in.taken:
-                    _STAND_INS.idle = stand_in  # (the next step's: see _take_stand_in)
+                    _IDLE[0] = stand_in  # (the next step's: see _take_stand_in)
         finally:
             if exc_type is None and self._sync_every is not None:
                 self._maybe_sync()
@@ -198,25 +199,22 @@ class TrainStep:
 
 
 def _take_stand_in(parent: otel_context.Context) -> StandInSpan:
-    """The stand-in span of a step beginning under ``parent``: the one of this thread's last
-    step, if that step had the same parent and nothing took its stand-in, else a new one.
+    """The stand-in span of a step beginning under ``parent``: the last step's, if it had
+    the same parent and nothing took its stand-in (the step left it in ``_IDLE``), else a
+    new one.
 
     A stand-in nothing took (see :class:`~adaptive_runtime.telemetry.spans.StandInSpan`)
     was never seen outside its step, so one object can stand for a run of steps without a
-    span of their own; the step that is exported, or that something took, keeps it."""
-    idle, _STAND_INS.idle = _STAND_INS.idle, None
+    span of their own; the step that is exported, or that something took, keeps it. One
+    slot for the process: ``dict.pop`` hands it to one thread only (a single C call, atomic),
+    and steps on other threads, or under another parent, make their own."""
+    idle = _IDLE.pop(0, None)
     if idle is not None and idle.parent_context is parent:
         return idle
     return StandInSpan(parent)
 
 
-class _StandIns(threading.local):
-    """Per thread, the stand-in of the last step, when nothing took it (see _take_stand_in)."""
-
-    idle: StandInSpan | None = None
-
-
-_STAND_INS = _StandIns()
+_IDLE: dict[int, StandInSpan] = {}  # {0: the last step's stand-in, nothing took it}
 
 
 
