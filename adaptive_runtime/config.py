@@ -50,7 +50,7 @@ class RuntimeConfig:
         spans may take, as a share of the time the runtime's calls take: it decides how many
         fast routine calls are sampled (at most 1%). Decision, first-call and error spans
         come on top (they never wait), hence half of the ~1% target; ``ar.train_step`` spans
-        have a budget of the same share of the steps' time (see ``telemetry.steps``);
+        have a budget of half that share of the steps' time (see ``telemetry.steps``);
         ``inf`` lifts both limits.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.

@@ -325,6 +325,13 @@ DEFAULT_SPAN_COST_US = 200.0
 # burst, and a burst of decision spans cannot silence sampling for long.
 MAX_BANKED_CALLS = 8
 
+# Training-step spans earn this share of ``cpu_share`` of the steps' time: every step already
+# pays its span's stand-in in the loop (~1 % of a 1 ms torch step, measured amid the step's
+# cache traffic), so what exported step spans may cost on top is half what call spans may.
+# (With the whole share, benchmarks/training_loop.py read 1.010-1.047x on against off;
+# its target is 1.02x.)
+STEP_BUDGET_SHARE = 0.5
+
 
 class TraceGate:
     """Decides per measured call whether its spans are exported, in this order:
@@ -429,11 +436,11 @@ class TraceGate:
         A step whose calls' spans were admitted (``parent_of_spans``: they name it as their
         parent, so without it their trace would have a hole), the first step and a failed one
         always are. Other steps share a CPU budget of their own, like routine call spans: each
-        step earns ``cpu_share`` of its duration, a step span costs half of
-        ``span_cost_us`` (one span where a call has two). A step span per step costs a loop
-        of 2 ms steps ~3 % (making and exporting a span takes ~70 us of background CPU in
-        the OpenTelemetry Python SDK); sampled, long steps still get one each, short ones one
-        per ``span cost / cpu_share`` of training time.
+        step earns ``STEP_BUDGET_SHARE * cpu_share`` of its duration, a step span costs half
+        of ``span_cost_us`` (one span where a call has two). A step span per step costs a
+        loop of 2 ms steps ~3 % (making and exporting a span takes ~70 us of background CPU
+        in the OpenTelemetry Python SDK); sampled, long steps still get one each, short ones
+        one per ``span cost / (STEP_BUDGET_SHARE * cpu_share)`` of training time.
         """
         # Every step asks, amid its training step's cache traffic, where each line costs
         # several times what it does in a tight loop: a step held back (most are) takes the
@@ -441,7 +448,7 @@ class TraceGate:
         self.pending_steps += 1
         share = self.cpu_share
         if share is not None and not (failed or parent_of_spans):
-            credit = self.step_credit_us + share * duration_us
+            credit = self.step_credit_us + STEP_BUDGET_SHARE * share * duration_us
             if credit < 0.5 * self.span_cost_us and self.steps_exported:
                 self.step_credit_us = credit  # (under the cap: below one span's cost)
                 self.steps_suppressed += 1
@@ -453,7 +460,7 @@ class TraceGate:
         share = self.cpu_share
         cost = 0.5 * self.span_cost_us
         if share is not None and 0.0 < duration_us < math.inf:
-            credit = self.step_credit_us + share * duration_us
+            credit = self.step_credit_us + STEP_BUDGET_SHARE * share * duration_us
             self.step_credit_us = min(credit, MAX_BANKED_CALLS * cost)
         forced = forced or self.steps_exported == 0
         if not forced and share is not None and self.step_credit_us < cost:

@@ -9,9 +9,10 @@ is recorded), so in Jaeger a ``train_step`` trace holds the step's decisions. At
 Step spans are sampled within the trace budget, as the runtime's own spans are: a step whose
 calls' spans were exported or whose ids user code read (for spans of its own, log lines: they
 name it as their parent), the first step and a failed one always get theirs; other steps share
-``RuntimeConfig.trace_cpu_share`` of the training time, so a step span per step is exported
-while steps are long, one per several steps when they take a few ms (making and exporting a
-span costs ~70 us of background CPU in the OpenTelemetry Python SDK). A sampled step span's
+half of ``RuntimeConfig.trace_cpu_share`` of the training time (``gating.STEP_BUDGET_SHARE``),
+so a step span per step is exported while steps are long, one per several steps when they
+take a few ms (making and exporting a span costs ~70 us of background CPU in the
+OpenTelemetry Python SDK). A sampled step span's
 ``adaptive.sampling.weight`` says how many steps it stands for; ``trace_cpu_share=math.inf``
 exports every step. With a ``tracer_provider`` of the caller's, the span is made when the step
 begins, so every step gets one. (Code that keeps the step's context to make spans after the
