@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import operator
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from .._counter import counter, issued
 from ..backend import Backend
 from ..gating import TIMED_CALL_COST_US, OperationRate
 from ..history import KeyHistory
@@ -17,9 +16,6 @@ from ..policy import Decision, KeyState, Reason
 Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
 
 
-# Tickets an entry can hand out: ``sys.maxsize`` (a call a nanosecond for 292 years).
-_TICKETS = sys.maxsize
-
 # An entry's timed calls by (arm, reason), not yet in the dispatcher's counters: slot
 # TALLY_REASON[reason] + TALLY_ARM[arm] of ``Entry.tally``, whose (arm, reason) is
 # TALLY_LABELS[slot]. (A list slot, not a Counter keyed by a tuple built and hashed on every
@@ -27,12 +23,6 @@ _TICKETS = sys.maxsize
 TALLY_ARM = {b: i for i, b in enumerate(Backend)}
 TALLY_REASON = {r: i * len(Backend) for i, r in enumerate(Reason)}
 TALLY_LABELS = tuple((b, r) for r in Reason for b in Backend)
-
-
-def _issued(tickets: Iterator[int]) -> int:
-    """Tickets handed out so far by a ticket iterator (``iter(range(_TICKETS))``), read
-    without taking one: a range iterator knows how many it has left (PEP 424)."""
-    return _TICKETS - operator.length_hint(tickets)
 
 
 class Entry:
@@ -43,9 +33,9 @@ class Entry:
     ``ticks``; a timed call also takes one from ``timed`` before anything else, and counts
     itself under the lock. So fast calls = tickets - timed tickets, exactly, whenever no call
     is between its two ``next()``; :meth:`~adaptive_runtime._dispatch.counts.Counts.flush`
-    adds them to the counters. Tickets come from iterators over ``range(sys.maxsize)``:
-    ``next()`` on one is a single C call (concurrent threads each get a distinct ticket, as
-    from an ``itertools.count``), and how many were handed out is read without taking one.
+    adds them to the counters. Tickets come from ``_counter`` counters: ``next()`` on one is a
+    single C call (concurrent threads each get a distinct ticket), and how many were handed
+    out is read without taking one.
     """
 
     __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
@@ -59,8 +49,8 @@ class Entry:
         self.rate = rate
         self.bucket = key.bucket
         self.candidates, self.impls = arms
-        self.ticks = iter(range(_TICKETS))
-        self.timed = iter(range(_TICKETS))
+        self.ticks = counter()
+        self.timed = counter()
         self.mask = 0  # 0: every call takes the slow path
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
@@ -88,11 +78,11 @@ class Entry:
 
     def next_ticket(self) -> int:
         """The ticket the next call will take."""
-        return _issued(self.ticks)
+        return issued(self.ticks)
 
     def fast_calls(self) -> int:
         """Calls that took the fast path so far, and timed plain exploits of its arm."""
-        return _issued(self.ticks) - _issued(self.timed) + self.timed_exploits
+        return issued(self.ticks) - issued(self.timed) + self.timed_exploits
 
 
 # How run() finds a registered operation's entries: (size_of, {bucket: entry}, operation,

@@ -20,7 +20,6 @@ logged. Here:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -34,6 +33,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .._counter import counter, issued
 from ..errors import ConfigError
 
 __all__ = ["DROP_REASONS", "BoundedSpanProcessor", "batch_settings"]
@@ -92,11 +92,11 @@ class BoundedSpanProcessor(SpanProcessor):
         self._delay_s = schedule_delay_s
         self._is_runtime_span = is_runtime_span or (lambda span: False)
         self._queue: deque[ReadableSpan] = deque()
-        # bumped on any thread ending a span (itertools.count's next() is atomic)
-        self._received = itertools.count()
-        self._received_runtime = itertools.count()
-        self._full = itertools.count()
-        self._closed_drops = itertools.count()
+        # bumped on any thread ending a span (see _counter)
+        self._received = counter()
+        self._received_runtime = counter()
+        self._full = counter()
+        self._closed_drops = counter()
         # the worker's and a flush's bookkeeping, under _lock
         self._lock = threading.Lock()
         self._exported = 0
@@ -149,11 +149,11 @@ class BoundedSpanProcessor(SpanProcessor):
         with self._lock:
             exported, failed, abandoned = self._exported, self._failed, self._abandoned
             pending = len(self._queue) + self._inflight
-        return {"received": _issued(self._received),
-                "received_runtime": _issued(self._received_runtime),
+        return {"received": issued(self._received),
+                "received_runtime": issued(self._received_runtime),
                 "exported": exported, "pending": pending,
-                "queue_full": _issued(self._full), "export_failed": failed,
-                "shutdown": abandoned + _issued(self._closed_drops)}
+                "queue_full": issued(self._full), "export_failed": failed,
+                "shutdown": abandoned + issued(self._closed_drops)}
 
     # ------------------------------------------------------------------ worker
 
@@ -261,5 +261,3 @@ class BoundedSpanProcessor(SpanProcessor):
         self._wake.set()
 
 
-def _issued(counter: itertools.count) -> int:
-    return int(repr(counter)[6:-1])

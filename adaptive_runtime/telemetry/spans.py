@@ -28,7 +28,6 @@ in Jaeger a decision leads to the measurements behind it. The worker remembers t
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import os
 import random
@@ -43,6 +42,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from .._counter import counter, issued
 from ..backend import Backend
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
@@ -69,15 +69,15 @@ _SPANS_PER_ITEM = {"call": 2, "step": 1, "hot": 1}
 
 class _ProcessCounts:
     """Every recorder's spans, process-wide, counted where they are admitted, made or lost
-    (``itertools.count``: its ``next()`` is atomic, no lock on the loop's side)."""
+    (``_counter``: ``next()`` is atomic, no lock on the loop's side)."""
 
     def __init__(self) -> None:
-        self.calls = itertools.count()  # call records queued or dropped at the buffer
-        self.singles = itertools.count()  # step and hot-path records, likewise
-        self.made = itertools.count()  # spans made that the SDK records (sent on to export)
+        self.calls = counter()  # call records queued or dropped at the buffer
+        self.singles = counter()  # step and hot-path records, likewise
+        self.made = counter()  # spans made that the SDK records (sent on to export)
         # spans lost before export: buffer full, telemetry shut down first, the SDK raised
         # making them, or the SDK did not record them (an unsampled parent, no SDK provider)
-        self.lost = {reason: itertools.count()
+        self.lost = {reason: counter()
                      for reason in ("buffer_full", "shutdown", "error", "not_recorded")}
 
     def lose(self, reason: str, spans: int) -> None:
@@ -97,9 +97,9 @@ def recorder_counts() -> dict[str, int]:
     for recorder in list(_recorders):
         if recorder._pid == os.getpid():
             pending += sum(_SPANS_PER_ITEM[item[0]] for item in list(recorder._buffer))
-    return {"admitted": 2 * _issued(_counts.calls) + _issued(_counts.singles),
-            "made": _issued(_counts.made), "pending": pending,
-            **{reason: _issued(counter) for reason, counter in _counts.lost.items()}}
+    return {"admitted": 2 * issued(_counts.calls) + issued(_counts.singles),
+            "made": issued(_counts.made), "pending": pending,
+            **{reason: issued(counter) for reason, counter in _counts.lost.items()}}
 
 
 class SpanRecorder:
@@ -134,10 +134,10 @@ class SpanRecorder:
         self.make_cost_us: float | None = None  # CPU to make one call's spans (EWMA)
         self._wall_offset_ns = time.time_ns() - timer()
         self._buffer: deque[tuple[Any, ...]] = deque()
-        # counters bumped from any thread: itertools.count's next() is atomic
-        self._dropped = itertools.count()
-        self._spans = itertools.count()
-        self._errors = itertools.count()
+        # counters bumped from any thread (see _counter)
+        self._dropped = counter()
+        self._spans = counter()
+        self._errors = counter()
         self._logged_error = False
         self._item_spans = 0  # spans made of the record being turned into spans (worker)
         self._wake = threading.Event()
@@ -219,15 +219,15 @@ class SpanRecorder:
     @property
     def dropped(self) -> int:
         """Records dropped because the buffer was full (or the recorder shut down)."""
-        return _issued(self._dropped)
+        return issued(self._dropped)
 
     @property
     def spans_made(self) -> int:
-        return _issued(self._spans)
+        return issued(self._spans)
 
     @property
     def errors(self) -> int:
-        return _issued(self._errors)
+        return issued(self._errors)
 
     @property
     def pending(self) -> int:
@@ -515,10 +515,6 @@ class SpanRecorder:
                 next(self._dropped)
                 _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
         return flushed
-
-
-def _issued(counter: itertools.count) -> int:
-    return int(repr(counter)[6:-1])
 
 
 STEPS_INSTRUMENTATION_NAME = "adaptive_runtime.steps"

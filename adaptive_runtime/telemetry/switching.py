@@ -12,7 +12,6 @@ so once, in one line, and switches metric export off instead of failing every in
 
 from __future__ import annotations
 
-import itertools
 import logging
 import sys
 import threading
@@ -24,6 +23,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .._counter import counter, issued
 from .._forks import renew_after_fork
 
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
@@ -108,19 +108,19 @@ class _OnePerOutage(logging.Filter):
 
 _outage = _OnePerOutage()
 _log.addFilter(_outage)
-_lost = itertools.count()  # spans an export failed to deliver
-_metric_exports = itertools.count()  # metric exports attempted (to a target)
-_metric_failed = itertools.count()  # ... of which failed
+_lost = counter()  # spans an export failed to deliver
+_metric_exports = counter()  # metric exports attempted (to a target)
+_metric_failed = counter()  # ... of which failed
 
 
 def metric_export_counts() -> tuple[int, int]:
     """``(attempted, failed)``: metric exports configure()'s exporter made in this process."""
-    return int(repr(_metric_exports)[6:-1]), int(repr(_metric_failed)[6:-1])
+    return issued(_metric_exports), issued(_metric_failed)
 
 
 def spans_lost_in_export() -> int:
     """Spans that configure()'s exporter failed to deliver (collector down, refusing, ...)."""
-    return int(repr(_lost)[6:-1])
+    return issued(_lost)
 
 
 def quiet_repeated_exporter_logs() -> None:
