@@ -218,7 +218,6 @@ def _take_stand_in(parent: otel_context.Context) -> StandInSpan:
 _IDLE: dict[int, StandInSpan] = {}  # {0: the last step's stand-in, nothing took it}
 
 
-
 def train_step(step: int | None = None, *, epoch: int | None = None,
                batch_size: int | None = None, attributes: Mapping[str, Any] | None = None,
                runtime: AdaptiveRuntime | None = None, sync_every: int | None = None,
