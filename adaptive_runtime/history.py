@@ -80,6 +80,9 @@ _EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(
 # policy's drift detector reads the unclipped timing, and a drift alarm re-measures from
 # scratch.
 _CLIP_RATIO = 1.5
+# A timing under 1/this of the estimate is not noise (noise only ever adds time); two in a row
+# mean the arm got faster, and its estimate starts again from them (ArmStats._restart).
+_FASTER_RATIO = 2.0
 # A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
 _QUARANTINE_BASE_S = 1.0
 # Timings are learned at the bucket's reference size: a bucket spans sizes up to 2x apart, and a
@@ -104,6 +107,8 @@ class ArmStats:
     quarantined_until_s: float = -math.inf
     last_update: float = 0.0
     warmup_us: tuple[float, ...] = ()
+    # the first of a run of timings far under the estimate (see _FASTER_RATIO), NaN if none
+    faster_us: float = math.nan
     # after a distributed sync: rank -> (samples, failures) first learned on that rank, as far
     # as this process knows (see HistoryStore.rank_rows); None if never synced
     origins: dict[int, tuple[int, int]] | None = None
@@ -115,8 +120,18 @@ class ArmStats:
             return math.inf
         return self.mean_us if self.epoch_samples else math.nan
 
-    def add_sample(self, duration_us: float, wall_time: float) -> None:
+    def add_sample(self, duration_us: float, wall_time: float) -> bool:
+        """Learn one timing; ``True`` when it started the estimate again (the arm got
+        faster: see ``_restart``)."""
         n = self.epoch_samples
+        if n and duration_us * _FASTER_RATIO < self.mean_us:
+            first = self.faster_us
+            if first == first:  # (not NaN) the second timing in a row far under the estimate
+                self._restart(first, duration_us, wall_time)
+                return True
+            self.faster_us = duration_us
+        elif self.faster_us == self.faster_us:
+            self.faster_us = math.nan
         if n < _WARMUP_SAMPLES:
             # The first timings of an arm often include one-off costs (cold caches, lazy
             # allocation): estimate from the min of two, then the median of three, so one
@@ -156,6 +171,22 @@ class ArmStats:
         self.epoch_samples = n + 1
         self.consecutive_failures = 0
         self.last_update = wall_time
+        return False
+
+    def _restart(self, first_us: float, second_us: float, wall_time: float) -> None:
+        """Two timings in a row far under the estimate: the arm got faster (noise only ever
+        adds time), so its estimate starts again from those two, as from an epoch's first
+        timings. (The warm-up's median and the EWMA would take many timings to leave the
+        old level: an ATen kernel that turned 5x faster early in a process was still
+        estimated at its old time after six fast timings.)"""
+        self.warmup_us = (first_us, second_us)
+        self.mean_us = first_us if first_us < second_us else second_us
+        self.var_us2 = 0.0
+        self.faster_us = math.nan
+        self.samples += 1
+        self.epoch_samples = 2
+        self.consecutive_failures = 0
+        self.last_update = wall_time
 
     def add_failure(self, now_s: float, wall_time: float) -> None:
         self.failures += 1
@@ -170,13 +201,14 @@ class ArmStats:
         self.mean_us = math.nan
         self.var_us2 = 0.0
         self.warmup_us = ()
+        self.faster_us = math.nan
 
 
 class KeyHistory:
     """Measured history of one (operation, size bucket): its arms and lifetime counts."""
 
     __slots__ = ("arms", "bucket", "failures", "id", "merges", "operation", "reference_size",
-                 "samples")
+                 "restarts", "samples")
 
     def __init__(self, operation: str, bucket: int) -> None:
         self.operation = operation
@@ -189,6 +221,8 @@ class KeyHistory:
         # estimates merged in from elsewhere this many times (HistoryStore.merge): the policy
         # commits again from the merged numbers
         self.merges = 0
+        # arm estimates that started again from faster timings (ArmStats.add_sample)
+        self.restarts = 0
 
     def arm(self, backend: Backend) -> ArmStats:
         stats = self.arms.get(backend)
@@ -307,7 +341,8 @@ class HistoryStore:
         if now <= self._last_stamp:
             now = math.nextafter(self._last_stamp, math.inf)
         self._last_stamp = now
-        stats.add_sample(duration_us, now)
+        if stats.add_sample(duration_us, now):
+            key.restarts += 1
         key.samples += 1
         return duration_us
 

@@ -256,6 +256,9 @@ class KeyState:
     # the key's merge count (KeyHistory.merges) this state has seen: estimates merged in from
     # elsewhere end the commitment (the policy commits again from the merged numbers)
     merges: int = 0
+    # the key's count of restarted estimates (KeyHistory.restarts: an arm got faster) when
+    # the plan was made: a plan made before a restart is not followed
+    restarts: int = 0
 
     @property
     def drift_score(self) -> float:
@@ -300,7 +303,9 @@ class Policy:
         step, else the memoised exploit while it stands, else a full :meth:`step` (whose plan
         the following calls carry out)."""
         steps = state.plan
-        if steps and not key.failures:  # exploration goes on by plan, without re-deciding
+        # (exploration goes on by plan, without re-deciding, unless an arm's estimate
+        # started again since: it got faster, and the plan was made without knowing)
+        if steps and not key.failures and state.restarts == key.restarts:
             state.plan = steps[1:]
             state.decisions += 1
             return (self.explained(steps[0], state, key, candidates) if explain
@@ -321,6 +326,7 @@ class Policy:
         the caller starts a new epoch of the key's estimates (``key.start_epoch()``)."""
         if state.merges != key.merges:  # estimates merged in: commit again from them
             _uncommit(state, key.merges)
+        state.restarts = key.restarts
         if neighbours is not None:
             self._look_around(state, key, candidates, neighbours)
         decision = self.decide(state, key, candidates, now_s, explain)
@@ -490,11 +496,16 @@ class Policy:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
         ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
         arms = key.arms
-        interval = self.config.recheck_interval
+        cfg = self.config
+        interval = cfg.recheck_interval
         rival, _third = _two_fastest(arms, [b for b in candidates if b is not chosen])
-        if rival is None or _p_faster(arms[chosen], arms[rival]) >= self.config.clear_confidence:
+        if rival is None:
             return interval
-        return min(self.config.min_samples, interval)
+        if _left_on_first_timings(cfg, arms[rival], arms[chosen]):
+            return min(cfg.min_samples, interval)
+        if _p_faster(arms[chosen], arms[rival]) >= cfg.clear_confidence:
+            return interval
+        return min(cfg.min_samples, interval)
 
     def fallback(self, key: KeyHistory, candidates: Sequence[Backend],
                  tried: Container[Backend]) -> Backend | None:
@@ -631,7 +642,7 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
         round_.append((n, b))
     if not round_:
         return None
-    schedule = _schedule(tuple(round_), min_samples)
+    schedule = _schedule(tuple(round_), min_samples, _checkpoints_pay(cfg, r, round_))
     pick, plan = schedule[0], schedule[1:]
     if r.waiting or best_seen == math.inf:
         # An arm waits for the exploration budget, or nothing is measured here yet (the
@@ -641,6 +652,27 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     if not key.samples and not key.failures:
         return heuristic_decision(pick, plan)
     return explore_decision(pick, plan, key, explain, r.state)
+
+
+def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Backend]]) -> bool:
+    """Whether looking again between a round's timings can pay for itself: a look is a full
+    evaluation (``_EVALUATION_US``), and it can save at most what the rest of the round
+    costs (an arm never timed here counted at what ``_affordable`` expects of it). Where
+    that is under one evaluation (calls of a few microseconds), the round is planned
+    through to ``min_samples`` instead."""
+    best_seen = r.best_seen
+    if best_seen == math.inf:
+        return True  # (nothing measured here yet)
+    arms, floors, min_samples = r.key.arms, r.state.floors, r.min_samples
+    rest_us = 0.0
+    for n, b in round_:
+        if n:
+            expected = arms[b].mean_us
+        else:
+            floor = floors.get(b) if floors else None
+            expected = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+        rest_us += expected * (min_samples - n)
+    return rest_us > _EVALUATION_US
 
 
 def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
@@ -681,6 +713,17 @@ def _clearly_better(cfg: PolicyConfig, challenger: ArmStats, incumbent: ArmStats
     same, and a wrong pick within the margin costs at most the margin.)"""
     # (an estimate that is NaN is not held back either)
     return not challenger.estimate_us >= incumbent.estimate_us * (1.0 - cfg.switch_margin)
+
+
+def _left_on_first_timings(cfg: PolicyConfig, rival: ArmStats, chosen: ArmStats) -> bool:
+    """Whether ``rival`` lost on one costly timing (see ``_owed_round``) without being
+    clearly out (``prune_ratio``): such a commitment is not clear — P(faster) reads 1.0
+    from a timing with no spread measured, and a new size's first timings carry its one-off
+    costs (a library's state can also change early in a process: an ATen kernel measured
+    5x faster from one call on) — so the rival is re-checked soon, as the budget allows."""
+    return (rival.epoch_samples < cfg.min_samples
+            and rival.mean_us - chosen.mean_us >= cfg.explore_free_us
+            and rival.mean_us <= chosen.mean_us * cfg.prune_ratio)
 
 
 def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | None:
@@ -772,8 +815,12 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
     incumbent = state.incumbent
     incumbent_us = arms[incumbent].estimate_us if incumbent else math.inf
     full = (state.rechecks + 1) % cfg.full_recheck_every == 0
-    others = [b for b in usable if b is not incumbent and b in arms and
-              (full or arms[b].estimate_us <= incumbent_us * cfg.plausible_ratio)]
+    # (within the exploration budget: a re-check of an arm far slower on a key of large
+    # calls waits until the key has run long enough to pay for it)
+    budget = _explore_budget(cfg, arms, incumbent_us)
+    others = [b for b in usable if b is not incumbent and b in arms
+              and (full or arms[b].estimate_us <= incumbent_us * cfg.plausible_ratio)
+              and arms[b].estimate_us - incumbent_us <= budget]
     if not others:
         return None
     return min(others, key=lambda b: arms[b].last_update)
@@ -787,6 +834,9 @@ _MEMO_DECISIONS = 16
 # beaten by this much is wrong here: a shared machine's timings of one call vary by 20-40%,
 # but noise only ever adds time.
 _CLEAR_MARGIN = 1.25
+# What one full evaluation of the policy adds to a timed call (4-9 us measured on the
+# development machine): a look between timings that cannot save more is not taken.
+_EVALUATION_US = 5.0
 # Page-Hinkley on the ratio timing/baseline (see Policy.observe).
 _PH_SLACK = 0.2
 _PH_RATIO_CAP = 3.0
@@ -975,18 +1025,23 @@ _MAX_PLAN = 16
 
 
 @functools.lru_cache(maxsize=1024)  # few distinct rounds exist; this is per exploring call
-def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int) -> tuple[Backend, ...]:
+def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int,
+              checkpoints: bool = True) -> tuple[Backend, ...]:
     """The order in which to time the arms owed timings (``(timings so far, arm)`` in
     heuristic order): round-robin, fewest timings first, up to one timing each — where one
     timing far behind rules an arm out, and the smaller buckets, exploring alongside, may
     have floors to go by — then up to two — where pruning may rule an arm out — then up to
-    ``min_samples``; the
-    policy looks again at each of these points. No timing in a schedule depends on another's
+    ``min_samples``; the policy looks again at each of these points (``checkpoints``; else
+    the round goes through to ``min_samples``). No timing in a schedule depends on another's
     result."""
     counts = [n for n, _b in round_]
     least = min(counts)
-    target = min_samples if least >= 2 else min(least + 1, min_samples)
-    schedule = [b for level in range(least, target) for n, b in round_ if n <= level]
+    target = min_samples if least >= 2 or not checkpoints else min(least + 1, min_samples)
+    schedule: list[Backend] = []
+    for level in range(least, target):
+        schedule += [b for n, b in round_ if n <= level]
+        if len(schedule) >= _MAX_PLAN:  # (min_samples may be up to 1,000)
+            break
     return tuple(schedule[:_MAX_PLAN])
 
 

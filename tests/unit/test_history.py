@@ -68,6 +68,27 @@ def test_ewma_follows_a_level_shift() -> None:
     assert _mean(store) == pytest.approx(20.0, rel=0.05)
 
 
+def test_two_timings_in_a_row_far_under_the_estimate_start_it_again() -> None:
+    # the arm got faster (an ATen kernel turned 5x faster early in a process): the warm-up's
+    # median of three kept the old level, and the EWMA would have taken many timings
+    store = HistoryStore(10)
+    key = store.key("op", 5)
+    _feed(store, [50.0, 45.0, 7.0])
+    assert _mean(store) == 45.0 and key.restarts == 0
+    _feed(store, [4.0])  # the second in a row under half the estimate
+    assert _mean(store) == 4.0 and key.restarts == 1
+    assert key.arms[Backend.SIMD].epoch_samples == 2 and key.samples == 4
+    _feed(store, [6.0])  # then the warm-up's median of three goes on as from two timings
+    assert _mean(store) == 6.0
+
+
+def test_one_timing_far_under_the_estimate_is_not_enough_to_start_it_again() -> None:
+    store = HistoryStore(10)
+    key = store.key("op", 5)
+    _feed(store, [10.0] * 20 + [3.0, 10.0, 3.0, 10.0])
+    assert _mean(store) == pytest.approx(9.0, rel=0.05) and key.restarts == 0
+
+
 def test_timings_are_learned_at_the_buckets_reference_size() -> None:
     store = HistoryStore(10)
     key = store.key("op", 21)  # sizes 1,048,576 .. 2,097,151

@@ -189,6 +189,58 @@ def test_an_unsure_commitment_is_rechecked_after_min_samples_decisions() -> None
     assert state.next_recheck == state.decisions + 3
 
 
+def test_a_rival_left_behind_on_one_costly_timing_is_rechecked_soon() -> None:
+    # SCALAR lost on one timing, 2.5 ms over SIMD (over explore_free_us): timing it again
+    # was not worth it then, but one timing is no clear answer (its first timing may carry
+    # one-off costs): the first re-check comes after min_samples decisions
+    key = key_with({SIMD: timed(5000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=1)})
+    state = committed(Policy(), key)
+    assert state.next_recheck == state.decisions + 3
+    # clearly out (over prune_ratio x), it is re-checked at the regular interval
+    key = key_with({SIMD: timed(2000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=1)})
+    state = committed(Policy(PolicyConfig(recheck_interval=50)), key)
+    assert state.next_recheck == state.decisions + 50
+
+
+def test_a_recheck_waits_for_the_exploration_budget() -> None:
+    # SCALAR is 20 ms over SIMD: a re-check is due, but the key has run 100 ms (10%: 10 ms)
+    key = key_with({SIMD: timed(10_000.0, n=10, var_us2=0.0), SCALAR: timed(30_000.0, n=1)})
+    policy = Policy()
+    state = committed(policy, key)
+    state.decisions = state.next_recheck
+    state.memo = None
+    assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
+    key.arms[SIMD] = timed(10_000.0, n=30, var_us2=0.0)  # 300 ms run: 30 ms pays for it
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+
+
+def test_a_round_of_calls_cheaper_than_a_look_is_planned_through() -> None:
+    # a few microseconds a call: looking again between timings would cost more than it saves
+    key = key_with({SIMD: timed(0.4, n=1), SCALAR: timed(0.5, n=1)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, (SCALAR, SIMD, SCALAR))
+    # 100 us calls: the policy looks again after each arm's second timing
+    key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(120.0, n=1)})
+    assert Policy().decide(KeyState(), key, TWO, NOW_S).plan == (SCALAR,)
+
+
+def test_a_plan_made_before_an_arm_got_faster_is_not_followed() -> None:
+    store = HistoryStore(4)
+    key = store.key("op", 10)
+    for arm, us in ((SIMD, 54_000.0), (SIMD, 47_000.0), (SCALAR, 39_000.0)):
+        store.record(key, arm, us, key.reference_size)
+    policy = Policy()
+    state = KeyState()
+    policy.step(state, key, TWO, NOW_S)
+    state.plan = (Decision(SCALAR, Reason.EXPLORE), Decision(SCALAR, Reason.EXPLORE))
+    for us in (6_900.0, 3_600.0):  # SIMD: two timings far under its estimate
+        store.record(key, SIMD, us, key.reference_size)
+    assert key.restarts == 1
+    d, how = policy.next(state, key, TWO, NOW_S)
+    assert how is Step.DECIDED and d.backend is SIMD
+
+
 def test_exploit_is_memoised_until_another_arm_learns_something() -> None:
     key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
     policy = Policy()
