@@ -80,8 +80,9 @@ _EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(
 # policy's drift detector reads the unclipped timing, and a drift alarm re-measures from
 # scratch.
 _CLIP_RATIO = 1.5
-# A timing under 1/this of the estimate is not noise (noise only ever adds time); two in a row
-# mean the arm got faster, and its estimate starts again from them (ArmStats._restart).
+# A timing under 1/this of the estimate is not noise (noise only ever adds time): during the
+# warm-up the timings before it carried one-off costs, after it two in a row mean the arm got
+# faster; either way the estimate starts again from them (ArmStats._restart).
 _FASTER_RATIO = 2.0
 # A failing arm sits out 1 s, doubling with each consecutive failure, up to 5 minutes.
 _QUARANTINE_BASE_S = 1.0
@@ -126,8 +127,11 @@ class ArmStats:
         n = self.epoch_samples
         if n and duration_us * _FASTER_RATIO < self.mean_us:
             first = self.faster_us
+            if n < _WARMUP_SAMPLES:  # the earlier timings carried one-off costs: drop them
+                self._restart((duration_us,), wall_time)
+                return True
             if first == first:  # (not NaN) the second timing in a row far under the estimate
-                self._restart(first, duration_us, wall_time)
+                self._restart((first, duration_us), wall_time)
                 return True
             self.faster_us = duration_us
         elif self.faster_us == self.faster_us:
@@ -173,18 +177,19 @@ class ArmStats:
         self.last_update = wall_time
         return False
 
-    def _restart(self, first_us: float, second_us: float, wall_time: float) -> None:
-        """Two timings in a row far under the estimate: the arm got faster (noise only ever
-        adds time), so its estimate starts again from those two, as from an epoch's first
-        timings. (The warm-up's median and the EWMA would take many timings to leave the
-        old level: an ATen kernel that turned 5x faster early in a process was still
-        estimated at its old time after six fast timings.)"""
-        self.warmup_us = (first_us, second_us)
-        self.mean_us = first_us if first_us < second_us else second_us
+    def _restart(self, timings: tuple[float, ...], wall_time: float) -> None:
+        """The arm got faster (noise only ever adds time): its estimate starts again from
+        ``timings``, as from an epoch's first ones — the one timing far under a warm-up's
+        estimate (the earlier ones carried one-off costs), or the second of two in a row after
+        it. (The warm-up's median and the EWMA would take many timings to leave the old level:
+        an ATen kernel that turned 5x faster early in a process was still estimated at its
+        old time after six fast timings.)"""
+        self.warmup_us = timings
+        self.mean_us = min(timings)
         self.var_us2 = 0.0
         self.faster_us = math.nan
         self.samples += 1
-        self.epoch_samples = 2
+        self.epoch_samples = len(timings)
         self.consecutive_failures = 0
         self.last_update = wall_time
 

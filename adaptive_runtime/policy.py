@@ -635,9 +635,11 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
             if n and stats.mean_us > 2.0 * prune_above:
                 continue  # (one timing this far behind is enough: 6x the best)
             if (n and stats.mean_us - best_seen >= cfg.explore_free_us
-                    and stats.mean_us > best_seen * _CLEAR_MARGIN):
+                    and stats.mean_us > best_seen * _CLEAR_MARGIN
+                    and not (n == 1 and b is r.usable[0] and not r.state.epoch)):
                 # One costly timing that lost clearly is enough: timing it again to make
-                # sure would cost more than the exploration allowance.
+                # sure would cost more than the exploration allowance. (Not the cold-start
+                # arm's one timing, the key's first call: a new size's one-off costs.)
                 continue
         round_.append((n, b))
     if not round_:

@@ -68,16 +68,28 @@ def test_ewma_follows_a_level_shift() -> None:
     assert _mean(store) == pytest.approx(20.0, rel=0.05)
 
 
-def test_two_timings_in_a_row_far_under_the_estimate_start_it_again() -> None:
-    # the arm got faster (an ATen kernel turned 5x faster early in a process): the warm-up's
-    # median of three kept the old level, and the EWMA would have taken many timings
+def test_a_warm_up_timing_far_under_the_estimate_starts_it_again() -> None:
+    # the first timings carried one-off costs, or the arm got faster (an ATen kernel turned
+    # 5x faster early in a process): the warm-up's median of three would keep the old level
     store = HistoryStore(10)
     key = store.key("op", 5)
-    _feed(store, [50.0, 45.0, 7.0])
+    _feed(store, [50.0, 45.0])
     assert _mean(store) == 45.0 and key.restarts == 0
+    _feed(store, [7.0])  # under half the estimate
+    assert _mean(store) == 7.0 and key.restarts == 1
+    assert key.arms[Backend.SIMD].epoch_samples == 1 and key.samples == 3
+    _feed(store, [9.0, 8.0])  # then the warm-up goes on from that one: median of three
+    assert _mean(store) == 8.0
+
+
+def test_two_timings_in_a_row_far_under_a_settled_estimate_start_it_again() -> None:
+    store = HistoryStore(10)
+    key = store.key("op", 5)
+    _feed(store, [50.0] * 20 + [7.0])
+    assert _mean(store) == pytest.approx(45.7, rel=0.01) and key.restarts == 0
     _feed(store, [4.0])  # the second in a row under half the estimate
     assert _mean(store) == 4.0 and key.restarts == 1
-    assert key.arms[Backend.SIMD].epoch_samples == 2 and key.samples == 4
+    assert key.arms[Backend.SIMD].epoch_samples == 2 and key.samples == 22
     _feed(store, [6.0])  # then the warm-up's median of three goes on as from two timings
     assert _mean(store) == 6.0
 

@@ -119,6 +119,18 @@ def test_an_untried_costly_arm_waits_for_the_exploration_budget() -> None:
     assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
 
 
+def test_one_costly_timing_that_lost_is_enough_unless_it_was_the_keys_first_call() -> None:
+    # SCALAR lost on one timing 20 ms over SIMD: timing it again would cost more than the
+    # exploration allowance, so it is owed nothing more
+    key = key_with({SIMD: timed(13_000.0), SCALAR: timed(33_000.0, n=1)})
+    assert Policy().decide(KeyState(), key, TWO, NOW_S).reason is Reason.EXPLOIT
+    # the cold-start arm's one timing is the key's first call, with a new size's one-off
+    # costs (and a library's first-use state): it is timed again
+    key = key_with({SIMD: timed(33_000.0, n=1), SCALAR: timed(13_000.0)})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLORE)
+
+
 def test_two_arms_not_told_apart_are_timed_again_before_committing() -> None:
     noisy = timed(200.0, var_us2=200.0**2)
     key = key_with({SIMD: noisy, SCALAR: timed(210.0, var_us2=200.0**2)})
