@@ -17,18 +17,21 @@ Phases of one key:
    elements → GPU if available; under 1,000 elements → SCALAR; otherwise SIMD).
 2. *explore* — each candidate arm is timed ``min_samples`` times, round by round; an arm
    whose estimate after two timings is over ``prune_ratio`` x the best so far needs no more
-   (it is clearly not the answer), and an arm never timed whose floor (what it takes at least,
+   (it is clearly not the answer; one costly timing that lost clearly is enough too, unless
+   it was the key's first call), and an arm never timed whose floor (what it takes at least,
    e.g. the GPU arm's copies of a host call, or what it took on a smaller size bucket) is
    over ``floor_ratio`` x the best is not tried. While the two fastest are not told apart
    (under ``clear_confidence`` that the faster is faster), they are timed again, up to
-   ``2 * min_samples`` times each.
+   ``2 * min_samples`` times each. A round whose calls cost less than one look of the policy
+   is planned through without looking in between.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
    ``switch_margin`` (hysteresis), and timed ``min_samples`` times in the epoch (a
    challenger timed less is re-timed first). Sparse *recheck* calls measure plausible other
    arms afresh, at intervals that double while the choice holds — starting after
    ``min_samples`` decisions when the commitment was not clear (under ``clear_confidence``
-   that the chosen arm is faster than the runner-up: few noisy timings), after the runtime's
-   ``recheck_interval`` when it was.
+   that the chosen arm is faster than the runner-up: few noisy timings, or a runner-up left
+   behind on one costly timing), after the runtime's ``recheck_interval`` when it was; each
+   when it fits the exploration budget.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
    slower than when it was chosen), or when a challenger beats it in an epoch older than
    ``stale_after_decisions`` (estimates formed at different times), the key is re-explored:
@@ -40,9 +43,10 @@ a call re-routed after an arm raised (:meth:`Policy.fallback`), or of one that r
 arm is quarantined.
 
 One short function per phase, each given the configuration and what it reads: cold start
-(:func:`heuristic_decision`), explore (``_explore``, ``_owed_round``, ``_unsure_plan``,
-``_prior_plan``), commit (``_commit``, ``_clearly_better``, ``_commit_to``), exploit
-(``_explained_exploit``, the memo), re-check (``_recheck_target``, ``_before_switch``), drift
+(:func:`heuristic_decision`), explore (``_explore``, ``_owed_round``, ``_checkpoints_pay``,
+``_unsure_plan``, ``_prior_plan``), commit (``_commit``, ``_clearly_better``, ``_commit_to``),
+exploit (``_explained_exploit``, the memo), re-check (``_recheck_target``,
+``_left_on_first_timings``, ``_before_switch``), drift
 (``_drift``, :meth:`Policy.observe`, ``_start_epoch``) and fallback (``_all_quarantined``,
 :meth:`Policy.fallback`).
 """
