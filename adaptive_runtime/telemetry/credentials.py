@@ -12,6 +12,8 @@
   session, ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` (set by many shells, conda, corporate
   set-ups) silently replace the CA file the exporter was given (``OTEL_EXPORTER_OTLP_CERTIFICATE``),
   so a collector signed by a private CA is never trusted (psf/requests#3829).
+- :func:`shown_url`: an endpoint as logs and ``Telemetry`` show it, a user name or password
+  in it (``https://user:token@collector``) replaced by ``***``.
 - :func:`quiet_grpc_handshake_logs`: grpc's C core prints one line to stderr for every failed
   TLS handshake (each retry of each export, for as long as a certificate is wrong); the
   exporter's own warning already says it once.
@@ -25,12 +27,12 @@ import re
 import sys
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
 __all__ = ["HEADER_VARIABLES", "REDACTED", "check_header_settings", "otlp_http_session",
-           "parse_headers", "quiet_grpc_handshake_logs"]
+           "parse_headers", "quiet_grpc_handshake_logs", "shown_url"]
 
 REDACTED = "***"  # what an error message shows in place of a header value
 #: The variables the OTLP exporters read headers from (the per-signal ones win for their signal).
@@ -122,6 +124,19 @@ def _session_class() -> type:
             return settings
 
     return OtlpHttpSession
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its user name and password, if any, replaced by ``***`` (the exporter
+    keeps the real one): what the shutdown warning, ``Telemetry.traces_destination`` and the
+    CLI print."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # (not a URL the exporter could use either: shown without its userinfo)
+        return url.rpartition("@")[2] if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{REDACTED}@{parts.netloc.rpartition('@')[2]}"))
 
 
 def quiet_grpc_handshake_logs() -> None:

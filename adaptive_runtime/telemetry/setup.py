@@ -89,7 +89,12 @@ from .._forks import after_fork_in_child
 from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
-from .credentials import check_header_settings, otlp_http_session, quiet_grpc_handshake_logs
+from .credentials import (
+    check_header_settings,
+    otlp_http_session,
+    quiet_grpc_handshake_logs,
+    shown_url,
+)
 from .deadline import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     exit_deadline,
@@ -696,7 +701,7 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
         )
 
         return GrpcSpanExporter(endpoint=url, insecure=url.startswith("http://"),
-                                headers=headers, channel_options=GRPC_RECONNECT), url
+                                headers=headers, channel_options=GRPC_RECONNECT), shown_url(url)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
@@ -705,7 +710,7 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
     # (our session lets OTEL_EXPORTER_OTLP_CERTIFICATE win over REQUESTS_CA_BUNDLE; not when
     # a credential provider supplies the session: the SDK reads that variable and it must win)
     session = None if _credential_provider_set("TRACES") else otlp_http_session()
-    return HttpSpanExporter(endpoint=full, headers=headers, session=session), full
+    return HttpSpanExporter(endpoint=full, headers=headers, session=session), shown_url(full)
 
 
 def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
@@ -726,7 +731,7 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
         )
 
         return GrpcMetricExporter(endpoint=url, insecure=url.startswith("http://"),
-                                  headers=headers, channel_options=GRPC_RECONNECT), url
+                                  headers=headers, channel_options=GRPC_RECONNECT), shown_url(url)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
         OTLPMetricExporter as HttpMetricExporter,
     )
@@ -740,7 +745,7 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
     if not _credential_provider_set("METRICS"):
         session = otlp_http_session()
         session.hooks["response"].append(note_http_status)
-    return HttpMetricExporter(endpoint=full, headers=headers, session=session), full
+    return HttpMetricExporter(endpoint=full, headers=headers, session=session), shown_url(full)
 
 
 def _credential_provider_set(signal: str) -> bool:

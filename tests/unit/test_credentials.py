@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from opentelemetry.util.re import parse_env_headers
 
 from adaptive_runtime.errors import ConfigError
+from adaptive_runtime.telemetry import setup
 from adaptive_runtime.telemetry.credentials import (
     check_header_settings,
     otlp_http_session,
     parse_headers,
+    shown_url,
 )
 
 SECRET = "s3cr3t-unit"
@@ -66,3 +68,29 @@ def test_the_session_keeps_its_ca_file_over_requests_ca_bundle(
         session.verify = True  # no CA file configured: the environment's bundle applies
         settings = session.merge_environment_settings("https://c:4318", {}, None, None, None)
         assert settings["verify"] == "/env/bundle.pem"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://user:s3cret@collector:4318/v1/traces", "https://***@collector:4318/v1/traces"),
+    ("http://token@127.0.0.1:4317", "http://***@127.0.0.1:4317"),
+    ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+    ("/tmp/telemetry/traces.jsonl", "/tmp/telemetry/traces.jsonl"),
+])
+def test_a_user_name_or_password_in_an_endpoint_is_never_shown(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_destinations_telemetry_shows_carry_no_password(tmp_path, protocol: str) -> None:
+    # (what the shutdown warning, Telemetry.traces_destination and the CLI print)
+    url = "http://user:s3cret@127.0.0.1:4318"
+    spans, traces_shown = setup._span_exporter("otlp", url, protocol, None, str(tmp_path), {})
+    metrics, metrics_shown = setup._metric_exporter("otlp", url, protocol, None,
+                                                    str(tmp_path), {})
+    try:
+        for shown in (traces_shown, metrics_shown):
+            assert shown.startswith("http://***@127.0.0.1:4318"), shown
+            assert "s3cret" not in shown and "user" not in shown
+    finally:
+        spans.shutdown()
+        metrics.shutdown()
