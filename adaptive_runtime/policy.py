@@ -672,11 +672,7 @@ def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Backe
     arms, floors, min_samples = r.key.arms, r.state.floors, r.min_samples
     rest_us = 0.0
     for n, b in round_:
-        if n:
-            expected = arms[b].mean_us
-        else:
-            floor = floors.get(b) if floors else None
-            expected = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+        expected = arms[b].mean_us if n else _untried_us(cfg, floors, b, best_seen)
         rest_us += expected * (min_samples - n)
     return rest_us > _EVALUATION_US
 
@@ -775,12 +771,19 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
         if budget < 0.0:
             budget = _explore_budget(cfg, arms, best_seen)
         if guess is None:
-            floor = state.floors.get(b) if state.floors else None
-            # (a floor of 0: the GPU arm of inputs already on the device, nothing to copy)
-            guess = 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_seen
+            guess = _untried_us(cfg, state.floors, b, best_seen)
         if guess - best_seen <= budget:
             kept.append(b)
     return kept
+
+
+def _untried_us(cfg: PolicyConfig, floors: Mapping[Backend, float] | None, backend: Backend,
+                best_us: float) -> float:
+    """What a timing of ``backend``, never timed on the key, is expected to take: twice its
+    floor (sizes double per bucket), else ``unknown_arm_ratio`` x the best measured."""
+    floor = floors.get(backend) if floors else None
+    # (a floor of 0: the GPU arm of inputs already on the device, nothing to copy)
+    return 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_us
 
 
 def _explore_budget(cfg: PolicyConfig, arms: Mapping[Backend, ArmStats],
