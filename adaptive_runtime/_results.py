@@ -3,8 +3,9 @@
 Two checks, both off the fast path (see ``_dispatch``):
 
 - *signature*: a result's ``(shape, dtype)`` against what another arm returned for inputs of
-  the same shapes and dtypes. A few attribute reads; it catches an arm that returns a wrong
-  shape or dtype (a broadcasting bug, a silently downcast kernel).
+  the same shapes and dtypes (and the same values of the plain arguments that can shape a
+  result: a length, an axis, a mode name). A few attribute reads; it catches an arm that
+  returns a wrong shape or dtype (a broadcasting bug, a silently downcast kernel).
 - *values* (validation mode, opt-in): a result against another arm's result for the very same
   call — NaN where the reference has none, else ``np.allclose`` within a tolerance set by the
   less precise dtype of the two and scaled to the reference's magnitude (arms sum in different
@@ -31,12 +32,24 @@ _RTOL = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-3, "complex64": 1e-3,
          "float64": 1e-7, "complex128": 1e-7}
 _DEFAULT_RTOL = 1e-7  # float types not listed (longdouble): as float64
 _ndarray = np.ndarray
-_PLAIN = frozenset({int, float, bool, complex, str, type(None)})  # no shape, no dtype
+_np_integers = (np.integer, np.bool_)
+# Plain arguments by value: a length, a count, an axis or a mode name can shape a result
+# (``ramp(5)`` and ``ramp(6)`` share a size bucket and answer shapes (5,) and (6,)). A float or
+# complex one (a scale, a learning rate) by type alone: by value, a learning rate that changes
+# every step would use up a key's signatures and leave its calls unchecked.
+_BY_VALUE = frozenset({int, bool, str, type(None)})
+_BY_TYPE = frozenset({float, complex})
+_SEQUENCES = (tuple, list)
+# A tuple or list argument (a shape, a list of arrays) up to this long is signed element by
+# element; a longer one by its length (signing every element of a long list on every timed
+# call would cost more than the call).
+_MAX_SIGNED_ITEMS = 8
 
 
 def input_signature(args: tuple[Any, ...]) -> Hashable:
-    """Shapes and dtypes of a call's arguments (``None`` for arguments without them): calls
-    with equal signatures must get results of equal signatures from every arm."""
+    """Shapes and dtypes of a call's arguments, and the values of its plain integer, boolean
+    and string arguments: calls with equal signatures must get results of equal signatures
+    from every arm."""
     # (on every timed call: numpy arrays, the common case, by their dtype's number — a
     # dtype object hashes slowly — in one flat tuple, about half the cost of pairs; a pair
     # added with ``+=``, fewer steps than two appends)
@@ -45,11 +58,25 @@ def input_signature(args: tuple[Any, ...]) -> Hashable:
         kind = type(a)
         if kind is _ndarray:
             sig += a.shape, a.dtype.num
-        elif kind in _PLAIN:  # (a failed getattr raises inside: several times the cost)
+        elif kind in _BY_VALUE:  # (a failed getattr raises inside: several times the cost)
+            sig += kind, a
+        elif kind in _BY_TYPE:
             sig.append(kind)
         else:
-            sig += getattr(a, "shape", None), getattr(a, "dtype", None)
+            sig += _other_signature(a)
     return tuple(sig)
+
+
+def _other_signature(a: Any) -> tuple[Any, Any]:
+    """The signature (a pair) of an argument that is neither a numpy array nor a plain scalar: a
+    tensor's shape and dtype, a numpy integer's value, a short sequence's items' signatures."""
+    if isinstance(a, _SEQUENCES):
+        if len(a) > _MAX_SIGNED_ITEMS:
+            return type(a), len(a)
+        return type(a), input_signature(tuple(a))
+    if isinstance(a, _np_integers):
+        return type(a), int(a)
+    return getattr(a, "shape", None), getattr(a, "dtype", None)
 
 
 def result_signature(result: Any) -> tuple[Any, Any]:

@@ -43,7 +43,8 @@ class ResultChecks:
         """The error of a wrong result of ``backend`` on a timed call, else ``None``.
 
         Every timed call (never a fast-path one) compares its result's shape and dtype with
-        what the first arm to answer inputs of the same shapes and dtypes on this key
+        what the first arm to answer inputs of the same signature (shapes, dtypes, and the
+        values of plain integer and string arguments: see ``input_signature``) on this key
         returned: a few attribute reads and a dict lookup, inside the measured cost of a
         timed call that sets the fast path's timing period. In validation mode a sample of
         calls is also re-run on another arm and the values compared (:meth:`_validate`).
@@ -112,7 +113,8 @@ class ResultChecks:
                 return None
         return self._reported_error(ResultMismatchError(
             op.name, ran, ref_arm, f"{describe_signature(out_sig)} where the {ref_arm.value} "
-            f"arm returned {describe_signature(ref_sig)} for inputs of the same shapes"))
+            f"arm returned {describe_signature(ref_sig)} for inputs of the same shapes, dtypes "
+            "and integer arguments"))
 
     def _validate(self, op: Operation, entry: Entry, ran: Backend, args: tuple[Any, ...],
                   result: Any) -> ResultMismatchError | None:

@@ -20,11 +20,27 @@ def test_signatures_of_arrays_tensors_and_scalars() -> None:
     assert result_signature(a) == ((3, 4), np.dtype(np.float32))
     assert result_signature(1.5) == (None, None)
     assert input_signature((a, 2.0)) == ((3, 4), np.dtype(np.float32).num, float)
+    assert input_signature((a, 2)) == ((3, 4), np.dtype(np.float32).num, int, 2)
     assert input_signature((a,)) != input_signature((a.astype(np.float64),))
     assert input_signature((torch.zeros(2),)) == (torch.Size([2]), torch.float32)
     assert describe_signature(result_signature(a)) == "shape (3, 4) float32"
     t = torch.zeros(3, 4)
     assert signatures_agree(result_signature(t), result_signature(torch.ones(3, 4)))
+
+
+def test_integer_and_string_arguments_sign_by_value_floats_by_type() -> None:
+    # a length, an axis or a mode name can shape a result; a scale or a learning rate does not
+    a = np.zeros(4)
+    assert input_signature((5,)) != input_signature((6,))
+    assert input_signature((a, "same")) != input_signature((a, "valid"))
+    assert input_signature((a, True)) != input_signature((a, 1))
+    assert input_signature((np.int64(5),)) != input_signature((np.int64(6),))
+    assert input_signature((a, 0.5)) == input_signature((a, 0.25))
+    # a short sequence (a shape, a few arrays) item by item; a long one by its length
+    assert input_signature(((2, 6),)) != input_signature(((3, 4),))
+    assert input_signature(([a, a],)) != input_signature(([a, np.zeros(5)],))
+    assert input_signature(([1.0] * 100,)) == input_signature(([2.0] * 100,))
+    assert input_signature(([1.0] * 100,)) != input_signature(([1.0] * 101,))
 
 
 def test_a_plain_float_and_a_numpy_scalar_agree_but_shapes_and_dtypes_do_not() -> None:
