@@ -44,6 +44,21 @@ DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
 
 
+# Operation names are identifiers: a longer one is a mistake (a tensor's repr passed as a name,
+# say) and would be copied into every history key, span and metric label of the operation.
+# (How many names there may be is bounded elsewhere: max_history_keys, the metrics' label cap.)
+MAX_NAME_LENGTH = 256
+
+
+def name_too_long(name: str) -> str | None:
+    """Why ``name`` cannot name an operation, if it is over ``MAX_NAME_LENGTH`` characters
+    (the message shows its start, not all of it); else ``None``."""
+    if len(name) <= MAX_NAME_LENGTH:
+        return None
+    return (f"operation names are at most {MAX_NAME_LENGTH} characters, got one of "
+            f"{len(name):,} starting {name[:40]!r}")
+
+
 def utf8_encodable(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogate): operation names travel in
     OTLP protobuf strings, which must be valid UTF-8, or the whole export fails."""
@@ -351,6 +366,9 @@ class OperationRegistry:
             raise RegistrationError(
                 f"operation name must be a non-empty string (valid UTF-8) without surrounding "
                 f"spaces, got {name!r}")
+        too_long = name_too_long(name)
+        if too_long is not None:
+            raise RegistrationError(too_long)
         if size is not None and not callable(size):
             raise RegistrationError(
                 f"size= of operation {name!r} must be a callable returning the element count, "

@@ -44,6 +44,7 @@ from .operations import (
     Kind,
     Operation,
     OperationRegistry,
+    name_too_long,
     utf8_encodable,
 )
 from .policy import Decision, Policy, PolicyConfig, Reason
@@ -192,7 +193,7 @@ class AdaptiveRuntime:
         implementations registered with ``op.add_implementation(arm, fn, family=f)`` (the
         default family's where ``f`` has none) — numpy arrays and torch tensors, say, each
         with the library call its users would write.
-        Raises :class:`RegistrationError` for a duplicate name.
+        Raises :class:`RegistrationError` for a duplicate name, or one over 256 characters.
         """
         op = self._registry.register(name, size=size, kind=kind, owner=self,
                                      on_device=on_device, family=family)
@@ -281,10 +282,11 @@ class AdaptiveRuntime:
         reports with :meth:`record_performance` learns exactly as :meth:`run` does.
 
         Raises ``TypeError`` for an operation that is not a non-empty ``str`` or a non-integer
-        size (``bool`` included), ``ValueError`` for a name that is not valid UTF-8 or a size
-        out of ``0 .. 2**64 - 1``, and :class:`BackendUnavailableError` when no enabled arm can run
-        here. A rejected call changes nothing. :meth:`decide`, :meth:`get_best_backend` and
-        :meth:`is_hot_path` check their arguments alike.
+        size (``bool`` included), ``ValueError`` for a name that is not valid UTF-8 or over
+        256 characters or a size out of ``0 .. 2**64 - 1``, and
+        :class:`BackendUnavailableError` when no enabled arm can run here. A rejected call
+        changes nothing. :meth:`decide`, :meth:`get_best_backend` and :meth:`is_hot_path`
+        check their arguments alike.
         """
         return self._dispatcher.select(_name(operation), input_size).backend
 
@@ -298,9 +300,9 @@ class AdaptiveRuntime:
 
         Every sample counts (none is dropped for being short). Raises ``TypeError`` for an
         operation that is not a non-empty ``str``, a non-integer size or a non-numeric
-        duration, ``ValueError`` for a name that is not valid UTF-8, a size out of
-        ``0 .. 2**64 - 1``, an unknown backend, or a negative, NaN, infinite (or too large for
-        a float) duration. A rejected call changes nothing.
+        duration, ``ValueError`` for a name that is not valid UTF-8 or over 256 characters, a
+        size out of ``0 .. 2**64 - 1``, an unknown backend, or a negative, NaN, infinite (or
+        too large for a float) duration. A rejected call changes nothing.
         """
         operation = _name(operation)
         size_bucket(input_size)  # validates
@@ -506,6 +508,9 @@ def _name(operation: object) -> str:
         # (a lone surrogate would make every later OTLP export of its metrics fail)
         raise ValueError(f"operation must be valid Unicode text (encodable as UTF-8), "
                          f"got {operation!r}")
+    too_long = name_too_long(operation)
+    if too_long is not None:
+        raise ValueError(too_long)
     return operation
 
 

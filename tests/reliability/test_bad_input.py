@@ -193,6 +193,30 @@ def test_sizes_past_2_to_the_64_and_unencodable_names_are_value_errors() -> None
     assert rt.history_snapshot() == [] and rt.selection_counts() == {}
 
 
+def test_names_over_256_characters_are_rejected_showing_only_their_start() -> None:
+    # A name is copied into every history key, span and metric label of its operation: a
+    # megabyte of text passed as a name (a tensor's repr, say) is refused, not stored, and
+    # the error does not repeat it.
+    rt = fresh_runtime()
+    longest, too_long = "n" * 256, "x" * 1_000_000
+    for method in ("select", "decide", "get_best_backend"):
+        with pytest.raises(ValueError, match="at most 256 characters") as raised:
+            getattr(rt, method)(too_long, 10)
+        assert len(str(raised.value)) < 200
+    with pytest.raises(ValueError, match="at most 256 characters"):
+        rt.record_performance(too_long, 10, Backend.SIMD, 1.0)
+    with pytest.raises(ValueError, match="at most 256 characters"):
+        rt.is_hot_path(too_long)
+    with pytest.raises(ar.RegistrationError, match="at most 256 characters") as refused:
+        rt.register(too_long)
+    assert len(str(refused.value)) < 200
+    assert rt.history_snapshot() == [] and rt.selection_counts() == {}
+    rt.select(longest, 10)
+    rt.record_performance(longest, 10, Backend.SIMD, 1.0)
+    rt.register(longest)
+    assert [r.operation for r in rt.history_snapshot()] == [longest]
+
+
 def test_no_usable_arm_is_backend_unavailable_and_changes_nothing() -> None:
     # GPU is the only arm left enabled, on a machine without one
     rt = fresh_runtime(disabled_backends="simd,scalar")
