@@ -36,6 +36,9 @@ TRACES_FILE = "traces.jsonl"
 _SELECT = "adaptive.select "
 _ESTIMATE = "adaptive.estimate_us."
 _COMMITTED = ("exploit", "forced")
+# No export request the runtime writes comes near this (a batch of 512 spans is ~1 MiB): a
+# longer line is not from one of its files, and is not read into memory whole.
+_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class _Select(NamedTuple):
@@ -126,9 +129,13 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
                                f"{exc.strerror or exc}") from None
     with handle:
         number = 0
-        for raw in handle:
+        limit = _MAX_LINE_BYTES
+        while raw := handle.readline(limit + 1):
             number += 1
             where = f"{os.fspath(path)}:{number}"
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise ReportInputError(f"{where}: a line of over {limit:,} bytes: not an "
+                                       "export request the runtime writes (corrupt file?)")
             if not raw.strip():
                 yield len(raw), None, where
                 continue

@@ -11,6 +11,7 @@ about 35 % apart at the buckets either side of each crossing: real timings, clea
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from adaptive_runtime import cli
 from adaptive_runtime.backend import Backend
 from adaptive_runtime.keys import reference_size
 from adaptive_runtime.report import (
+    ReportInputError,
     crossovers,
     from_history_file,
     from_telemetry,
@@ -294,6 +296,21 @@ def test_a_torn_last_line_is_a_write_in_progress_not_an_error(
     text = (recorded.folder / "traces.jsonl").read_text()
     (tmp_path / "traces.jsonl").write_text(text + text.splitlines()[0][:100])
     assert len(from_telemetry(tmp_path).events) == len(from_telemetry(recorded.folder).events)
+
+
+def test_a_line_over_the_limit_is_an_error_naming_it_not_read_whole(
+        recorded: Recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (recorded.folder / "traces.jsonl").read_text()
+    longest = max(len(line.encode()) for line in text.splitlines()) + 1  # (with its newline)
+    # the limit lowered to the longest real line: every real line is still read
+    # (the module: the package exports a function of its name)
+    reader = importlib.import_module("adaptive_runtime.report.trace_files")
+    monkeypatch.setattr(reader, "_MAX_LINE_BYTES", longest)
+    lines = len(text.splitlines())
+    (tmp_path / "traces.jsonl").write_text(text + "x" * (3 * longest) + "\n" + text)
+    assert len(from_telemetry(recorded.folder).events) > 0
+    with pytest.raises(ReportInputError, match=f"traces.jsonl:{lines + 1}: a line of over"):
+        from_telemetry(tmp_path)
 
 
 # ------------------------------------------------------------------------------ bad inputs
