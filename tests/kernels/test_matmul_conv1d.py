@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import adaptive_runtime as ar
+from adaptive_runtime.operations import DeviceProbe
 
 CPU_ARMS = (ar.Backend.SCALAR, ar.Backend.SIMD)
 
@@ -167,3 +168,18 @@ def test_registered_with_size_and_kind(arm_runtimes) -> None:
         assert set(op.backends) >= set(CPU_ARMS)
     assert rt.operation("matmul").size_of(np.ones((2, 3)), np.ones((3, 5))) == 30
     assert rt.operation("conv1d").size_of(np.ones(10), np.ones(3)) == 24
+
+
+def test_conv1d_with_two_paddings_on_one_key_answers_both() -> None:
+    # One size bucket, two paddings: outputs of 254 and 256 columns. While the result check
+    # took the padding by type alone, the second padding's answers looked like wrong shapes
+    # and every arm was quarantined (AllBackendsFailedError).
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), devices=DeviceProbe(gpu=False))
+    rng = np.random.default_rng(0)
+    x, w = _normal(rng, (2, 4, 256), np.float64), _normal(rng, (8, 4, 3), np.float64)
+    for padding in (0, 1) * 20:
+        y = rt.run("conv1d", x, w, None, padding)
+        np.testing.assert_allclose(y, torch.nn.functional.conv1d(
+            torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy(), rtol=1e-10)
+    assert rt.fallback_counts() == {}
+    assert sum(r.failures for r in rt.history_snapshot()) == 0
