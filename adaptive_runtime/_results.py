@@ -40,6 +40,7 @@ _np_integers = (np.integer, np.bool_)
 _BY_VALUE = frozenset({int, bool, str, type(None)})
 _BY_TYPE = frozenset({float, complex})
 _SEQUENCES = (tuple, list)
+_SIGNED_BY_CONTENT = (*_SEQUENCES, *_np_integers)
 # A tuple or list argument (a shape, a list of arrays) up to this long is signed element by
 # element; a longer one by its length (signing every element of a long list on every timed
 # call would cost more than the call).
@@ -62,21 +63,21 @@ def input_signature(args: tuple[Any, ...]) -> Hashable:
             sig += kind, a
         elif kind in _BY_TYPE:
             sig.append(kind)
-        else:
-            sig += _other_signature(a)
+        elif isinstance(a, _SIGNED_BY_CONTENT):
+            sig += _content_signature(a)
+        else:  # a tensor, the usual case
+            sig += getattr(a, "shape", None), getattr(a, "dtype", None)
     return tuple(sig)
 
 
-def _other_signature(a: Any) -> tuple[Any, Any]:
-    """The signature (a pair) of an argument that is neither a numpy array nor a plain scalar: a
-    tensor's shape and dtype, a numpy integer's value, a short sequence's items' signatures."""
+def _content_signature(a: Any) -> tuple[Any, Any]:
+    """The signature (a pair) of a tuple or list argument — its items' signatures, or its
+    length when long — or of a numpy integer or bool: its value."""
     if isinstance(a, _SEQUENCES):
         if len(a) > _MAX_SIGNED_ITEMS:
             return type(a), len(a)
         return type(a), input_signature(tuple(a))
-    if isinstance(a, _np_integers):
-        return type(a), int(a)
-    return getattr(a, "shape", None), getattr(a, "dtype", None)
+    return type(a), int(a)
 
 
 def result_signature(result: Any) -> tuple[Any, Any]:
