@@ -167,3 +167,26 @@ def test_inference_mode_gets_no_graph() -> None:
         for _ in range(5):
             assert rt.run("relu", x).grad_fn is None
     assert {r.operation for r in rt.history_snapshot()} == {"relu@torch"}
+
+
+def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
+    """ATen's float64 gelu runs ~6x slower until it has once seen a value near zero (see
+    ``torch_arms._prime_gelu``): the arms' first call runs it on float64 zeros, once."""
+    from adaptive_runtime.kernels.activations import gelu_through_torch
+
+    seen: list[torch.Tensor] = []
+    real_gelu = torch.nn.functional.gelu
+
+    def recording_gelu(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(x.clone())
+        return real_gelu(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "gelu", recording_gelu)
+    monkeypatch.setattr(torch_arms, "_modules", [])  # as in a process whose arms never ran
+    x = np.random.default_rng(0).standard_normal(100)
+    for _ in range(3):
+        np.testing.assert_array_equal(gelu_through_torch(x), real_gelu(torch.from_numpy(x)))
+    primer, *calls = seen
+    assert primer.dtype == torch.float64 and primer.numel() >= 16
+    assert not primer.any()
+    assert len(calls) == 3 and all(torch.equal(c, torch.from_numpy(x)) for c in calls)
