@@ -31,7 +31,8 @@ Phases of one key:
    ``min_samples`` decisions when the commitment was not clear (under ``clear_confidence``
    that the chosen arm is faster than the runner-up: few noisy timings, or a runner-up left
    behind on one costly timing), after the runtime's ``recheck_interval`` when it was; each
-   when it fits the exploration budget.
+   when it fits the exploration budget; a turn with no arm to look at (none plausible, none
+   within the budget yet) passes, and the next comes an interval later.
 4. *drift* — when the committed arm's Page-Hinkley statistic passes ``drift_threshold`` (it got
    slower than when it was chosen), or when a challenger beats it in an epoch older than
    ``stale_after_decisions`` (estimates formed at different times), the key is re-explored:
@@ -235,6 +236,8 @@ class KeyState:
     epoch_start: int = 0  # decisions made when the current epoch began
     next_recheck: int = 0  # the decision count at which the next re-check is due
     recheck_interval: int = 0  # decisions between re-checks, doubling while the choice holds
+    # re-check turns over (a turn with no arm to look at counts: every full_recheck_every-th
+    # turn looks at every arm)
     rechecks: int = 0
     switches: int = 0  # commitments that replaced another committed arm
     # the last full exploit decision, reused (Policy.next) until memo_until decisions
@@ -349,22 +352,28 @@ class Policy:
                 and _prior_contradicted(key, prior, candidates)):
             # decide() saw this and explored in full: the prior is wrong here
             state.prior = None
+        recheck_due = state.decisions >= state.next_recheck
         state.decisions += 1
         reason = decision.reason
         if reason is _EXPLOIT:
             if state.incumbent is not decision.backend:
                 _commit_to(state, key, decision.backend,
                            self.first_recheck(key, decision.backend, candidates))
+            elif recheck_due:
+                # A re-check came due and decide() found no arm to look at (none plausible,
+                # or none within the exploration budget yet): the turn passes as if it had
+                # held. Left due, the memo would end at once (it never outlives the next
+                # re-check), so every timed call evaluated the policy in full, and with the
+                # turns not counted the full re-check of every arm never came: an arm whose
+                # only timing was a cold first call's was never timed again.
+                _next_recheck_turn(cfg, state)
             if not memoised:
                 # (an unexplained exploit is one shared object per arm: the memo is renewed by
                 # every full evaluation, not only when the object changes)
                 state.memo = decision
                 state.memo_until = min(state.decisions + _MEMO_DECISIONS, state.next_recheck)
         elif reason is Reason.RECHECK:
-            state.rechecks += 1
-            # the choice held until now: look again later, then later still
-            state.recheck_interval = min(state.recheck_interval * 2, cfg.recheck_interval * 64)
-            state.next_recheck = state.decisions + state.recheck_interval
+            _next_recheck_turn(cfg, state)
         elif reason is Reason.DRIFT:
             # re-measure the arm that slowed in full and the others once: a full exploration
             # only if one of them now beats it (a machine's stall alarms too, and must not
@@ -893,6 +902,14 @@ def _commit_to(state: KeyState, key: KeyHistory, backend: Backend, first_recheck
     state.drift_sum = state.drift_min = 0.0
     state.recheck_interval = first_recheck
     state.next_recheck = state.decisions + first_recheck
+
+
+def _next_recheck_turn(cfg: PolicyConfig, state: KeyState) -> None:
+    """A re-check turn is over (taken, or passed with no arm to look at): the choice held
+    until now, so look again later, then later still."""
+    state.rechecks += 1
+    state.recheck_interval = min(state.recheck_interval * 2, cfg.recheck_interval * 64)
+    state.next_recheck = state.decisions + state.recheck_interval
 
 
 def _disarm(state: KeyState) -> None:

@@ -317,6 +317,24 @@ def test_a_recheck_is_due_at_next_recheck_and_the_interval_then_doubles() -> Non
     assert policy.remeasures(key, d)  # its timing replaces its (old) estimate
 
 
+def test_a_recheck_turn_with_no_arm_to_look_at_passes_and_the_fourth_looks_at_every_arm() -> None:
+    # SCALAR's one timing (a cold first call's, say) is 45x SIMD's: not plausible, so the
+    # regular turns pass it over. They still count: the memo holds between turns (a turn
+    # left due made every later decision a full one) and the fourth turn looks at every arm.
+    key = key_with({SIMD: timed(0.6, n=50, var_us2=0.01), SCALAR: timed(27.0, n=1)})
+    policy = Policy(PolicyConfig(recheck_interval=4))
+    state = committed(policy, key)
+    steps = []
+    while True:
+        d, how = policy.next(state, key, TWO, NOW_S)
+        steps.append(how)
+        if d.reason is not Reason.EXPLOIT:
+            break
+        assert len(steps) < 500, "the re-check never came"
+    assert (d.backend, d.reason, state.rechecks) == (SCALAR, Reason.RECHECK, 4)
+    assert steps.count(Step.DECIDED) <= len(steps) // 4, steps
+
+
 # ------------------------------------------------------------------ drift
 
 
