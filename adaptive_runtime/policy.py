@@ -1024,7 +1024,10 @@ def _two_fastest(arms: Mapping[Backend, ArmStats],
 
 
 def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
-    return MappingProxyType({b: s.estimate_us for b, s in key.arms.items()
+    # (ArmStats.estimate_us of each arm measured in this epoch or failing, without the
+    # property's calls: this is built for every span of a traced runtime)
+    return MappingProxyType({b: math.inf if s.consecutive_failures else s.mean_us
+                             for b, s in key.arms.items()
                              if s.epoch_samples or s.consecutive_failures})
 
 
@@ -1101,21 +1104,25 @@ def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistor
 
 def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory,
                        state: KeyState) -> Decision:
-    arms = key.arms
-    estimates = _estimates(key)
-    measured = [b for b in usable if b in estimates and arms[b].epoch_samples]
-    return Decision(chosen, Reason.EXPLOIT, _confidence(chosen, measured, arms, estimates),
-                    estimates, key.samples, floors_us=_floors_of(state))
+    # (built for every exploit span: one pass, no generator, positional fields)
+    return Decision(chosen, _EXPLOIT, _confidence(chosen, usable, key.arms), _estimates(key),
+                    key.samples, (), _floors_of(state))
 
 
-def _confidence(chosen: Backend, measured: Sequence[Backend], arms: Mapping[Backend, ArmStats],
-                estimates: Mapping[Backend, float]) -> float:
-    """P(chosen is faster than the runner-up), normal approximation of the two estimates."""
-    runner = min((b for b in measured if b is not chosen), key=estimates.__getitem__,
-                 default=None)
-    if runner is None:
-        return 1.0
-    return _p_faster(arms[chosen], arms[runner])
+def _confidence(chosen: Backend, usable: Sequence[Backend],
+                arms: Mapping[Backend, ArmStats]) -> float:
+    """P(chosen is faster than the runner-up: the fastest other of ``usable`` measured in
+    this epoch, the first one on a tie), normal approximation of the two estimates."""
+    runner = None
+    runner_us = math.inf
+    for b in usable:
+        stats = arms.get(b)
+        if b is chosen or stats is None or not stats.epoch_samples:
+            continue
+        us = stats.estimate_us
+        if runner is None or us < runner_us:
+            runner, runner_us = stats, us
+    return 1.0 if runner is None else _p_faster(arms[chosen], runner)
 
 
 def _p_faster(mine: ArmStats, theirs: ArmStats) -> float:
