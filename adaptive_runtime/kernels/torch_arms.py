@@ -21,6 +21,7 @@ The backward operations get the same families: ATen's backward kernels and numba
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import weakref
 from collections.abc import Callable
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
 
 __all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed"]
+
+_log = logging.getLogger(__name__)
 
 
 _modules: list[Any] = []  # [torch, torch.nn.functional], once a tensor has been seen
@@ -64,7 +67,10 @@ def _prime_gelu(torch: Any) -> None:
     explored in the slow state was left for the rest of a run that later found it fastest.
     Priming is one call on 64 elements, once per process; it also speeds up the user's
     own float64 gelu calls. (Called by ``_load``, which runs once per process.)"""
-    torch.nn.functional.gelu(torch.zeros(64, dtype=torch.float64))
+    try:
+        torch.nn.functional.gelu(torch.zeros(64, dtype=torch.float64))
+    except Exception as exc:  # a speed-up only: an odd torch build must not fail the arms
+        _log.debug("float64 gelu not primed: %r", exc)
 
 
 # (an arm runs per call: a list read is cheaper than a dict lookup and two attributes)

@@ -190,3 +190,19 @@ def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
     assert primer.dtype == torch.float64 and primer.numel() >= 16
     assert not primer.any()
     assert len(calls) == 3 and all(torch.equal(c, torch.from_numpy(x)) for c in calls)
+
+
+def test_a_failing_primer_leaves_the_arms_working(monkeypatch) -> None:
+    from adaptive_runtime.kernels.activations import gelu_through_torch
+
+    real_gelu = torch.nn.functional.gelu
+
+    def gelu_refusing_zeros(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not x.any():
+            raise RuntimeError("no kernel for this build")
+        return real_gelu(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "gelu", gelu_refusing_zeros)
+    monkeypatch.setattr(torch_arms, "_modules", [])
+    x = np.random.default_rng(1).standard_normal(50)
+    np.testing.assert_array_equal(gelu_through_torch(x), real_gelu(torch.from_numpy(x)))
