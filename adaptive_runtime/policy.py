@@ -942,18 +942,27 @@ def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend
     ratio leaves slack, and every few re-checks look at every arm.)"""
     floors = state.floors
     find, operation = neighbours.find, key.operation
-    nearest, lowest = key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0)
-    for backend in candidates:
-        for bucket in range(nearest, lowest, -1):
-            smaller = find(operation, bucket)
-            stats = smaller.arms.get(backend) if smaller is not None else None
+    # (each smaller bucket looked up once for all arms, nearest first: this runs on a key's
+    # first calls, where an arm measured nowhere yet would cost a lookup per bucket per arm)
+    missing = list(candidates)
+    for bucket in range(key.bucket - 1, max(key.bucket - _FLOOR_LOOKBACK, 0), -1):
+        smaller = find(operation, bucket)
+        if smaller is None:
+            continue
+        arms = smaller.arms
+        still_missing = []
+        for backend in missing:
+            stats = arms.get(backend)
             if stats is None or not stats.epoch_samples or stats.consecutive_failures:
+                still_missing.append(backend)
                 continue
             if floors is None:
                 floors = state.floors = {}
             if stats.mean_us > floors.get(backend, 0.0):
                 floors[backend] = stats.mean_us
-            break
+        if not still_missing:
+            return
+        missing = still_missing
 
 
 # Smaller size buckets looked at for an arm's floor on a key (see _raise_floors).

@@ -93,8 +93,9 @@ class Learner:
                                                 self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
+                # (the smaller buckets are looked at by the decision below: Policy.step)
                 core.policy.set_floors(state, key, entry.candidates,
-                                       floors(op.name, entry.impls, args), core.history)
+                                       floors(op.name, entry.impls, args))
             decision = entry.next
             if decision is None:
                 decision = self.decide(entry.key, entry.state, entry.candidates, core.clock())
