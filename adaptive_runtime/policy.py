@@ -420,14 +420,11 @@ class Policy:
             state.incumbent = None
             _disarm(state)
 
-    def set_floors(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
-                   floors: dict[Backend, float] | None,
-                   neighbours: Neighbours | None = None) -> None:
-        """Take ``floors`` (what arms take at least on the key's first call, e.g. the GPU arm's
-        copies of a host call), raised to what the smaller size buckets measured."""
+    def set_floors(self, state: KeyState, floors: dict[Backend, float] | None) -> None:
+        """Take ``floors``: what arms take at least on the key's first call, e.g. the GPU arm's
+        copies of a host call. (:meth:`step` raises them to what the smaller size buckets
+        measured, from the key's first decision on.)"""
         state.floors = floors
-        if neighbours is not None:
-            _raise_floors(state, key, candidates, neighbours)
 
     def drop_plan(self, state: KeyState) -> None:
         """Forget the exploration plan (a selection or a reported timing came in between:

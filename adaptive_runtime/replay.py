@@ -424,7 +424,7 @@ def _replay_call(policy: Policy, store: HistoryStore, run: _KeyRun, call: CallTi
     fast_arm = state.incumbent
     if run.key is None:  # the key's first call (as the runtime's: no plan followed)
         run.key = store.key(call.operation, size_bucket(call.size))
-        policy.set_floors(state, run.key, run.candidates, None)  # (step looks around)
+        policy.set_floors(state, None)  # (no implementation floors recorded)
         decision = policy.step(state, run.key, run.candidates, call.time_s, store, False)
         how = Step.DECIDED
     else:

@@ -93,9 +93,8 @@ class Learner:
                                                 self._rates[op.name])
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
-                # (the smaller buckets are looked at by the decision below: Policy.step)
-                core.policy.set_floors(state, key, entry.candidates,
-                                       floors(op.name, entry.impls, args))
+                # (the decision below raises them to the smaller buckets': Policy.step)
+                core.policy.set_floors(state, floors(op.name, entry.impls, args))
             decision = entry.next
             if decision is None:
                 decision = self.decide(entry.key, entry.state, entry.candidates, core.clock())
