@@ -1,19 +1,37 @@
 """The adaptive runtime against the call a user would write anyway.
 
 For each input type (numpy arrays, torch tensors, JAX arrays where the runtime has JAX arms) and
-dtype (float32, float64), a workload of every built-in operation (sizes 8 to
-``PLAIN_MAX_ELEMENTS``) runs through a fresh adaptive runtime and as the plain library call
-(numpy / ``torch`` / jitted ``jax.numpy``; numpy's gelu is scipy's ``erf``), side by side in a
-random order per call. Target: adaptive <= 1.02x the plain call per input type and dtype,
-exploration included (goal: under 1x, from the arms that beat it); then the operations and
-sizes where an adaptive arm beats the plain call, and by how much. (Part (d) of
-``decision_quality.py`` until it moved here.)
+dtype (float32, float64), a workload of every built-in operation runs through a fresh adaptive
+runtime and as the plain library call (numpy / ``torch`` / jitted ``jax.numpy``; numpy's gelu is
+scipy's ``erf``), side by side in a random order per call. Target: adaptive <= 1.02x the plain
+call per input type and dtype, exploration included (goal: under 1x, from the arms that beat
+it); then the operations and sizes where an adaptive arm beats the plain call, and by how much.
+
+What a competent user's baseline looks like, and so what this compares:
+
+- Shapes come from a fixed set, as in a training loop: ``SHAPES_PER_OP`` sizes per operation,
+  log-spaced from 8 elements to the operation's largest, each call drawing one of them. (A new
+  random size per call would make nearly every jitted call a compilation: the comparison would
+  be of XLA's compiler, not of the calls.)
+- Both sides are warmed on every shape they will see before anything is timed: the plain call
+  and every adaptive arm's kernel (numba compiles, XLA compiles each shape, torch initialises
+  lazily). That warm-up is reported as its own table, with the XLA compilations counted during
+  the timed calls (expected: none on either side).
+- Both sides are synced alike: a JAX result is blocked on (``jax.block_until_ready``) inside
+  the timed region on the plain side and on the adaptive side, and JAX inputs before it,
+  untimed. (JAX dispatches asynchronously: timing one side's launch against the other side's
+  finished work would compare different things.)
+- numpy and torch inputs are read once, untimed, before each call, so whichever side runs
+  first does not pay for bringing them into cache for the other.
+
+``PLAIN_CALLS_PER_OP`` (environment variable of the same name) shrinks the run while developing.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,17 +39,41 @@ from typing import Any
 
 import numpy as np
 from _table import print_table, verdict
-from decision_quality import GC_EVERY, SEED, WORKLOAD, Make, _square, _vector
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import size_bucket
 from adaptive_runtime.operations import DeviceProbe
 
-PLAIN_CALLS_PER_OP = 120
+SEED = 0
+GC_EVERY = 50  # calls between garbage collections (which are not timed)
+PLAIN_CALLS_PER_OP = int(os.environ.get("PLAIN_CALLS_PER_OP", "120"))
 PLAIN_MAX_ELEMENTS = 1_000_000
 PLAIN_TARGET = 1.02
 BEATEN_ROWS = 6
 PLAIN_LINEAR_MAX = 512 * 64 * 64  # multiply-adds (rows of 64 inputs, 64 outputs)
+# the fixed shapes each operation is called with (log-spaced sizes): a training loop's few
+SHAPES_PER_OP = 6
+# distinct inputs per shape, used in turn (fresh data without a new array per call)
+INPUTS_PER_SHAPE = 2
+# untimed calls of each side per shape before the timed ones (the first one compiles)
+WARM_CALLS = 2
+
+Make = Callable[[np.random.Generator, int], tuple[Any, ...]]
+
+
+def _vector(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.standard_normal(n)
+
+
+def _rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows of 64 (fewer elements: one row), as a model's activations."""
+    width = 64 if n >= 64 else n
+    return rng.standard_normal((max(n // width, 1), width))
+
+
+def _square(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    side = max(int(math.sqrt(n)), 1)
+    return rng.standard_normal((side, side)), rng.standard_normal((side, side))
 
 
 def _linear_args(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
@@ -40,13 +82,20 @@ def _linear_args(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
             rng.standard_normal(64))
 
 
-# operation -> (inputs for a size of n elements, the largest n)
-PLAIN_WORKLOAD: dict[str, tuple[Make, int]] = {
-    **{name: (make, min(largest, PLAIN_MAX_ELEMENTS)) for name, (make, largest) in
-       WORKLOAD.items() if name not in ("matmul", "conv1d")},
-    "matmul": (_square, 256 * 256),  # (n: the elements of each square matrix)
-    "linear": (_linear_args, PLAIN_LINEAR_MAX),
-    "conv1d": (lambda rng, n: (_vector(rng, n), _vector(rng, 31)), PLAIN_MAX_ELEMENTS),
+# operation -> (inputs for a size of n elements, the smallest n, the largest n)
+PLAIN_WORKLOAD: dict[str, tuple[Make, int, int]] = {
+    "dot": (lambda rng, n: (_vector(rng, n), _vector(rng, n)), 8, PLAIN_MAX_ELEMENTS),
+    "add": (lambda rng, n: (_vector(rng, n), _vector(rng, n)), 8, PLAIN_MAX_ELEMENTS),
+    "scale": (lambda rng, n: (1.5, _vector(rng, n), _vector(rng, n)), 8, PLAIN_MAX_ELEMENTS),
+    "sum": (lambda rng, n: (_vector(rng, n),), 8, PLAIN_MAX_ELEMENTS),
+    "relu": (lambda rng, n: (_vector(rng, n),), 8, PLAIN_MAX_ELEMENTS),
+    "gelu": (lambda rng, n: (_vector(rng, n),), 8, PLAIN_MAX_ELEMENTS),
+    "softmax": (lambda rng, n: (_rows(rng, n),), 8, PLAIN_MAX_ELEMENTS),
+    "layer_norm": (lambda rng, n: (_rows(rng, n),), 8, PLAIN_MAX_ELEMENTS),
+    "matmul": (_square, 8, 256 * 256),  # (n: the elements of each square matrix)
+    # (below one row of 64 x 64 multiply-adds every size is the same shape)
+    "linear": (_linear_args, 64 * 64, PLAIN_LINEAR_MAX),
+    "conv1d": (lambda rng, n: (_vector(rng, n), _vector(rng, 31)), 31, PLAIN_MAX_ELEMENTS),
 }
 
 
@@ -72,6 +121,7 @@ def numpy_calls() -> dict[str, Callable[..., Any]]:
 
 
 def torch_calls() -> dict[str, Callable[..., Any]]:
+    """What a torch user writes for each operation (ATen's own functions)."""
     import torch
     import torch.nn.functional as F
 
@@ -84,7 +134,8 @@ def torch_calls() -> dict[str, Callable[..., Any]]:
 
 
 def jax_calls() -> dict[str, Callable[..., Any]]:
-    """Jitted ``jax.numpy`` (what a JAX user writes), blocking on the result."""
+    """Jitted ``jax.numpy``, one ``jax.jit`` per operation (what a JAX user writes). Not
+    blocked on here: the caller syncs both sides' results alike."""
     import jax
     import jax.numpy as jnp
 
@@ -97,15 +148,11 @@ def jax_calls() -> dict[str, Callable[..., Any]]:
             x.var(-1, keepdims=True) + 1e-5),
         "matmul": jnp.matmul, "linear": lambda x, w, b: x @ w.T + b,
         "conv1d": lambda x, w: jnp.correlate(x, w, "valid")}
-
-    def blocking(fn: Callable[..., Any]) -> Callable[..., Any]:
-        jitted = jax.jit(fn)
-        return lambda *args: jitted(*args).block_until_ready()
-
-    return {name: blocking(fn) for name, fn in plain.items()}
+    return {name: jax.jit(fn) for name, fn in plain.items()}
 
 
 def convert(library: str, args: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
+    """``args`` (numpy float64) as ``library``'s arrays of ``dtype``; scalars unchanged."""
     out = []
     for a in args:
         if not isinstance(a, np.ndarray):
@@ -125,82 +172,183 @@ def convert(library: str, args: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def syncer(library: str) -> Callable[[Any], Any]:
+    """What waits for a call's result to be computed: ``jax.block_until_ready`` for JAX
+    (asynchronous dispatch), nothing for numpy and torch on the CPU (their calls return done)."""
+    if library == "jax":
+        import jax
+
+        return jax.block_until_ready
+    return lambda result: result
+
+
+class CompileCounter:
+    """XLA compilations (and jaxpr traces) JAX reports through ``jax.monitoring``: the timed
+    calls must show none, or they time a compiler."""
+
+    EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
+                        "/jax/core/compile/backend_compile_duration"})
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._listening = False
+
+    def listen(self) -> None:
+        """Start counting (once; JAX has no way to remove a listener, so it stays)."""
+        if self._listening:
+            return
+        from jax import monitoring
+
+        def counted(event: str, _duration_s: float, **_kwargs: Any) -> None:
+            if event in self.EVENTS:
+                self.count += 1
+
+        monitoring.register_event_duration_secs_listener(counted)
+        self._listening = True
+
+
+COMPILES = CompileCounter()
+
+
+def shape_sizes(smallest: int, largest: int) -> list[int]:
+    """``SHAPES_PER_OP`` log-spaced sizes from ``smallest`` to ``largest`` (distinct)."""
+    sizes = np.geomspace(smallest, largest, SHAPES_PER_OP)
+    return sorted({round(float(n)) for n in sizes})
+
+
+Call = tuple[str, tuple[Any, ...]]
+
+
+def build_calls(library: str, names: list[str], dtype: Any
+                ) -> tuple[list[Call], dict[tuple[str, int], list[tuple[Any, ...]]]]:
+    """The shuffled timed calls, and the inputs of every (operation, size) shape."""
+    rng = np.random.default_rng(SEED)
+    inputs: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    calls: list[Call] = []
+    for name in names:
+        make, smallest, largest = PLAIN_WORKLOAD[name]
+        sizes = shape_sizes(smallest, largest)
+        for n in sizes:
+            inputs[(name, n)] = [convert(library, make(rng, n), dtype)
+                                 for _ in range(INPUTS_PER_SHAPE)]
+        used: dict[int, int] = defaultdict(int)
+        for _ in range(PLAIN_CALLS_PER_OP):
+            n = sizes[int(rng.integers(len(sizes)))]
+            pool = inputs[(name, n)]
+            calls.append((name, pool[used[n] % len(pool)]))
+            used[n] += 1
+    return [calls[i] for i in rng.permutation(len(calls))], inputs
+
+
+def warm_up(rt: ar.AdaptiveRuntime, plain_calls: dict[str, Callable[..., Any]],
+            inputs: dict[tuple[str, int], list[tuple[Any, ...]]],
+            sync: Callable[[Any], Any]) -> tuple[float, float]:
+    """Every shape, ``WARM_CALLS`` times, through the plain call and every available adaptive
+    arm's kernel (called directly: the runtime learns nothing from it, so its exploration is
+    still in the timed calls). Returns (plain, adaptive arms) seconds: the compile and lazy
+    set-up costs a process pays once per shape."""
+    probe = DeviceProbe()
+    plain_s = adaptive_s = 0.0
+    for (name, _n), pool in inputs.items():
+        args = pool[0]
+        sync(args)
+        start = time.perf_counter()
+        for _ in range(WARM_CALLS):
+            sync(plain_calls[name](*args))
+        plain_s += time.perf_counter() - start
+        family_op, _entries, _size = rt._dispatcher.route(name, args)
+        start = time.perf_counter()
+        for arm in family_op.backends:
+            impl = family_op.implementation_for(arm)
+            if impl is not None and probe.available(arm):
+                for _ in range(WARM_CALLS):
+                    sync(impl.fn(*args))
+        adaptive_s += time.perf_counter() - start
+    return plain_s, adaptive_s
+
+
 def versus_plain_calls() -> None:
-    libraries = {"numpy": numpy_calls, "torch": torch_calls}
+    """Run every input type and dtype; print the comparison, the warm-up and the wins."""
+    libraries: dict[str, Callable[[], dict[str, Callable[..., Any]]]] = {
+        "numpy": numpy_calls, "torch": torch_calls}
     probe = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     if "jax" in probe.operation("gelu").families:  # (JAX arms registered)
         libraries["jax"] = jax_calls
-    rows, wins = [], []
+    rows, warm_rows, wins = [], [], []
     for library, make_calls in libraries.items():
         plain_calls = make_calls()
         for dtype in (np.float32, np.float64):
-            if library == "jax" and dtype is np.float64:
+            if library == "jax":
                 import jax
 
-                jax.config.update("jax_enable_x64", True)
-            ratio, beaten = _plain_run(library, plain_calls, dtype)
-            rows.append([f"{library} {np.dtype(dtype).name}", f"{ratio[0]:.3f} s",
-                         f"{ratio[1]:.3f} s", f"{ratio[1] / ratio[0]:.3f}x",
-                         f"<= {PLAIN_TARGET}x", verdict(ratio[1] <= PLAIN_TARGET * ratio[0])])
-            wins += [[f"{library} {np.dtype(dtype).name}", *row] for row in beaten]
+                # (float64 JAX arrays need x64 on; float32 ones are the same either way)
+                jax.config.update("jax_enable_x64", dtype is np.float64)
+                COMPILES.listen()
+            label = f"{library} {np.dtype(dtype).name}"
+            run = _plain_run(library, plain_calls, dtype)
+            plain_s, adaptive_s = run["timed"]
+            rows.append([label, f"{plain_s:.3f} s", f"{adaptive_s:.3f} s",
+                         f"{adaptive_s / plain_s:.3f}x", f"<= {PLAIN_TARGET}x",
+                         verdict(adaptive_s <= PLAIN_TARGET * plain_s)])
+            plain_warm, adaptive_warm = run["warm"]
+            compiles = (f"{run['compiles'][0]} / {run['compiles'][1]}" if library == "jax"
+                        else "-")
+            warm_rows.append([label, run["shapes"], f"{plain_warm:.3f} s",
+                              f"{adaptive_warm:.3f} s", compiles])
+            wins += [[label, *row] for row in run["beaten"]]
     print_table(f"adaptive vs the plain library call: {PLAIN_CALLS_PER_OP} calls per "
-                f"operation, sizes 8..{PLAIN_MAX_ELEMENTS:,}, shuffled, exploration included",
+                f"operation over {SHAPES_PER_OP} fixed shapes each (8..{PLAIN_MAX_ELEMENTS:,} "
+                "elements), shuffled, both sides warmed on every shape and synced alike, "
+                "exploration included",
                 ["inputs", "plain call", "adaptive", "ratio", "target", "verdict"], rows)
+    print_table("compile / warm-up before the timed calls (untimed, not in the ratios above: "
+                f"{WARM_CALLS} calls per shape, the plain call and every adaptive arm's kernel)",
+                ["inputs", "shapes", "plain call", "adaptive arms",
+                 "XLA compiles in timed calls (plain / adaptive)"], warm_rows)
     print_table("where an adaptive arm beats the plain call (per operation and size bucket, "
-                f"totals of the same calls; at least 10% faster; the {BEATEN_ROWS} largest "
-                "savings per input type)",
+                "totals of the same calls; at least 10% faster; the "
+                f"{BEATEN_ROWS} largest savings per input type)",
                 ["inputs", "operation", "sizes", "arm", "plain", "adaptive", "gain"],
                 wins or [["(none)", "", "", "", "", "", ""]])
 
 
 def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
-               dtype: Any) -> tuple[tuple[float, float], list[list[str]]]:
+               dtype: Any) -> dict[str, Any]:
+    """One input type and dtype: the timed totals (plain, adaptive), the warm-up seconds,
+    the compilations during the timed calls (plain, adaptive), the shape count and the keys
+    where the adaptive side wins."""
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    rng = np.random.default_rng(SEED)
-    calls = []
-    for name, (make, largest) in PLAIN_WORKLOAD.items():
-        if name not in plain_calls:
-            continue
-        low, high = math.log(8), math.log(largest)
-        for _ in range(PLAIN_CALLS_PER_OP):
-            n = max(8, int(math.exp(rng.uniform(low, high))))
-            n = max(n, 31) if name == "conv1d" else n
-            calls.append((name, convert(library, make(rng, n), dtype)))
-    calls = [calls[i] for i in rng.permutation(len(calls))]
-    # One untimed call of every arm and the plain call at each operation's smallest and
-    # largest size: numba compiles its kernels, XLA its programs, torch sets up lazily.
-    for name in {c[0] for c in calls}:
-        sized = sorted(((rt.operation(name).size_of(*args), i) for i, (op, args)
-                        in enumerate(calls) if op == name), key=lambda t: t[0])
-        for _size, i in (sized[0], sized[-1]):
-            args = calls[i][1]
-            plain_calls[name](*args)
-            family_op, _entries, _n = rt._dispatcher.route(name, args)
-            for arm in family_op.backends:
-                impl = family_op.implementation_for(arm)
-                if impl is not None and DeviceProbe().available(arm):
-                    impl.fn(*args)
+    names = [name for name in PLAIN_WORKLOAD if name in plain_calls]
+    calls, inputs = build_calls(library, names, dtype)
+    sync = syncer(library)
+    warm = warm_up(rt, plain_calls, inputs, sync)
     adaptive_s = plain_s = 0.0
+    compiles = [0, 0]  # (plain, adaptive) XLA compilations during the timed calls
     per_key: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     order = np.random.default_rng(SEED + 2)
     clock = time.perf_counter
+    run = rt.run
     gc.disable()
     try:
         for i, (name, args) in enumerate(calls):
             touch_any(args)
+            sync(args)  # (JAX inputs computed before either side's timer starts)
             key = (name, size_bucket(rt.operation(name).size_of(*args)))
             for first in order.permutation(2):
-                start = clock()
+                before = COMPILES.count
                 if first:
-                    rt.run(name, *args)
+                    start = clock()
+                    sync(run(name, *args))
                     took = clock() - start
                     adaptive_s += took
                     per_key[key][1] += took
                 else:
-                    plain_calls[name](*args)
+                    start = clock()
+                    sync(plain_calls[name](*args))
                     took = clock() - start
                     plain_s += took
                     per_key[key][0] += took
+                compiles[first] += COMPILES.count - before
             if (i + 1) % GC_EVERY == 0:
                 gc.collect()
     finally:
@@ -208,7 +356,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
     losses = sorted(((adaptive - plain, key) for key, (plain, adaptive) in per_key.items()),
                     reverse=True)[:5]
     print(f"  {library} {np.dtype(dtype).name}: largest losses vs the plain call: " + "; ".join(
-        f"{name} bucket {bucket} +{loss * 1e3:.1f} ms" for loss, (name, bucket) in losses),
+        f"{name} bucket {bucket} {loss * 1e3:+.1f} ms" for loss, (name, bucket) in losses),
         flush=True)
     beaten = []
     # (the largest savings first, at most BEATEN_ROWS per input type)
@@ -216,22 +364,23 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
     for (name, bucket), (plain, adaptive) in by_saving[:BEATEN_ROWS]:
         if adaptive < 0.9 * plain:
             lo, hi = 1 << (bucket - 1), (1 << bucket) - 1
-            family = rt._dispatcher.route(name, next(a for n, a in calls if n == name
-                                                      and size_bucket(
-                                                          rt.operation(name).size_of(*a))
-                                                      == bucket))[0].name
+            args = next(a for n, a in calls if n == name
+                        and size_bucket(rt.operation(name).size_of(*a)) == bucket)
+            family = rt._dispatcher.route(name, args)[0].name
             arm = rt.decide(family, lo).backend.value
             beaten.append([name, f"{lo:,}-{hi:,}", arm, f"{plain * 1e3:.2f} ms",
                            f"{adaptive * 1e3:.2f} ms", f"{plain / adaptive:.2f}x"])
-    return (plain_s, adaptive_s), beaten
+    return {"timed": (plain_s, adaptive_s), "warm": warm, "compiles": compiles,
+            "shapes": len(inputs), "beaten": beaten}
 
 
 def touch_any(args: tuple[Any, ...]) -> None:
-    """As :func:`touch`, for numpy arrays and tensors (JAX arrays live on their device)."""
+    """Read every numpy array and tensor once, untimed (single-threaded, no pool woken): the
+    side that runs first would otherwise bring large inputs into cache for the other. (JAX
+    arrays live on their device: they are synced instead.)"""
     for a in args:
         if isinstance(a, np.ndarray) or hasattr(a, "numel"):
             a.sum()
-
 
 
 if __name__ == "__main__":
