@@ -2,44 +2,55 @@
 
 The workload: every built-in operation at sizes from 8 to 4·10^6 elements (log-uniform; the
 matrix-like ``matmul`` and ``conv1d`` at sizes a scalar loop finishes), float64, shuffled,
-several thousand calls. Every call's inputs are read once, untimed, then the call runs under each
-strategy, one right after the other, in a random order drawn per call (so a shared machine's
-load, and what the previous call left behind, meets all strategies alike):
+``CALLS_PER_OP`` calls of each (about 30 per (operation, size bucket)). Each mode runs the whole
+workload in a process of its own, so nothing one mode leaves behind (a thread team awake or
+asleep, caches, the allocator's state) meets another:
 
 - the adaptive runtime (default configuration, learning from nothing: exploration included);
 - each fixed arm: its kernel called directly (no runtime, no dispatch cost);
-- (b) the static size-threshold rule of Trueno and hpfracc — under 1,000 elements SCALAR,
-  else SIMD, matrix-like work over 10,000 elements GPU (where there is one) — its size rule and
-  then the kernel called directly.
+- the static size-threshold rule of Trueno and hpfracc — under 1,000 elements SCALAR, else
+  SIMD, matrix-like work over 10,000 elements GPU (where there is one) — its size rule and then
+  the kernel called directly;
+- without a target, what the figures are read against: an adaptive runtime trained on the same
+  calls first, in the same process (what exploration costs is the gap between the two).
 
-(c) The oracle, the best arm per (operation, size bucket) in hindsight (the one with the lower
-median call), costs per key that arm's total from the fixed-arm timings of the same calls. The
-cyclic garbage collector runs every ``GC_EVERY`` calls, outside the timings. Targets:
-adaptive <= 1.05x the oracle, <= 0.8x the best fixed arm, and faster than the static rule.
-Beside them, in the same random order and without targets, what the figures are read against:
-a second adaptive runtime trained on the same calls first (what exploration costs is the gap
-between the two), and the static rule run a second time (how far apart this machine puts two
-runs of the very same code). Then, per operation, the crossover sizes this machine shows (the
-best arm per size bucket).
+The oracle, the best arm per (operation, size bucket) in hindsight (the one with the lower
+median call over every round), costs per key that arm's total in the round. Identical code
+runs a few % apart from one process to the next on a shared machine, more than the margins
+judged here, so the modes run in ``ROUNDS`` rounds, alternating (each round in a rotated
+order), and every ratio is taken within a round and printed as the median over the rounds
+with its spread (lowest-highest). Every process compiles (or loads from numba's disk cache)
+each kernel first, calling the kernels directly at each operation's smallest and largest size
+(the adaptive runtime still starts knowing nothing); each call's inputs are read once, untimed,
+before the call; the cyclic garbage collector runs every ``GC_EVERY`` calls, outside the
+timings. Targets: adaptive <= 1.05x the oracle, <= 1.00x the best fixed arm and <= 1.00x the
+static rule; at most 5 % of its calls exploring or re-checking. Then, per operation, the
+crossover sizes this machine shows (the best arm per size bucket), and the keys where the
+adaptive runtime lost most.
 
 The adaptive runtime against the plain library call (numpy, torch, JAX) is
 ``plain_calls.py``.
 
-With ``DECISION_QUALITY_RECORD=path`` set, the fixed arms' timings of (a) are also written
-there as a recorded-calls file (one arm per call, in turn), which ``adaptive-runtime replay``
-runs any policy configuration over: policy changes compared on this workload without the
-machine's noise.
+With ``DECISION_QUALITY_RECORD=path`` set, the fixed arms' timings of the first round are also
+written there as a recorded-calls file (one arm per call, in turn), which ``adaptive-runtime
+replay`` runs any policy configuration over: policy changes compared on this workload without
+the machine's noise. ``DECISION_QUALITY_ROUNDS`` and ``DECISION_QUALITY_CALLS_PER_OP`` shrink a
+run for a quick look.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import math
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -53,33 +64,51 @@ from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
 SEED = 0
-CALLS_PER_OP = 600
+CALLS_PER_OP = int(os.environ.get("DECISION_QUALITY_CALLS_PER_OP", "600"))
+ROUNDS = int(os.environ.get("DECISION_QUALITY_ROUNDS", "3"))
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
 MAX_ELEMENTS = 4_000_000
 ORACLE_TARGET = 1.05
-BEST_FIXED_TARGET = 0.8
+BEST_FIXED_TARGET = 1.00
+STATIC_TARGET = 1.00
+EXPLORING_SHARE_TARGET = 0.05
 STATIC_SCALAR_BELOW = 1_000
 STATIC_GPU_ABOVE = 10_000
 # a file to write the fixed arms' timings to, for adaptive_runtime.replay (unset: none)
 RECORD_ENV = "DECISION_QUALITY_RECORD"
-# the strategies measured beside the others, without targets (see the module docstring)
-TRAINED = "trained"
-STATIC_AGAIN = "static again"
-HEADER = ["strategy", "total", "vs oracle", "target", "verdict"]
+ADAPTIVE, TRAINED, STATIC = "adaptive", "trained", "static"
+# decisions that are not a plain exploit: what exploring and re-checking cost
+EXPLORING = frozenset({"heuristic", "explore", "recheck", "drift"})
 
-Make = Callable[[np.random.Generator, int], tuple[Any, ...]]
+Make = Callable[[Any, int], tuple[Any, ...]]
 
 
-def _vector(rng: np.random.Generator, n: int) -> np.ndarray:
+class Pool:
+    """Inputs cut from one large block of standard normals (views, not copies): drawing the
+    ~1.8·10^9 normals of the workload afresh in every process would take longer than the
+    timed calls. Offsets are drawn from a seeded generator, so every process sees the same
+    inputs, and aligned to 64 bytes, as a fresh array is."""
+
+    def __init__(self, seed: int, size: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.block = self.rng.standard_normal(size)
+
+    def standard_normal(self, shape: int | tuple[int, ...]) -> np.ndarray:
+        count = math.prod(shape) if isinstance(shape, tuple) else shape
+        offset = int(self.rng.integers(0, (self.block.size - count) // 8 + 1)) * 8
+        return self.block[offset:offset + count].reshape(shape)
+
+
+def _vector(rng: Any, n: int) -> np.ndarray:
     return rng.standard_normal(n)
 
 
-def _rows(rng: np.random.Generator, n: int) -> np.ndarray:
+def _rows(rng: Any, n: int) -> np.ndarray:
     width = 64 if n >= 64 else n
     return rng.standard_normal((max(n // width, 1), width))
 
 
-def _square(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _square(rng: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     side = max(int(math.sqrt(n)), 1)
     return rng.standard_normal((side, side)), rng.standard_normal((side, side))
 
@@ -100,7 +129,9 @@ WORKLOAD: dict[str, tuple[Make, int]] = {
 
 
 def workload(operations: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
+    """The shuffled calls, the same in every process (a fixed seed)."""
     rng = np.random.default_rng(SEED)
+    pool = Pool(SEED + 3, 2 * MAX_ELEMENTS)
     calls = []
     for name in operations:
         make, largest = WORKLOAD[name]
@@ -109,7 +140,7 @@ def workload(operations: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
             n = max(8, int(math.exp(rng.uniform(low, high))))
             if name == "conv1d":
                 n = max(n, 31)
-            calls.append((name, make(rng, n)))
+            calls.append((name, make(pool, n)))
     order = rng.permutation(len(calls))
     return [calls[i] for i in order]
 
@@ -124,194 +155,264 @@ def static_arm(op: ar.Operation, n: int, arms: list[Backend]) -> Backend:
 Strategy = Callable[[str, tuple[Any, ...]], Any]
 
 
-def strategies(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> dict[str, Strategy]:
-    """name -> a function running one call the strategy's way."""
-    kernels = {name: {arm: adaptive.operation(name).implementation_for(arm).fn for arm in arms}
-               for name in adaptive.operations}
-
-    def fixed(arm: Backend) -> Strategy:
-        return lambda name, args: kernels[name][arm](*args)
-
-    def static(name: str, args: tuple[Any, ...]) -> Any:
-        op = adaptive.operation(name)
-        return kernels[name][static_arm(op, op.size_of(*args), arms)](*args)
-
-    def learning(name: str, args: tuple[Any, ...]) -> Any:
-        return adaptive.run(name, *args)
-
-    return {"adaptive": learning, "static": static,
-            **{arm.value: fixed(arm) for arm in arms}}
+def strategy(mode: str, rt: ar.AdaptiveRuntime, arms: list[Backend]) -> Strategy:
+    """A function running one call ``mode``'s way."""
+    kernels = {name: {arm: rt.operation(name).implementation_for(arm).fn for arm in arms}
+               for name in rt.operations}
+    if mode in (ADAPTIVE, TRAINED):
+        return lambda name, args: rt.run(name, *args)
+    if mode == STATIC:
+        def static(name: str, args: tuple[Any, ...]) -> Any:
+            op = rt.operation(name)
+            return kernels[name][static_arm(op, op.size_of(*args), arms)](*args)
+        return static
+    arm = Backend(mode)
+    return lambda name, args: kernels[name][arm](*args)
 
 
 def touch(args: tuple[Any, ...]) -> None:
-    """Read every input array once (single-threaded numpy, no thread pool woken): the first
-    strategy to run a call would otherwise read large inputs from memory and the others from
-    cache (measured: about 2x the time on calls over a megabyte)."""
+    """Read every input array once (single-threaded numpy, no thread pool woken), so every
+    mode finds a call's inputs in the cache as far as they fit (measured: a call over a
+    megabyte read from memory takes about 2x the time)."""
     for a in args:
         if isinstance(a, np.ndarray):
             a.sum()
 
 
-def compiled_signatures(adaptive: ar.AdaptiveRuntime, arms: list[Backend]) -> int:
+def compiled_signatures(rt: ar.AdaptiveRuntime, arms: list[Backend]) -> int:
     """Kernel specialisations compiled so far, over every numba arm."""
     total = 0
-    for name in adaptive.operations:
+    for name in rt.operations:
         for arm in arms:
-            count = adaptive.operation(name).implementation_for(arm).compile_count
+            count = rt.operation(name).implementation_for(arm).compile_count
             total += count() if count is not None else 0
     return total
 
 
-def record_fixed_arms(path: str, adaptive: ar.AdaptiveRuntime,
-                      calls: list[tuple[str, tuple[Any, ...]]], arms: list[Backend],
-                      seconds: dict[str, list[float]]) -> None:
-    """Write the fixed arms' timings as a recorded-calls file for ``adaptive-runtime replay``:
-    call i with arm ``arms[i % len(arms)]`` at time i. Every arm was timed on every call, so
-    unlike a runtime's own recording this log answers any arm a replayed policy picks, with a
-    timing of the same size bucket from a nearby call (policy changes are judged offline on
-    it, free of this machine's noise)."""
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(json.dumps({"format": CALLS_FORMAT}) + "\n")
-        for i, (name, args) in enumerate(calls):
-            arm = arms[i % len(arms)]
-            out.write(json.dumps({"operation": name,
-                                  "size": adaptive.operation(name).size_of(*args),
-                                  "arm": arm.value,
-                                  "duration_us": seconds[arm.value][i] * 1e6,
-                                  "time_s": float(i), "calls": 1}) + "\n")
-
-
-def main() -> None:
-    began = time.perf_counter()
-    adaptive = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    operations = [name for name in WORKLOAD if name in adaptive.operations]
+def available_arms() -> list[Backend]:
     devices = DeviceProbe()
-    arms = [b for b in (Backend.GPU, Backend.SIMD, Backend.SCALAR) if devices.available(b)]
-    runs = strategies(adaptive, arms)
+    return [b for b in (Backend.GPU, Backend.SIMD, Backend.SCALAR) if devices.available(b)]
+
+
+def _reasons(rt: ar.AdaptiveRuntime) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for k, n in rt.selection_counts().items():
+        counts[k.reason.value] += n
+    return counts
+
+
+def run_mode(mode: str) -> dict[str, Any]:
+    """One process's measurement: every call of the workload run ``mode``'s way."""
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    operations = [name for name in WORKLOAD if name in rt.operations]
+    arms = available_arms()
     calls = workload(operations)
-    keys = [(name, size_bucket(adaptive.operation(name).size_of(*args))) for name, args in calls]
     # Compile every numba kernel first, calling the kernels directly: the first call of a
-    # kernel would otherwise time the compiler (the adaptive runtime does not learn from such
-    # a call, but its total would include it). The adaptive runtime still starts knowing
-    # nothing. Each operation's smallest and largest call: SIMD kernels have a serial and a
-    # parallel build, chosen by size.
+    # kernel would otherwise time the compiler. SIMD kernels have a serial and a parallel
+    # build, chosen by size: each operation's smallest and largest call.
     for name in operations:
-        sized = sorted((adaptive.operation(name).size_of(*args), i)
+        sized = sorted((rt.operation(name).size_of(*args), i)
                        for i, (op_name, args) in enumerate(calls) if op_name == name)
         for _size, i in (sized[0], sized[-1]):
             for arm in arms:
-                runs[arm.value](name, calls[i][1])
-    # Beside the measured strategies: a runtime that has learned these calls already (its
-    # exploration done), and the static rule again (the noise between two identical runs).
-    trained = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    for name, args in calls:
-        trained.run(name, *args)
-    runs[TRAINED] = lambda name, args: trained.run(name, *args)
-    runs[STATIC_AGAIN] = runs["static"]
-    compiled_before = compiled_signatures(adaptive, arms)
-
-    # seconds[strategy][i]: call i's time under that strategy
-    seconds: dict[str, list[float]] = {s: [0.0] * len(calls) for s in runs}
-    order = list(runs)
-    # A fresh random order per call: with a fixed rotation each strategy would always follow
-    # the same one (a SIMD call right after a scalar one finds the thread team asleep).
-    shuffled = np.random.default_rng(SEED + 1)
-    progress_every = max(len(calls) // 10, 1)
+                rt.operation(name).implementation_for(arm).fn(*calls[i][1])
+    run = strategy(mode, rt, arms)
+    if mode == TRAINED:
+        for name, args in calls:
+            run(name, args)
+    learning = mode in (ADAPTIVE, TRAINED)
+    compiled_before = compiled_signatures(rt, arms)
+    seconds = [0.0] * len(calls)
+    exploring = [False] * len(calls)
     clock = time.perf_counter
+    before = _reasons(rt) if learning else Counter()
     gc.disable()  # collected every GC_EVERY calls: a collection lands on whoever allocated
     try:
         for i, (name, args) in enumerate(calls):
             touch(args)
-            for strategy in shuffled.permutation(order):
-                run = runs[strategy]
-                start = clock()
-                run(name, args)
-                seconds[strategy][i] = clock() - start
+            start = clock()
+            run(name, args)
+            seconds[i] = clock() - start
+            if learning:  # (what the call was: read untimed, from the runtime's counters)
+                after = _reasons(rt)
+                exploring[i] = any(after[r] > before[r] for r in EXPLORING)
+                before = after
             if (i + 1) % GC_EVERY == 0:
                 gc.collect()
-            if (i + 1) % progress_every == 0:
-                print(f"  {i + 1:,}/{len(calls):,} calls", flush=True)
     finally:
         gc.enable()
-    compiled_during = compiled_signatures(adaptive, arms) - compiled_before
-    if os.environ.get(RECORD_ENV):
-        record_fixed_arms(os.environ[RECORD_ENV], adaptive, calls, arms, seconds)
+    return {"mode": mode, "seconds": seconds, "exploring": exploring,
+            "keys": [[name, size_bucket(rt.operation(name).size_of(*args))]
+                     for name, args in calls],
+            "sizes": [rt.operation(name).size_of(*args) for name, args in calls],
+            "reasons": dict(_reasons(rt)) if learning else {},
+            "compiled": compiled_signatures(rt, arms) - compiled_before}
 
+
+def spread(values: list[float], fmt: str) -> str:
+    """The median and, in brackets, the lowest and highest of ``values``."""
+    return (f"{format(statistics.median(values), fmt)} "
+            f"[{format(min(values), fmt)}-{format(max(values), fmt)}]")
+
+
+def record_fixed_arms(path: str, first_round: dict[str, dict[str, Any]],
+                      arms: list[Backend]) -> None:
+    """Write the fixed arms' timings as a recorded-calls file for ``adaptive-runtime replay``:
+    call i with arm ``arms[i % len(arms)]`` at time i. Every arm was timed on every call, so
+    unlike a runtime's own recording this log answers any arm a replayed policy picks, with a
+    timing of the same size bucket from a nearby call."""
+    some = first_round[arms[0].value]
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": CALLS_FORMAT}) + "\n")
+        for i, ((name, _bucket), size) in enumerate(zip(some["keys"], some["sizes"],
+                                                       strict=True)):
+            arm = arms[i % len(arms)]
+            out.write(json.dumps({"operation": name, "size": size, "arm": arm.value,
+                                  "duration_us": first_round[arm.value]["seconds"][i] * 1e6,
+                                  "time_s": float(i), "calls": 1}) + "\n")
+
+
+def measure(modes: list[str]) -> list[dict[str, dict[str, Any]]]:
+    """``ROUNDS`` rounds of one process per mode, each round in a rotated order."""
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="decision_quality-") as folder:
+        for r in range(ROUNDS):
+            shift = r % len(modes)
+            results = {}
+            for mode in modes[shift:] + modes[:shift]:
+                out = os.path.join(folder, f"{r}-{mode}.json")
+                began = time.perf_counter()
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--mode", mode,
+                                "--out", out], check=True)
+                with open(out, encoding="utf-8") as f:
+                    results[mode] = json.load(f)
+                print(f"  round {r + 1}/{ROUNDS}: {mode:<9} "
+                      f"{sum(results[mode]['seconds']):7.3f} s timed "
+                      f"({time.perf_counter() - began:.0f} s in all)", flush=True)
+            rounds.append(results)
+    return rounds
+
+
+def main() -> None:
+    began = time.perf_counter()
+    arms = available_arms()
+    fixed = [arm.value for arm in arms]
+    modes = [*fixed, STATIC, ADAPTIVE, TRAINED]
+    print(f"decision quality: {ROUNDS} rounds of {len(modes)} processes "
+          f"({', '.join(modes)})", flush=True)
+    rounds = measure(modes)
+    if os.environ.get(RECORD_ENV):
+        record_fixed_arms(os.environ[RECORD_ENV], rounds[0], arms)
+    keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
+    calls = len(keys)
+    # per_key[key][mode] = the key's call times over every round (for the oracle's medians)
     per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
-    for i, key in enumerate(keys):
-        for strategy, took in seconds.items():
-            per_key[key][strategy].append(took[i])
-    total = {strategy: sum(took) for strategy, took in seconds.items()}
-    per_arm = {arm: total[arm.value] for arm in arms}
-    adaptive_s, static_s = total["adaptive"], total["static"]
-
+    for results in rounds:
+        for mode, result in results.items():
+            for key, took in zip(keys, result["seconds"], strict=True):
+                per_key[key][mode].append(took)
     # The oracle's arm per key is the one with the lower median call: choosing by the lower
-    # total would also pick whichever arm dodged the machine's hiccups (a shared box has
-    # millisecond stalls), an optimistic bias that grows with the number of keys. Its cost is
-    # that arm's total, stalls included. The min-of-totals figure is printed beside it.
-    oracle_arm = {key: min(arms, key=lambda a, key=key: statistics.median(times[a.value]))
+    # total would also pick whichever arm dodged the machine's hiccups (an optimistic bias
+    # that grows with the number of keys). Its cost is that arm's total, stalls included.
+    oracle_arm = {key: min(fixed, key=lambda a, times=times: statistics.median(times[a]))
                   for key, times in per_key.items()}
-    oracle_s = sum(sum(per_key[key][arm.value]) for key, arm in oracle_arm.items())
-    luckiest_s = sum(min(sum(times[a.value]) for a in arms) for times in per_key.values())
-    best_arm = min(per_arm, key=per_arm.__getitem__)
-    best_fixed_s = per_arm[best_arm]
 
-    def row(strategy: str, seconds: float, target: str = "-", ok: bool | None = None) -> list:
-        return [strategy, f"{seconds:.3f} s", f"{seconds / oracle_s:.3f}x", target,
+    def key_totals(result: dict[str, Any]) -> dict[tuple[str, int], float]:
+        totals: dict[tuple[str, int], float] = defaultdict(float)
+        for key, took in zip(keys, result["seconds"], strict=True):
+            totals[key] += took
+        return totals
+
+    total = {mode: [sum(r[mode]["seconds"]) for r in rounds] for mode in modes}
+    oracle = []
+    luckiest = []
+    for results in rounds:
+        by_arm = {arm: key_totals(results[arm]) for arm in fixed}
+        oracle.append(sum(by_arm[oracle_arm[key]][key] for key in per_key))
+        luckiest.append(sum(min(by_arm[arm][key] for arm in fixed) for key in per_key))
+    best = min(fixed, key=lambda arm: statistics.median(total[arm]))
+
+    def ratios(mode: str, against: list[float]) -> list[float]:
+        return [m / a for m, a in zip(total[mode], against, strict=True)]
+
+    vs_oracle = ratios(ADAPTIVE, oracle)
+    vs_best = ratios(ADAPTIVE, total[best])
+    vs_static = ratios(ADAPTIVE, total[STATIC])
+    share = [sum(r[ADAPTIVE]["exploring"]) / calls for r in rounds]
+    time_share = [sum(t for t, e in zip(r[ADAPTIVE]["seconds"], r[ADAPTIVE]["exploring"],
+                                        strict=True) if e) / sum(r[ADAPTIVE]["seconds"])
+                  for r in rounds]
+
+    def row(name: str, mode_total: list[float], ratio: list[float] | None = None,
+            target: str = "-", ok: bool | None = None) -> list[str]:
+        ratio = ratio if ratio is not None else [t / o for t, o in zip(mode_total, oracle,
+                                                                        strict=True)]
+        return [name, spread(mode_total, ".3f") + " s", spread(ratio, ".3f") + "x", target,
                 "-" if ok is None else verdict(ok)]
 
     rows = [
-        row("adaptive runtime (exploration included)", adaptive_s,
-            f"<= {ORACLE_TARGET:g}x oracle", adaptive_s <= ORACLE_TARGET * oracle_s),
-        row(f"  vs best fixed arm ({best_arm.value}): {adaptive_s / best_fixed_s:.3f}x",
-            adaptive_s, f"<= {BEST_FIXED_TARGET:g}x", adaptive_s <= BEST_FIXED_TARGET
-            * best_fixed_s),
-        row(f"  vs static rule: {adaptive_s / static_s:.3f}x", adaptive_s, "< 1x",
-            adaptive_s < static_s),
-        row("oracle (best arm per key in hindsight)", oracle_s),
-        row("  (lower total per key, noise-favoured)", luckiest_s),
+        row("adaptive runtime (exploration included)", total[ADAPTIVE], vs_oracle,
+            f"<= {ORACLE_TARGET:.2f}x oracle", statistics.median(vs_oracle) <= ORACLE_TARGET),
+        row(f"  vs best fixed arm ({best})", total[ADAPTIVE], vs_best,
+            f"<= {BEST_FIXED_TARGET:.2f}x", statistics.median(vs_best) <= BEST_FIXED_TARGET),
+        row("  vs static rule", total[ADAPTIVE], vs_static, f"<= {STATIC_TARGET:.2f}x",
+            statistics.median(vs_static) <= STATIC_TARGET),
+        ["  calls exploring or re-checking", spread(share, ".1%"), "-",
+         f"<= {EXPLORING_SHARE_TARGET:.0%}", verdict(statistics.median(share)
+                                                     <= EXPLORING_SHARE_TARGET)],
+        ["  their share of its time", spread(time_share, ".1%"), "-", "-", "-"],
+        row("oracle (best arm per key in hindsight)", oracle),
+        row("  (lower total per key, noise-favoured)", luckiest),
         row("adaptive runtime trained on these calls first", total[TRAINED]),
-        row("static size-threshold rule", static_s),
-        row(f"  run again: {abs(total[STATIC_AGAIN] / static_s - 1):.1%} apart (noise)",
-            total[STATIC_AGAIN]),
-        *[row(f"fixed arm: {arm.value}", per_arm[arm]) for arm in arms],
+        row("static size-threshold rule", total[STATIC]),
+        *[row(f"fixed arm: {arm}", total[arm]) for arm in fixed],
     ]
-    print_table(f"decision quality: {len(calls):,} calls of {len(operations)} operations, "
-                f"sizes 8..{MAX_ELEMENTS:,}, float64, shuffled; arms: "
-                f"{', '.join(a.value for a in arms)}", HEADER, rows)
+    print_table(f"decision quality: {calls:,} calls of {len({k[0] for k in keys})} "
+                f"operations, sizes 8..{MAX_ELEMENTS:,}, float64, shuffled; arms: "
+                f"{', '.join(fixed)}; each mode in its own process, {ROUNDS} rounds: "
+                "median [lowest-highest]; ratios within a round",
+                ["strategy", "total", "vs oracle", "target", "verdict"], rows)
 
     print("\ncrossovers on this machine (the oracle's arm per size bucket):")
-    for name in operations:
-        buckets = sorted(b for (op_name, b) in per_key if op_name == name)
-        found: list[tuple[Backend, int]] = []
-        for bucket in buckets:
-            best = oracle_arm[(name, bucket)]
-            if not found or found[-1][0] is not best:
-                found.append((best, bucket))
-        text = ", ".join(f"{arm.value} from {1 << (bucket - 1) if bucket else 0:,}"
-                         for arm, bucket in found)
-        print(f"  {name:<11} {text}")
-    def key_total(key: tuple[str, int], strategy: str) -> float:
-        return sum(per_key[key][strategy])
+    for name in dict.fromkeys(k[0] for k in keys):
+        found: list[tuple[str, int]] = []
+        for bucket in sorted(b for (op_name, b) in per_key if op_name == name):
+            arm = oracle_arm[(name, bucket)]
+            if not found or found[-1][0] != arm:
+                found.append((arm, bucket))
+        print(f"  {name:<11} " + ", ".join(
+            f"{arm} from {1 << (bucket - 1) if bucket else 0:,}" for arm, bucket in found))
 
-    losses = sorted(((key_total(k, "adaptive") - key_total(k, oracle_arm[k].value), k)
+    def median_key_total(key: tuple[str, int], mode: str) -> float:
+        return sum(per_key[key][mode]) / ROUNDS
+
+    losses = sorted(((median_key_total(k, ADAPTIVE) - median_key_total(k, oracle_arm[k]), k)
                      for k in per_key), reverse=True)[:8]
-    print("largest losses vs the oracle, by key (adaptive - the oracle arm's total; calls; "
-          "arms' totals):")
+    print("largest losses vs the oracle, by key (adaptive - the oracle arm's total, mean of "
+          "the rounds; calls; arms' totals):")
     for loss, key in losses:
-        totals = ", ".join(f"{arm.value} {key_total(key, arm.value) * 1e3:.1f} ms"
-                           for arm in arms)
+        totals = ", ".join(f"{arm} {median_key_total(key, arm) * 1e3:.1f} ms" for arm in fixed)
         print(f"  {key[0]:<11} bucket {key[1]:>2}: +{loss * 1e3:7.1f} ms over "
-              f"{len(per_key[key]['adaptive']):>3} calls ({totals}; adaptive "
-              f"{key_total(key, 'adaptive') * 1e3:.1f} ms)")
-    chosen = defaultdict(int)
-    for k, count in adaptive.selection_counts().items():
-        chosen[k.reason.value] += count
-    print("adaptive decisions: " + ", ".join(f"{r} {n:,}" for r, n in sorted(chosen.items())))
-    print(f"kernel specialisations compiled during the timed run: {compiled_during}")
+              f"{len(per_key[key][ADAPTIVE]) // ROUNDS:>3} calls ({totals}; adaptive "
+              f"{median_key_total(key, ADAPTIVE) * 1e3:.1f} ms)")
+    for r, results in enumerate(rounds):
+        decisions = results[ADAPTIVE]["reasons"]
+        print(f"round {r + 1}: adaptive decisions: " + ", ".join(
+            f"{reason} {n:,}" for reason, n in sorted(decisions.items()))
+            + f"; kernel specialisations compiled during the timed run: "
+            f"{results[ADAPTIVE]['compiled']}")
     print(f"total benchmark time {time.perf_counter() - began:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--mode", help="measure one mode in this process (internal)")
+    parser.add_argument("--out", help="where --mode writes its result (internal)")
+    options = parser.parse_args()
+    if options.mode:
+        result = run_mode(options.mode)
+        with open(options.out, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+    else:
+        main()
