@@ -20,9 +20,13 @@ its kernels on a machine's first use (then loads them from its disk cache) and t
 initialises lazily — one-off costs of a process, not of a policy, reported as the warm-up.
 
 Then the JAX loop of ``examples/train_jax.py`` (the same data; an eager step with a
-hand-written backward, every operation adaptive), against the same math in plain jitted
-``jax.numpy``: ``REPEATS`` runs each, alternating, each phase's minimum; and its losses against
-the plain loop's, step by step.
+hand-written backward, every operation adaptive), against two baselines of the same math in
+plain ``jax.numpy``: the example's own (each operation ``jax.jit``-compiled, run eagerly step
+by step) and what a JAX user writes for a training loop — the whole step (forward, backward,
+momentum update) under one ``jax.jit``, which XLA compiles and fuses as one program per batch
+size. ``REPEATS`` runs of each, alternating in a rotating order, each phase's minimum (and
+the round-to-round spread of the totals); every step's loss of each against the per-operation
+loop's. Each compiles in an untimed warm-up first; the whole step's compile time is printed.
 
 Targets (issue 10): adapted <= 1.05x plain in every phase; tracing on <= 1.02x tracing off;
 in float64, the loss after every step equal to plain torch's within 1e-4 relative.
@@ -51,6 +55,9 @@ import sys
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import torch
 from _otlp import Pipeline, Receiver, background_cpu_s
 from _table import print_table, verdict
@@ -67,7 +74,7 @@ PHASES = (8, 64, 512)
 # steps per phase: a real run's phases last thousands of steps; 300 keeps the benchmark near a
 # minute while the first phase's one-time exploration (~4 ms here: the numba arms and the
 # backward operations they bring, tried once) still weighs about 1 %
-STEPS = 300
+STEPS = int(os.environ.get("TRAINING_LOOP_STEPS", "300"))  # (smaller while developing)
 REPEATS = 3
 SEED = 0
 ADAPTED_TARGET = 1.05
@@ -264,29 +271,111 @@ def main() -> None:
         receiver.stop()
 
 
+def jit_step_train(phases: tuple[int, ...], steps_per_phase: int) -> list[Any]:
+    """The example's training run with its whole step under one ``jax.jit`` (see the module):
+    the same data, batches, initial parameters and math as ``train_jax.train(plain=True)``.
+    Returns one ``train_jax.Phase`` per phase (seconds, every step's loss)."""
+    train_x, train_y, _test_x, _test_y = train_jax.digits(SEED)
+    params = train_jax.init_params(SEED)
+    velocity = {k: jnp.zeros_like(v) for k, v in params.items()}
+    eye = np.eye(train_jax.CLASSES, dtype=np.float32)
+    results = []
+    for epoch, batch_size in enumerate(phases):
+        phase = train_jax.Phase(batch_size)
+        start = time.perf_counter()
+        for index in train_jax.batches(len(train_y), batch_size, steps_per_phase,
+                                       SEED + epoch):
+            x, onehot = train_x[jnp.asarray(index)], jnp.asarray(eye[train_y[index]])
+            params, velocity, loss = _whole_step(params, velocity, x, onehot)
+            # (float(): the loss of every step read on the host, as the eager loops read it,
+            # which also waits for the step: no step overlaps the next one's timing)
+            phase.losses.append(float(loss))
+        phase.seconds = time.perf_counter() - start
+        results.append(phase)
+    jax.block_until_ready(params)
+    return results
+
+
+def _make_whole_step() -> Any:
+    """One training step — forward, loss, the hand-written backward, two momentum axpys per
+    parameter — as one jitted function of (params, velocity, x, onehot): XLA sees the whole
+    step, so it fuses across operations and runs it as one program (one dispatch per step
+    instead of ~20)."""
+    ops = train_jax.PlainOps()
+
+    def step(params: dict[str, Any], velocity: dict[str, Any], x: Any, onehot: Any
+             ) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        cache = train_jax.forward(ops, params, x)
+        loss, dlogits = train_jax.loss_and_dlogits(cache[3], onehot)
+        grads = train_jax.gradients(ops, params, x, dlogits, cache)
+        velocity = {k: ops.scale(train_jax.MOMENTUM, velocity[k], grads[k]) for k in params}
+        params = {k: ops.scale(-train_jax.LEARNING_RATE, velocity[k], params[k])
+                  for k in params}
+        return params, velocity, loss
+
+    return jax.jit(step)
+
+
+_whole_step = _make_whole_step()
+
+
 def jax_loop() -> None:
-    """The JAX example, adaptive against plain jitted jax.numpy (see the module)."""
-    train_jax.train(phases=PHASES, steps_per_phase=5, check_grad=False)  # (warm-up: XLA, numba)
+    """The JAX example, adaptive against plain jitted jax.numpy, per operation and the whole
+    step under one jit (see the module)."""
+    # Warm-up, untimed: XLA compiles every shape (one whole-step program per batch size),
+    # numba its kernels.
+    train_jax.train(phases=PHASES, steps_per_phase=5, check_grad=False)
     train_jax.train(phases=PHASES, steps_per_phase=5, check_grad=False, plain=True)
-    best = {"plain": [math.inf] * len(PHASES), "adapted": [math.inf] * len(PHASES)}
+    start = time.perf_counter()
+    jit_step_train(PHASES, 5)
+    compile_s = time.perf_counter() - start
+    kinds = ("plain", "jit step", "adapted")
+    best = {kind: [math.inf] * len(PHASES) for kind in kinds}
+    totals: dict[str, list[float]] = {kind: [] for kind in kinds}
     losses: dict[str, list[float]] = {}
-    for _ in range(REPEATS):
-        for kind in ("plain", "adapted"):
-            rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-            result = train_jax.train(phases=PHASES, steps_per_phase=STEPS, check_grad=False,
-                                     plain=kind == "plain", runtime=rt)
-            best[kind] = [min(b, p.seconds) for b, p in zip(best[kind], result.phases,
-                                                            strict=True)]
-            losses[kind] = result.losses
-    rows = [[f"batch {batch}", f"{best['plain'][i] * 1e3:.0f} ms",
-             f"{best['adapted'][i] * 1e3:.0f} ms",
-             f"{best['adapted'][i] / best['plain'][i]:.3f}x"] for i, batch in enumerate(PHASES)]
-    worst = max(abs(a - p) / abs(p) for p, a in zip(losses["plain"], losses["adapted"],
-                                                    strict=True))
+    for repeat in range(REPEATS):
+        for kind in kinds[repeat % 3:] + kinds[:repeat % 3]:  # (a rotating order)
+            if kind == "jit step":
+                phases = jit_step_train(PHASES, STEPS)
+                losses[kind] = [loss for phase in phases for loss in phase.losses]
+            else:
+                rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+                result = train_jax.train(phases=PHASES, steps_per_phase=STEPS,
+                                         check_grad=False, plain=kind == "plain", runtime=rt)
+                phases, losses[kind] = result.phases, result.losses
+            best[kind] = [min(b, p.seconds) for b, p in zip(best[kind], phases, strict=True)]
+            totals[kind].append(sum(p.seconds for p in phases))
+
+    def worst(kind: str) -> float:
+        return max(abs(a - p) / abs(p) for p, a in zip(losses["plain"], losses[kind],
+                                                        strict=True))
+
+    rows = []
+    for i, batch in enumerate(PHASES):
+        plain, step, adapted = (best[kind][i] for kind in kinds)
+        rows.append([f"batch {batch}", f"{plain * 1e3:.0f} ms", f"{step * 1e3:.0f} ms",
+                     f"{adapted * 1e3:.0f} ms", f"{adapted / plain:.3f}x",
+                     f"{adapted / step:.3f}x", f"{plain / step:.2f}x"])
+    plain, step, adapted = (sum(best[kind]) for kind in kinds)
+    rows.append(["all phases", f"{plain * 1e3:.0f} ms", f"{step * 1e3:.0f} ms",
+                 f"{adapted * 1e3:.0f} ms", f"{adapted / plain:.3f}x", f"{adapted / step:.3f}x",
+                 f"{plain / step:.2f}x"])
     print_table(f"JAX loop (examples/train_jax.py, float32, {STEPS} steps per phase, min of "
-                f"{REPEATS} runs each): adapted vs plain jitted jax.numpy — no target in the "
-                f"issue; largest relative loss difference over every step: {worst:.1e}",
-                ["phase", "plain JAX", "adapted", "ratio"], rows)
+                f"{REPEATS} runs each, rotating order): adapted vs plain jax.numpy, one jit per "
+                "operation (eager loop) and the whole step under one jax.jit — no target in "
+                "the issue",
+                ["phase", "plain JAX, jit per op", "plain JAX, jit per step", "adapted",
+                 "adapted / per op", "adapted / per step", "per op / per step"], rows)
+
+    def spread(kind: str) -> str:
+        runs = totals[kind]
+        return (f"{kind} {statistics.median(runs) * 1e3:.0f} ms "
+                f"(+{(max(runs) / min(runs) - 1) * 100:.1f} %)")
+
+    print("whole runs, median total (max over min): " + ", ".join(spread(k) for k in kinds))
+    print(f"largest relative loss difference from the per-op loop over every step: adapted "
+          f"{worst('adapted'):.1e}, whole step jitted {worst('jit step'):.1e}; the whole "
+          f"step's warm-up (XLA compiles one program per batch size): {compile_s:.2f} s")
 
 
 def compare_losses(steps: int = 60) -> tuple[int, float]:
