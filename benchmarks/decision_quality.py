@@ -35,7 +35,7 @@ With ``DECISION_QUALITY_RECORD=path`` set, the fixed arms' timings of the first 
 written there as a recorded-calls file (one arm per call, in turn), which ``adaptive-runtime
 replay`` runs any policy configuration over: policy changes compared on this workload without
 the machine's noise. ``DECISION_QUALITY_ROUNDS`` and ``DECISION_QUALITY_CALLS_PER_OP`` shrink a
-run for a quick look.
+run for a quick look; ``DECISION_QUALITY_SEED`` draws another workload (0 by default).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
-SEED = 0
+SEED = int(os.environ.get("DECISION_QUALITY_SEED", "0"))
 CALLS_PER_OP = int(os.environ.get("DECISION_QUALITY_CALLS_PER_OP", "600"))
 ROUNDS = int(os.environ.get("DECISION_QUALITY_ROUNDS", "3"))
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
