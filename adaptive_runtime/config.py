@@ -27,8 +27,9 @@ class RuntimeConfig:
     Selection
       force_backend: run every call on this arm (an error at start-up if it is unavailable).
       disabled_backends: arms never selected.
-      min_samples_per_arm: timings each plausible arm gets before the runtime commits (up to
-        twice as many for the two fastest while they cannot be told apart).
+      min_samples_per_arm: timings each plausible arm gets before the runtime commits (1: one
+        timing each, an unsure commitment re-checked soon; above 1, up to twice as many for
+        the two fastest while they cannot be told apart).
       switch_margin: a challenger must be this fraction faster than the committed arm to take
         over (hysteresis against flip-flopping on near-ties).
       recheck_interval: decisions between sparse re-checks of other plausible arms on a
@@ -75,7 +76,7 @@ class RuntimeConfig:
     history_path: str | None = None
     tracing: bool = True
     max_history_keys: int = 16_384
-    min_samples_per_arm: int = 3
+    min_samples_per_arm: int = 1
     switch_margin: float = 0.05
     recheck_interval: int = 64
     drift_threshold: float = 4.0

@@ -1,7 +1,8 @@
 """Measured history per (operation, size bucket, arm), bounded, mergeable, serialisable.
 
-Per arm: a sample count, a spike-clipped EWMA of latency and its variance, failures and a
-quarantine deadline, and the time of the last update. Per key: the arms, lifetime counts, and
+Per arm: a sample count, the mean and variance of its latest timings (at most ``_WINDOW``,
+stalls left out: see ``_SPIKE_RATIO``), failures and a quarantine deadline, and the time of
+the last update. Per key: the arms, lifetime counts, and
 how often estimates were merged in from elsewhere. What the policy makes of it (the committed
 arm, the re-check schedule, the drift statistic) is the policy's own state
 (:class:`adaptive_runtime.policy.KeyState`), kept apart.
@@ -21,6 +22,7 @@ import contextlib
 import errno
 import json
 import math
+import operator
 import os
 import re
 import socket
@@ -30,7 +32,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 from .backend import Backend
@@ -68,18 +70,20 @@ class HistoryWarning(UserWarning):
     unreadable (then moved aside). Filter it with ``warnings.simplefilter(...,
     ar.HistoryWarning)``."""
 
-# Timings of an arm that are summarised robustly (min, then median) before the EWMA starts.
-_WARMUP_SAMPLES = 3
-# EWMA weight once an arm has enough samples; before that the weight is 1/n, so early samples
-# count equally instead of the seed dominating.
-_EWMA_ALPHA = 0.1
-_EWMA_WARM_SAMPLES = int(1 / _EWMA_ALPHA)  # below this many samples, weight 1/(n+1) is larger
-# A sample is clipped to 1.5x the mean before it enters the EWMA, so one preempted or
-# page-faulting call moves the estimate by at most 5% (alpha 0.1 x 0.5) — the switching
-# margin — and cannot make a near-tie flip. A real slowdown is still seen at once: the
-# policy's drift detector reads the unclipped timing, and a drift alarm re-measures from
-# scratch.
-_CLIP_RATIO = 1.5
+# An arm's estimate is read from its latest timings in the epoch, at most this many: long
+# enough to hold a bimodal arm's both modes in proportion, short enough to follow a change
+# within a few dozen timings (as the EWMA it replaced, alpha 0.1, did).
+_WINDOW = 16
+# The estimate is the mean of the window: what the arm costs in total, a slow mode that comes
+# now and then included (a bimodal or heavy-tailed arm is compared on its mean, not on its
+# fast mode). Only a stall is left out: the largest timing where it is over this many times
+# the next largest, up to two of them. (Measured on the development machine: one timing in
+# ten of a call of over 65,536 elements is over 1.7x the median of the others, the worst 88x.
+# The EWMA with timings clipped at 1.5x its mean that this replaces estimated an arm taking
+# 60 us or, one call in four, 250 us at 72 us instead of its 107.5 us mean, and its drift
+# test then alarmed on the slow mode.)
+_SPIKE_RATIO = 2.0
+_MAX_TRIMMED = 2
 # A timing under 1/this of the estimate is not noise (noise only ever adds time): during the
 # warm-up the timings before it carried one-off costs, after it two in a row mean the arm got
 # faster; either way the estimate starts again from them (ArmStats._restart).
@@ -107,7 +111,9 @@ class ArmStats:
     consecutive_failures: int = 0
     quarantined_until_s: float = -math.inf
     last_update: float = 0.0
-    warmup_us: tuple[float, ...] = ()
+    # the epoch's latest timings (at most _WINDOW; a ring once full, next write at window_at)
+    window: list[float] = field(default_factory=list)
+    window_at: int = 0
     # the first of a run of timings far under the estimate (see _FASTER_RATIO), NaN if none
     faster_us: float = math.nan
     # after a distributed sync: rank -> (samples, failures) first learned on that rank, as far
@@ -116,7 +122,8 @@ class ArmStats:
 
     @property
     def estimate_us(self) -> float:
-        """Expected latency: the EWMA, infinite while the arm's last attempt failed."""
+        """Expected latency: the window's mean, infinite while the arm's last attempt
+        failed."""
         if self.consecutive_failures:
             return math.inf
         return self.mean_us if self.epoch_samples else math.nan
@@ -127,7 +134,7 @@ class ArmStats:
         n = self.epoch_samples
         if n and duration_us * _FASTER_RATIO < self.mean_us:
             first = self.faster_us
-            if n < _WARMUP_SAMPLES:  # the earlier timings carried one-off costs: drop them
+            if n < 3:  # the earlier timings carried one-off costs: drop them
                 self._restart((duration_us,), wall_time)
                 return True
             if first == first:  # (not NaN) the second timing in a row far under the estimate
@@ -136,55 +143,63 @@ class ArmStats:
             self.faster_us = duration_us
         elif self.faster_us == self.faster_us:
             self.faster_us = math.nan
-        if n < _WARMUP_SAMPLES:
-            # The first timings of an arm often include one-off costs (cold caches, lazy
-            # allocation): estimate from the min of two, then the median of three, so one
-            # outlier neither prunes a good arm nor seeds the EWMA.
-            if n == 0:
-                self.warmup_us = (duration_us,)
-                self.mean_us = duration_us
-            elif n == 1:
-                # (a merged-in estimate has no raw timings: it stands in for them)
-                first = self.warmup_us[0] if self.warmup_us else self.mean_us
-                self.warmup_us = (first, duration_us)
-                self.mean_us = first if first < duration_us else duration_us
-            else:
-                lo, hi = self.warmup_us if len(self.warmup_us) == 2 else (self.mean_us,) * 2
-                if lo > hi:
-                    lo, hi = hi, lo
-                if duration_us < lo:  # median of three without sorting a new list
-                    lo, mid = duration_us, lo
-                elif duration_us > hi:
-                    mid, hi = hi, duration_us
-                else:
-                    mid = duration_us
-                hi = min(hi, mid * _CLIP_RATIO)
-                self.mean_us = mid
-                self.var_us2 = ((lo - mid) ** 2 + (hi - mid) ** 2) / 2.0
-                self.warmup_us = ()
+        window = self.window
+        if n and not window:
+            # a merged-in estimate has no raw timings: it stands in for them
+            window.append(self.mean_us)
+        if len(window) < _WINDOW:
+            window.append(duration_us)
         else:
-            mean = self.mean_us
-            var = self.var_us2
-            delta = duration_us - mean
-            if duration_us > mean * _CLIP_RATIO:
-                delta = mean * (_CLIP_RATIO - 1.0)
-            alpha = 1.0 / (n + 1) if n < _EWMA_WARM_SAMPLES else _EWMA_ALPHA
-            self.mean_us = mean + alpha * delta
-            self.var_us2 = (1.0 - alpha) * (var + alpha * delta * delta)
+            at = self.window_at
+            window[at] = duration_us
+            self.window_at = (at + 1) % _WINDOW
+        self._estimate()
         self.samples += 1
         self.epoch_samples = n + 1
         self.consecutive_failures = 0
         self.last_update = wall_time
         return False
 
+    def _estimate(self) -> None:
+        """The estimate and variance from the window: one timing as it is; the lower of two
+        and the median of three (an arm's first timings often carry one-off costs: cold
+        caches, lazy allocation); from four on the mean, stalls left out (``_SPIKE_RATIO``)."""
+        window = self.window
+        k = len(window)
+        if k == 1:
+            self.mean_us = window[0]
+            self.var_us2 = 0.0
+            return
+        if k == 2:
+            a, b = window
+            self.mean_us = a if a < b else b
+            self.var_us2 = (a - b) * (a - b) / 2.0
+            return
+        ordered = sorted(window)
+        if k == 3:
+            lo, mid, hi = ordered
+            hi = min(hi, mid * 1.5)  # (the third timing's one-off cost: not spread)
+            self.mean_us = mid
+            self.var_us2 = ((lo - mid) ** 2 + (hi - mid) ** 2) / 2.0
+            return
+        m = k
+        while m > k - _MAX_TRIMMED and ordered[m - 1] > _SPIKE_RATIO * ordered[m - 2]:
+            m -= 1  # a stall far over every other timing: not what the arm costs
+        kept = ordered[:m] if m < k else ordered
+        mean = sum(kept) / m
+        var = (sum(map(operator.mul, kept, kept)) - m * mean * mean) / (m - 1)
+        self.mean_us = mean
+        self.var_us2 = var if var > 0.0 else 0.0
+
     def _restart(self, timings: tuple[float, ...], wall_time: float) -> None:
         """The arm got faster (noise only ever adds time): its estimate starts again from
         ``timings``, as from an epoch's first ones — the one timing far under a warm-up's
         estimate (the earlier ones carried one-off costs), or the second of two in a row after
-        it. (The warm-up's median and the EWMA would take many timings to leave the old level:
-        an ATen kernel that turned 5x faster early in a process was still estimated at its
-        old time after six fast timings.)"""
-        self.warmup_us = timings
+        it. (A window of older timings would take many timings to leave the old level: an
+        ATen kernel that turned 5x faster early in a process was still estimated at its old
+        time after six fast timings.)"""
+        self.window = list(timings)
+        self.window_at = 0
         self.mean_us = min(timings)
         self.var_us2 = 0.0
         self.faster_us = math.nan
@@ -205,7 +220,8 @@ class ArmStats:
         self.epoch_samples = 0
         self.mean_us = math.nan
         self.var_us2 = 0.0
-        self.warmup_us = ()
+        self.window = []
+        self.window_at = 0
         self.faster_us = math.nan
 
 

@@ -441,7 +441,7 @@ def _replay_call(policy: Policy, store: HistoryStore, run: _KeyRun, call: CallTi
     if policy.remeasures(key, decision):
         key.arms[arm].start_epoch()
     learned_us = store.record(key, arm, duration_us, call.size)
-    policy.observe(state, arm, learned_us)
+    policy.observe(state, arm, learned_us, key.arms[arm])
     run.calls += call.calls
     run.cost_us += duration_us + rest * rest_us
     run.recorded_us += call.duration_us * call.calls

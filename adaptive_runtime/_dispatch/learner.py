@@ -22,10 +22,12 @@ _EXPLOIT = Reason.EXPLOIT
 _DRIFT = Reason.DRIFT
 _DECIDED = Step.DECIDED
 _REPEATED = Step.REPEATED
-# A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
-# few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
-# the statistic falls back or alarms, so a slowdown raises the alarm within a few calls.
-_SUSPECT_DRIFT = 1.0
+# A committed arm whose Page-Hinkley statistic is above this (one timing over ~1.7x its
+# baseline, or a few at 1.4x) looks slower than it was: it is timed more often
+# (gating.SUSPECT_SPAN_US) until the statistic falls back or alarms, so a slowdown raises the
+# alarm within a few calls. (1.0 was out of reach of one timing once the statistic's ratio was
+# capped at 2: a 3x slowdown then took 13 calls to switch, against a target of 10.)
+_SUSPECT_DRIFT = 0.5
 
 # A timed call's span: the trace gate's verdict and the decision, explained.
 Span = tuple[TraceVerdict, Decision]
@@ -140,8 +142,8 @@ class Learner:
             # re-measures it), then into the policy's state.
             if self._policy.remeasures(key, decision):
                 key.arms[backend].start_epoch()
-            self._policy.observe(state, backend,
-                                 self._history.record(key, backend, duration_us, n))
+            learned = self._history.record(key, backend, duration_us, n)
+            self._policy.observe(state, backend, learned, key.arms[backend])
             if emission.timings:
                 emission.duration((op.name, backend, duration_us))
             if emission.recording_calls:

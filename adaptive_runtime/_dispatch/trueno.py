@@ -91,7 +91,8 @@ class TruenoApi:
         with core.lock:
             key = core.history.key(operation, bucket)
             learned = core.history.record(key, backend, duration_us, n)
-            core.policy.observe(self._learner.state_of(key), backend, learned)
+            core.policy.observe(self._learner.state_of(key), backend, learned,
+                                key.arms[backend])
             self._emission.calls((operation, n, backend, duration_us, core.clock(), 1))
             self._reset_entry(operation, bucket, key)
 

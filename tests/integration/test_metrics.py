@@ -466,6 +466,14 @@ def test_key_gauges_report_learned_latency_and_the_committed_arm(otlp: OtlpMetri
     for _ in range(300):  # round-robin: every key converges
         for bucket in buckets:
             rt.run("scale", reference_size(bucket))
+    # (bucket 8 is a near-tie, 19.1 against 21.8 us: its commitment is unsure at first and
+    # re-checked at intervals that double; run on to where no re-check is due)
+    for _ in range(1000):
+        if all(rt.decide("scale", reference_size(b)).reason is ar.Reason.EXPLOIT
+               for b in buckets):
+            break
+        for bucket in buckets:
+            rt.run("scale", reference_size(bucket))
     history = rt.history_snapshot()
     counts = rt.selection_counts()
     decisions = [rt.decide("scale", reference_size(b)) for b in buckets]

@@ -133,7 +133,8 @@ READS_PER_TIMED_CALL = 3
 
 
 def test_cold_key_is_timed_every_call(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 2.0})  # cheap arms
+    # cheap arms, each timed three times before committing: six exploring calls
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 2.0}, min_samples_per_arm=3)
     for n in range(1, 7):
         h.call()
         assert h.timer.reads == READS_PER_EXPLORING_CALL * n

@@ -30,6 +30,10 @@ from adaptive_runtime.policy import (
 GPU, SIMD, SCALAR = Backend.GPU, Backend.SIMD, Backend.SCALAR
 NOW_S = 1_000.0  # the fake clock's reading (quarantines are compared with it)
 TWO = (SIMD, SCALAR)
+# A policy told to time each arm three times before committing (min_samples_per_arm=3) and
+# the two fastest up to six while they are not told apart: the explore phase's rounds,
+# pruning and planning, which the default (one timing each) seldom needs.
+ROUNDS = PolicyConfig(min_samples=3)
 
 
 def timed(mean_us: float, n: int = 3, var_us2: float = 1.0, last_update: float = 0.0,
@@ -84,11 +88,11 @@ def test_a_key_with_no_timing_yet_starts_with_the_heuristic_arm_one_at_a_time() 
 
 def test_explore_times_every_arm_min_samples_times_fewest_first() -> None:
     key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(0.0, n=0)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     # up to one timing each: where the neighbouring buckets may have a winner to go by
     assert (d.backend, d.reason, d.plan) == (SCALAR, Reason.EXPLORE, ())
     key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(120.0, n=1)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     # then up to two each: where pruning may rule an arm out
     assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, (SCALAR,))
 
@@ -96,7 +100,7 @@ def test_explore_times_every_arm_min_samples_times_fewest_first() -> None:
 def test_an_arm_far_behind_after_two_timings_is_owed_nothing_more() -> None:
     # SCALAR: 2 timings at 4x the best (over prune_ratio 3) -> pruned; SIMD is owed one more
     key = key_with({SIMD: timed(100.0, n=2), SCALAR: timed(400.0, n=2)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, ())
 
 
@@ -108,14 +112,12 @@ def test_an_arm_whose_floor_is_far_over_the_best_is_not_tried() -> None:
     assert d.floors_us == {SCALAR: 200.0}
 
 
-def test_an_untried_costly_arm_waits_for_the_exploration_budget() -> None:
-    # SIMD: 2 ms a call, timed 3 times (6 ms spent); SCALAR's trial is guessed at 3x that:
-    # 4 ms over the best, more than max(1 ms, 10% of 6 ms)
-    key = key_with({SIMD: timed(2000.0), SCALAR: ArmStats()})
-    policy = Policy()
-    assert policy.decide(KeyState(), key, TWO, NOW_S).backend is SIMD
-    key.arms[SIMD] = timed(2000.0, n=20)  # 40 ms spent: 10% pays for the trial
-    d = policy.decide(KeyState(), key, TWO, NOW_S)
+def test_an_untried_arm_is_tried_next_whatever_its_trial_is_guessed_to_cost() -> None:
+    # SIMD: 2 ms a call, timed once; SCALAR's trial is guessed at 3x that, 4 ms over the
+    # best: far over the exploration allowance, yet the cold-start order is a guess, which
+    # orders the arms and rules none out
+    key = key_with({SIMD: timed(2000.0, n=1), SCALAR: ArmStats()})
+    d = Policy().decide(KeyState(), key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
 
 
@@ -123,18 +125,18 @@ def test_one_costly_timing_that_lost_is_enough_unless_it_was_the_keys_first_call
     # SCALAR lost on one timing 20 ms over SIMD: timing it again would cost more than the
     # exploration allowance, so it is owed nothing more
     key = key_with({SIMD: timed(13_000.0), SCALAR: timed(33_000.0, n=1)})
-    assert Policy().decide(KeyState(), key, TWO, NOW_S).reason is Reason.EXPLOIT
+    assert Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S).reason is Reason.EXPLOIT
     # the cold-start arm's one timing is the key's first call, with a new size's one-off
     # costs (and a library's first-use state): it is timed again
     key = key_with({SIMD: timed(33_000.0, n=1), SCALAR: timed(13_000.0)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SIMD, Reason.EXPLORE)
 
 
 def test_two_arms_not_told_apart_are_timed_again_before_committing() -> None:
     noisy = timed(200.0, var_us2=200.0**2)
     key = key_with({SIMD: noisy, SCALAR: timed(210.0, var_us2=200.0**2)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     assert d.reason is Reason.EXPLORE
     assert d.backend is SCALAR and d.plan == (SIMD, SCALAR, SIMD, SCALAR, SIMD)
 
@@ -157,7 +159,7 @@ def test_a_prior_is_timed_in_full_and_the_others_once() -> None:
 def test_a_prior_beaten_clearly_here_gives_way_to_full_exploration() -> None:
     key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(50.0, n=1)})
     state = KeyState(prior=SIMD)
-    policy = Policy()
+    policy = Policy(ROUNDS)
     before = fields(state)
     d = policy.decide(state, key, TWO, NOW_S)
     assert fields(state) == before  # decide() is pure: the rejection is apply()'s
@@ -197,44 +199,85 @@ def test_a_clear_winner_is_committed_and_rechecked_at_the_regular_interval() -> 
 def test_an_unsure_commitment_is_rechecked_after_min_samples_decisions() -> None:
     key = key_with({SIMD: timed(200.0, n=6, var_us2=100.0**2),
                     SCALAR: timed(210.0, n=6, var_us2=100.0**2)})
-    state = committed(Policy(), key)
+    state = committed(Policy(ROUNDS), key)
     assert state.next_recheck == state.decisions + 3
 
 
-def test_a_rival_left_behind_on_one_costly_timing_is_rechecked_soon() -> None:
-    # SCALAR lost on one timing, 2.5 ms over SIMD (over explore_free_us): timing it again
-    # was not worth it then, but one timing is no clear answer (its first timing may carry
-    # one-off costs): the first re-check comes after min_samples decisions
-    key = key_with({SIMD: timed(5000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=1)})
-    state = committed(Policy(), key)
-    assert state.next_recheck == state.decisions + 3
-    # clearly out (over prune_ratio x), it is re-checked at the regular interval
-    key = key_with({SIMD: timed(2000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=1)})
-    state = committed(Policy(PolicyConfig(recheck_interval=50)), key)
+def test_one_timing_each_a_few_percent_apart_is_an_unsure_commitment() -> None:
+    # no spread measured yet: each timing is taken to vary by noise_floor (10%) at least,
+    # so 200 against 230 us is not a clear answer and the rival is re-checked next
+    key = key_with({SIMD: timed(200.0, n=1, var_us2=0.0), SCALAR: timed(230.0, n=1, var_us2=0.0)})
+    policy = Policy(PolicyConfig(recheck_interval=50))
+    state = committed(policy, key)
+    assert state.next_recheck == state.decisions + 1
+    # twice as fast is clear on one timing each
+    key = key_with({SIMD: timed(200.0, n=1, var_us2=0.0), SCALAR: timed(400.0, n=1, var_us2=0.0)})
+    state = committed(policy, key)
     assert state.next_recheck == state.decisions + 50
 
 
+def test_a_rival_left_behind_on_one_costly_timing_is_rechecked_soon() -> None:
+    # SCALAR lost on one timing, 5.5 ms over SIMD (over explore_free_us): one timing is no
+    # clear answer, however far behind (a timing of one call may be a stall many times its
+    # cost): the first re-check comes after min_samples decisions, as the budget allows
+    policy = Policy(PolicyConfig(recheck_interval=50))
+    key = key_with({SIMD: timed(2000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=1)})
+    assert committed(policy, key).next_recheck == 2
+    # timed twice, clearly out: re-checked at the regular interval
+    key = key_with({SIMD: timed(2000.0, n=3, var_us2=0.0), SCALAR: timed(7500.0, n=2)})
+    assert committed(policy, key).next_recheck == 51
+
+
+def test_a_recheck_of_an_arm_timed_once_is_priced_at_twice_its_smaller_bucket_time() -> None:
+    # SCALAR's one timing here, 900 ms, is a stall (it took 3 ms on the smaller bucket): priced
+    # at that, its re-check never fits the budget; priced at twice its floor, it does
+    key = key_with({SIMD: timed(4_000.0, n=10, var_us2=0.0), SCALAR: timed(900_000.0, n=1)})
+    policy = Policy()
+    state = committed(policy, key)
+    state.decisions = state.next_recheck
+    state.memo = None
+    assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
+    state.floors = {SCALAR: 3_000.0}
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+
+
 def test_a_recheck_waits_for_the_exploration_budget() -> None:
-    # SCALAR is 20 ms over SIMD: a re-check is due, but the key has run 100 ms (10%: 10 ms)
+    # SCALAR is 20 ms over SIMD: a re-check is due, but the key has run 130 ms (3%: 3.9 ms)
     key = key_with({SIMD: timed(10_000.0, n=10, var_us2=0.0), SCALAR: timed(30_000.0, n=1)})
     policy = Policy()
     state = committed(policy, key)
     state.decisions = state.next_recheck
     state.memo = None
     assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
-    key.arms[SIMD] = timed(10_000.0, n=30, var_us2=0.0)  # 300 ms run: 30 ms pays for it
+    key.arms[SIMD] = timed(10_000.0, n=700, var_us2=0.0)  # 7 s run: 3% pays for it ...
     d = policy.decide(state, key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+    # ... unless earlier re-checks spent the allowance: it is the key's, not the turn's
+    state.explored_us = 200_000.0
+    assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
+
+
+def test_timings_of_other_arms_after_committing_are_spent_from_the_allowance() -> None:
+    key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
+    policy = Policy()
+    state = KeyState()
+    policy.observe(state, SCALAR, 300.0)  # exploring, before any commitment: not counted
+    assert state.explored_us == 0.0
+    state = committed(policy, key)
+    policy.observe(state, SIMD, 100.0)  # the committed arm: not exploring
+    policy.observe(state, SCALAR, 300.0)  # a re-check: its timing and the look it took
+    assert 300.0 < state.explored_us < 320.0
 
 
 def test_a_round_of_calls_cheaper_than_a_look_is_planned_through() -> None:
     # a few microseconds a call: looking again between timings would cost more than it saves
     key = key_with({SIMD: timed(0.4, n=1), SCALAR: timed(0.5, n=1)})
-    d = Policy().decide(KeyState(), key, TWO, NOW_S)
+    d = Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S)
     assert (d.backend, d.reason, d.plan) == (SIMD, Reason.EXPLORE, (SCALAR, SIMD, SCALAR))
     # 100 us calls: the policy looks again after each arm's second timing
     key = key_with({SIMD: timed(100.0, n=1), SCALAR: timed(120.0, n=1)})
-    assert Policy().decide(KeyState(), key, TWO, NOW_S).plan == (SCALAR,)
+    assert Policy(ROUNDS).decide(KeyState(), key, TWO, NOW_S).plan == (SCALAR,)
 
 
 def test_a_plan_made_before_an_arm_got_faster_is_not_followed() -> None:
@@ -242,7 +285,7 @@ def test_a_plan_made_before_an_arm_got_faster_is_not_followed() -> None:
     key = store.key("op", 10)
     for arm, us in ((SIMD, 54_000.0), (SIMD, 47_000.0), (SCALAR, 39_000.0)):
         store.record(key, arm, us, key.reference_size)
-    policy = Policy()
+    policy = Policy(ROUNDS)
     state = KeyState()
     policy.step(state, key, TWO, NOW_S)
     state.plan = (Decision(SCALAR, Reason.EXPLORE), Decision(SCALAR, Reason.EXPLORE))
@@ -338,25 +381,47 @@ def test_a_recheck_turn_with_no_arm_to_look_at_passes_and_the_fourth_looks_at_ev
 # ------------------------------------------------------------------ drift
 
 
-def test_three_timings_5x_slower_raise_the_drift_alarm() -> None:
+def test_sustained_slow_timings_raise_the_drift_alarm_on_the_sixth() -> None:
+    # each timing over 2x the estimate adds 2 - 1 - 0.2 (ratio capped at 2, slack 0.2): the
+    # statistic passes 4 on the sixth
     key = key_with({SIMD: timed(100.0), SCALAR: timed(300.0)})
     policy = Policy()
     state = committed(policy, key)
-    for _ in range(3):
+    for _ in range(5):
         assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
         policy.observe(state, SIMD, 500.0)
+    assert state.drift_score == pytest.approx(4.0)
+    policy.observe(state, SIMD, 500.0)
     d = policy.step(state, key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SCALAR, Reason.DRIFT)
     # a new epoch: the arm that slowed is re-measured in full, the others once
     assert (state.incumbent, state.prior, state.epoch, state.drift_score) == (None, SIMD, 1, 0.0)
 
 
+def test_a_slow_mode_the_arm_has_always_had_raises_no_alarm() -> None:
+    # 60 us, or 250 us one call in four: its estimate (107.5 us) and its spread are the
+    # baseline and the slack, and the capped ratio of a slow call (2) adds less than the
+    # three fast calls take away
+    store = HistoryStore(4, wall_clock=iter(range(1, 10**6)).__next__)
+    key = store.key("op", 10)
+    for us in (60.0, 60.0, 250.0, 60.0) * 4:
+        store.record(key, SIMD, us, key.reference_size)
+    store.record(key, SCALAR, 150.0, key.reference_size)
+    policy = Policy()
+    state = committed(policy, key)
+    assert state.incumbent is SIMD
+    for us in (60.0, 60.0, 250.0, 60.0) * 250:
+        learned = store.record(key, SIMD, us, key.reference_size)
+        policy.observe(state, SIMD, learned, key.arms[SIMD])
+        assert state.drift_score <= policy.config.drift_threshold
+
+
 def test_a_drift_alarm_times_a_far_slower_arm_only_within_the_exploration_budget() -> None:
-    # large calls: SIMD 4 ms, SCALAR 40 ms (132 ms spent: a budget of 13.2 ms a trial)
+    # large calls: SIMD 4 ms, SCALAR 40 ms (132 ms spent: an allowance of 3%, 4 ms)
     key = key_with({SIMD: timed(4_000.0), SCALAR: timed(40_000.0)})
     policy = Policy()
     state = committed(policy, key)
-    for _ in range(3):
+    for _ in range(6):
         policy.observe(state, SIMD, 20_000.0)  # the machine's load: SIMD 5x slower
     d = policy.step(state, key, TWO, NOW_S)
     # SCALAR's 36 ms over SIMD's estimate is over the budget: the slowed arm is re-measured
@@ -367,7 +432,7 @@ def test_a_drift_alarm_times_a_far_slower_arm_only_within_the_exploration_budget
     # re-measured at 20 ms: SCALAR's 40 ms then is 20 ms over it, still over the budget ...
     assert policy.decide(state, key, TWO, NOW_S).backend is SIMD
     # ... until the key has run long enough to pay for a trial (or SIMD slows further)
-    key.arms[SIMD] = timed(20_000.0, n=10)
+    key.arms[SIMD] = timed(20_000.0, n=40)
     d = policy.decide(state, key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
 
@@ -469,8 +534,10 @@ def test_the_state_machine_converges_then_follows_a_slowdown_within_20_calls() -
     policy = Policy()
     latency = {SIMD: 100.0, SCALAR: 150.0}
     decisions, state, store = run(policy, latency, 200)
-    assert [d.reason for d in decisions[:6]] == [Reason.HEURISTIC] + [Reason.EXPLORE] * 5
-    assert {d.backend for d in decisions[6:] if d.reason is Reason.EXPLOIT} == {SIMD}
+    # one timing each: 1.5x apart is a clear answer
+    assert [(d.backend, d.reason) for d in decisions[:3]] == [
+        (SIMD, Reason.HEURISTIC), (SCALAR, Reason.EXPLORE), (SIMD, Reason.EXPLOIT)]
+    assert {d.backend for d in decisions[2:] if d.reason is Reason.EXPLOIT} == {SIMD}
     latency[SIMD] = 500.0  # the committed arm slows 5x
     after, state, _ = run(policy, latency, 100, state, store)
     exploits = [i for i, d in enumerate(after) if (d.backend, d.reason) == (SCALAR,
