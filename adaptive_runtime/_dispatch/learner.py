@@ -22,12 +22,26 @@ _EXPLOIT = Reason.EXPLOIT
 _DRIFT = Reason.DRIFT
 _DECIDED = Step.DECIDED
 _REPEATED = Step.REPEATED
-# A committed arm whose Page-Hinkley statistic is above this (one timing over ~1.7x its
-# baseline, or a few at 1.4x) looks slower than it was: it is timed more often
-# (gating.SUSPECT_SPAN_US) until the statistic falls back or alarms, so a slowdown raises the
-# alarm within a few calls. (1.0 was out of reach of one timing once the statistic's ratio was
-# capped at 2: a 3x slowdown then took 13 calls to switch, against a target of 10.)
-_SUSPECT_DRIFT = 0.5
+# A committed arm whose Page-Hinkley statistic is above this (one timing ~2x its baseline, or a
+# few at 1.5x) looks slower than it was: it is timed more often (gating.SUSPECT_SPAN_US) until
+# the statistic falls back or alarms, so a slowdown raises the alarm within a few calls. An
+# arm whose calls take _SUSPECT_SLOW_CALL_US or more is suspect from _SUSPECT_DRIFT_SLOW
+# (one timing over ~1.7x): with the statistic's ratio capped at 2, one timing of a 20x
+# slowdown adds only 0.8, and from 1.0 a 3x slowdown of 100 us calls took 13 calls to switch
+# (the target is 10). Calls under it keep 1.0: timings of a few microseconds are noisy (in
+# benchmarks/steady_state.py the worst small key read 1.12x a forced run of its arm with 0.5
+# for every call, 1.04-1.09x with this split).
+_SUSPECT_DRIFT = 1.0
+_SUSPECT_DRIFT_SLOW = 0.5
+_SUSPECT_SLOW_CALL_US = 20.0
+
+
+def _suspect(state: KeyState, mean_us: float) -> bool:
+    """Whether the committed arm looks slower than it was (see _SUSPECT_DRIFT)."""
+    score = state.drift_score
+    return score > _SUSPECT_DRIFT or (score > _SUSPECT_DRIFT_SLOW
+                                      and mean_us >= _SUSPECT_SLOW_CALL_US)
+
 
 # A timed call's span: the trace gate's verdict and the decision, explained.
 Span = tuple[TraceVerdict, Decision]
@@ -165,7 +179,8 @@ class Learner:
                 key.start_epoch()
             if state.incumbent is not None or entry.mask:
                 self.refresh(entry, key)
-        elif how is _REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT:
+        elif how is _REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT_SLOW \
+                and _suspect(state, key.arms[state.incumbent].mean_us):  # type: ignore[index]
             # Committed and nothing due (most timed calls of a converged key): the fast
             # path already points at the committed arm, timed at the period set with the
             # memo — more often while the arm looks slower than it was (_SUSPECT_DRIFT).
@@ -210,7 +225,7 @@ class Learner:
         mask = measure_period(
             stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
             config.max_measure_period, slow_call_us=config.sampling_threshold_us,
-            suspect=target is state.incumbent and state.drift_score > _SUSPECT_DRIFT) - 1
+            suspect=target is state.incumbent and _suspect(state, stats.mean_us)) - 1
         if mask > core.validate_mask >= 0:  # validation mode: sampled calls take this path
             mask = core.validate_mask
         entry.mask = mask

@@ -60,6 +60,14 @@ def committed(policy: Policy, key: KeyHistory, candidates: Sequence[Backend] = T
     return state
 
 
+def due_for_recheck(policy: Policy, key: KeyHistory) -> KeyState:
+    """A state committed by the policy to the best arm of ``key``, its first re-check due."""
+    state = committed(policy, key)
+    state.decisions = state.next_recheck
+    state.memo = None
+    return state
+
+
 def fields(state: KeyState) -> dict[str, object]:
     return {name: copy.copy(getattr(state, name)) for name in KeyState.__slots__}
 
@@ -233,9 +241,7 @@ def test_a_recheck_of_an_arm_timed_once_is_priced_at_twice_its_smaller_bucket_ti
     # at that, its re-check never fits the budget; priced at twice its floor, it does
     key = key_with({SIMD: timed(4_000.0, n=10, var_us2=0.0), SCALAR: timed(900_000.0, n=1)})
     policy = Policy()
-    state = committed(policy, key)
-    state.decisions = state.next_recheck
-    state.memo = None
+    state = due_for_recheck(policy, key)
     assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
     state.floors = {SCALAR: 3_000.0}
     d = policy.decide(state, key, TWO, NOW_S)
@@ -246,9 +252,7 @@ def test_a_recheck_waits_for_the_exploration_budget() -> None:
     # SCALAR is 20 ms over SIMD: a re-check is due, but the key has run 130 ms (3%: 3.9 ms)
     key = key_with({SIMD: timed(10_000.0, n=10, var_us2=0.0), SCALAR: timed(30_000.0, n=1)})
     policy = Policy()
-    state = committed(policy, key)
-    state.decisions = state.next_recheck
-    state.memo = None
+    state = due_for_recheck(policy, key)
     assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
     key.arms[SIMD] = timed(10_000.0, n=700, var_us2=0.0)  # 7 s run: 3% pays for it ...
     d = policy.decide(state, key, TWO, NOW_S)
