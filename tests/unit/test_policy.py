@@ -176,6 +176,45 @@ def test_a_prior_beaten_clearly_here_gives_way_to_full_exploration() -> None:
     assert state.prior is None
 
 
+def _neighbours(below: dict[Backend, float] | None, above: dict[Backend, float] | None
+                ) -> tuple[HistoryStore, KeyHistory]:
+    """A store with bucket 10 new, and buckets 9 and 11 timed as given (twice each)."""
+    store = HistoryStore(16)
+    for bucket, means in ((9, below), (11, above)):
+        if means:
+            store.key("op", bucket).arms.update({b: timed(us, n=2) for b, us in means.items()})
+    return store, store.key("op", 10)
+
+
+def test_a_keys_first_call_runs_the_arm_its_neighbours_measured_fastest() -> None:
+    # the cold-start order puts SIMD first; both neighbouring buckets measured SCALAR 3x faster
+    store, key = _neighbours({SIMD: 300.0, SCALAR: 100.0}, {SIMD: 600.0, SCALAR: 200.0})
+    d = Policy().step(KeyState(), key, TWO, NOW_S, neighbours=store)
+    assert (d.backend, d.reason) == (SCALAR, Reason.HEURISTIC)
+    # one side measured is enough
+    store, key = _neighbours(None, {SIMD: 600.0, SCALAR: 200.0})
+    assert Policy().step(KeyState(), key, TWO, NOW_S, neighbours=store).backend is SCALAR
+
+
+def test_neighbours_that_disagree_leave_the_cold_start_order() -> None:
+    # a crossover between buckets 9 and 11: no measured answer for bucket 10
+    store, key = _neighbours({SIMD: 300.0, SCALAR: 100.0}, {SIMD: 200.0, SCALAR: 600.0})
+    d = Policy().step(KeyState(), key, TWO, NOW_S, neighbours=store)
+    assert (d.backend, d.reason) == (SIMD, Reason.HEURISTIC)
+
+
+def test_the_neighbours_order_the_first_call_but_rule_no_arm_out() -> None:
+    # SCALAR first (its neighbours' winner), then SIMD is still timed: SIMD is 2x faster here
+    store, key = _neighbours({SIMD: 300.0, SCALAR: 100.0}, None)
+    policy, state = Policy(), KeyState()
+    d = policy.step(state, key, TWO, NOW_S, neighbours=store)
+    assert d.backend is SCALAR
+    store.record(key, SCALAR, 200.0, 1 << 9)
+    policy.observe(state, SCALAR, 200.0, key.arms[SCALAR])
+    d = policy.step(state, key, TWO, NOW_S, neighbours=store)
+    assert (d.backend, d.reason) == (SIMD, Reason.EXPLORE)
+
+
 def test_the_floors_come_from_the_smaller_bucket_and_no_prior_from_the_neighbours() -> None:
     store = HistoryStore(16)
     for bucket in (9, 11):
@@ -584,7 +623,7 @@ def test_select_on_an_unregistered_name_beside_measured_buckets_does_not_fail() 
         for _ in range(3):
             for arm, us in ((GPU, 10.0), (SIMD, 100.0), (SCALAR, 100.0)):
                 rt.record_performance("custom", size, arm, us)
-    # bucket 12, new: the cold-start order (2,048 elements: SIMD first), nothing borrowed
-    # from the neighbours
+    # bucket 12, new: a cold start, its first call on the arm both neighbours measured
+    # fastest (the cold-start order, 2,048 elements, would put SIMD first)
     assert rt.decide("custom", 1 << 11).reason is Reason.HEURISTIC
-    assert rt.select("custom", 1 << 11) is SIMD
+    assert rt.select("custom", 1 << 11) is GPU
