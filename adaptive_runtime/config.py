@@ -118,12 +118,13 @@ class RuntimeConfig:
             raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "
                               f"got {self.max_measure_period}", field="max_measure_period")
         if not isinstance(self.tracing, bool):
-            raise ConfigError(f"tracing must be True or False, got {self.tracing!r}",
+            raise ConfigError(f"tracing must be True or False, got {_shown(self.tracing)}",
                               field="tracing")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", _path(self.history_path))
         if not isinstance(self.history_force, bool):
-            raise ConfigError(f"history_force must be True or False, got {self.history_force!r}",
+            raise ConfigError("history_force must be True or False, got "
+                              f"{_shown(self.history_force)}",
                               field="history_force")
 
     def replace(self, **changes: Any) -> RuntimeConfig:
@@ -224,8 +225,8 @@ def _iterable(value: object) -> Iterable[object]:
             if not isinstance(value, Backend) else [value]
     if isinstance(value, Iterable):
         return value
-    raise ConfigError(f"disabled_backends must be a collection of backends, got {value!r}",
-                      field="disabled_backends")
+    raise ConfigError(f"disabled_backends must be a collection of backends, got "
+                      f"{_shown(value)}", field="disabled_backends")
 
 
 # The longest wait a background thread can be given (threading.TIMEOUT_MAX is ~292 years,
@@ -234,21 +235,26 @@ _MAX_INTERVAL_S = 365 * 24 * 3600.0
 
 
 def _shown(value: object) -> str:
-    """``repr(value)``, except for an int too long to print (Python refuses past 4300 digits)."""
+    """``repr(value)``, except for an int too long to print (Python refuses past 4300 digits),
+    alone or inside a container."""
     if isinstance(value, int) and value.bit_length() > 1000:
         return f"an int of {value.bit_length()} bits"
-    return repr(value)
+    try:
+        return repr(value)
+    except ValueError:  # (an int too long to print, inside a list, a tuple, ...)
+        return f"a {type(value).__name__} too long to print"
 
 
 def _path(value: object) -> str:
     try:
         path = os.fspath(value)  # type: ignore[call-overload]
     except TypeError:
-        raise ConfigError(f"history_path must be a path (str or os.PathLike), got {value!r}",
+        raise ConfigError("history_path must be a path (str or os.PathLike), got "
+                          f"{_shown(value)}",
                           field="history_path") from None
     if not isinstance(path, str) or not path or "\0" in path:
         raise ConfigError(f"history_path must be a non-empty str path without NUL characters, "
-                          f"got {value!r}", field="history_path")
+                          f"got {_shown(value)}", field="history_path")
     return path
 
 
@@ -278,7 +284,7 @@ def _number(cfg: RuntimeConfig, name: str, *, low: float, high: float = math.inf
 def _integer(cfg: RuntimeConfig, name: str, *, low: int, high: int | None = None) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}", field=name)
+        raise ConfigError(f"{name} must be an integer, got {_shown(value)}", field=name)
     if value < low or (high is not None and value > high):
         high_text = "" if high is None else f" and <= {high}"
         raise ConfigError(f"{name} must be an integer >= {low}{high_text}, got {_shown(value)}",

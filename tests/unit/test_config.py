@@ -206,3 +206,14 @@ def test_forced_gpu_with_fake_gpu_constructs() -> None:
 def test_runtime_rejects_a_non_config() -> None:
     with pytest.raises(TypeError, match="RuntimeConfig"):
         ar.AdaptiveRuntime({"tracing": False}, builtin_ops=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["disabled_backends", "force_backend", "spans_per_sec",
+                                   "tracing", "history_path", "max_measure_period"])
+@pytest.mark.parametrize("huge", [1 << 20_000, [1 << 20_000]], ids=["int", "in a list"])
+def test_an_int_too_long_to_print_is_a_config_error_that_says_so(field: str, huge) -> None:
+    # (Python refuses to print an int past 4,300 digits: the message must not try)
+    with pytest.raises(ar.ConfigError) as raised:
+        ar.RuntimeConfig(**{field: huge})
+    assert raised.value.field == field
+
