@@ -53,6 +53,10 @@ class RuntimeConfig:
         come on top (they never wait), hence half of the ~1% target; ``ar.train_step`` spans
         have a budget of half that share of the steps' time (see ``telemetry.steps``);
         ``inf`` lifts both limits.
+      trace_key_interval_s: in steady state, each key (below the hot path) exports a select
+        span at least this often, standing for its calls since the previous one, so every key
+        shows in Jaeger with a recent span; ``inf``: only sampled spans. Commitments of a key
+        to an arm are always exported (within ``spans_per_sec``), whatever this says.
     Memory and persistence
       max_history_keys: (operation, size bucket) keys kept; least recently used go first.
       history_path: history file loaded at start-up, saved every history_save_interval_s
@@ -83,6 +87,7 @@ class RuntimeConfig:
     max_measure_period: int = 1024
     spans_per_sec: float = 200.0
     trace_cpu_share: float = 0.005
+    trace_key_interval_s: float = 10.0
     history_save_interval_s: float = 60.0
     history_force: bool = False
     validate_sample_rate: float = 0.0
@@ -108,6 +113,7 @@ class RuntimeConfig:
         _number(self, "drift_threshold", low=0.0, low_open=True)
         _number(self, "spans_per_sec", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
+        _number(self, "trace_key_interval_s", low=0.0, low_open=True, infinite=True)
         _number(self, "history_save_interval_s", low=0.0, high=_MAX_INTERVAL_S)
         _number(self, "validate_sample_rate", low=0.0, high=1.0)
         _integer(self, "max_history_keys", low=1)

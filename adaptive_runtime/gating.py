@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .backend import Backend
 from .policy import Reason
 
 __all__ = [
@@ -254,7 +255,12 @@ class SamplingReason(str, enum.Enum):
     TRACING_OFF = "tracing_off"
     HOT_PATH = "hot_path"
     DECISION = "decision"  # not a plain exploit: explore, recheck, drift, forced, ...
+    # the first exploit of an arm after the key explored, re-measured after a drift alarm,
+    # failed, or re-checked another arm that took over: the key committed to it
+    COMMIT = "commit"
     FIRST_CALL = "first_call"
+    # a routine call of a key with no span for key_interval_s: the key stays visible
+    INTERVAL = "interval"
     ERROR = "error"
     SLOW = "slow"
     SAMPLED = "sampled"
@@ -266,11 +272,13 @@ class SamplingReason(str, enum.Enum):
 
 
 class TraceVerdict(NamedTuple):
-    """Whether to export one call's spans; ``weight`` = calls the exported span stands for."""
+    """Whether to export one call's spans; ``weight`` = calls the exported span stands for;
+    ``replaced``, on a commitment that switched arms, the arm the key left."""
 
     export: bool
     reason: SamplingReason
     weight: float = 1.0
+    replaced: Backend | None = None
 
 
 # Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared,
@@ -309,13 +317,19 @@ def _burst(rate_per_s: float) -> float:
 
 
 class _KeySampling:
-    __slots__ = ("bucket", "credit", "pending_calls", "pending_slow")
+    __slots__ = ("bucket", "committed", "credit", "last_arm", "last_span_s", "pending_calls",
+                 "pending_slow")
 
-    def __init__(self, bucket: TokenBucket) -> None:
+    def __init__(self, bucket: TokenBucket, now_s: float) -> None:
         self.bucket = bucket
         self.credit = 0.0
         self.pending_calls = 0  # fast routine calls since the key's last sampled span
         self.pending_slow = 0  # slow calls since its last slow span (> 1: budget held some)
+        # the arm whose commitment span went out, until the key explores (or fails) again;
+        # the arm the key last committed to, across explorations (for switches)
+        self.committed: Backend | None = None
+        self.last_arm: Backend | None = None
+        self.last_span_s = now_s  # when the key's latest span went out (or it was first seen)
 
 
 # What making and exporting one call's two spans costs in background CPU before the span
@@ -325,6 +339,13 @@ DEFAULT_SPAN_COST_US = 200.0
 # CPU credit for span work is capped at this many calls' spans: a quiet spell cannot bank a
 # burst, and a burst of decision spans cannot silence sampling for long.
 MAX_BANKED_CALLS = 8
+
+# A key's interval span goes out once this share of the key interval has passed without a
+# span of it, and a converged key is timed at least every KEY_TIMING_SHARE of the interval
+# (its span needs a timed call; see _dispatch.learner): so its spans are at most one key
+# interval apart, whenever the timed call after the share comes.
+INTERVAL_SPAN_AFTER = 0.75
+KEY_TIMING_SHARE = 0.25
 
 # Training-step spans earn this share of ``cpu_share`` of the steps' time: every step already
 # pays its span's stand-in in the loop (~1 % of a 1 ms torch step, measured amid the step's
@@ -338,26 +359,34 @@ class TraceGate:
     """Decides per measured call whether its spans are exported, in this order:
 
     tracing off → no; operation hot → no; a decision that is not a plain exploit, the first
-    call of a key, or an error → yes; duration ≥ ``sampling_threshold_us`` → yes; otherwise a
-    deterministic ``sample_rate`` share of calls (weighted by the calls each timing stands
-    for) → yes. Every *yes* must also get a token from the per-key and the per-process
-    budgets, else it becomes a *no* for reason ``budget``. Every *no* is counted by reason.
+    call of a key, an error, or a commitment (the first exploit of an arm since the key last
+    explored, was re-measured after a drift alarm or failed: ``commit``) → yes; a key with
+    no span for ``INTERVAL_SPAN_AFTER`` of ``key_interval_s`` → yes (``interval``: its spans
+    are at most ``key_interval_s`` apart); duration ≥
+    ``sampling_threshold_us`` → yes; otherwise a deterministic ``sample_rate`` share of calls
+    (weighted by the calls each timing stands for) → yes. Every *yes* must also get a token
+    from the per-key and the per-process budgets, else it becomes a *no* for reason
+    ``budget`` (a commitment refused so is tried again on the key's next exploit). Every *no*
+    is counted by reason.
 
     ``cpu_share`` (``None``: no such limit) bounds the background CPU spent on spans to that
     share of the time the runtime's calls take: each measured call earns ``cpu_share`` of its
     duration (times the calls it stands for) as credit, each exported call spends
     ``span_cost_us`` (measured by the span recorder). Routine spans (slow or sampled) need the
-    credit; decision, first-call and error spans always go out (within the token buckets) and
-    may leave it in debt. A sampled span stands for every fast routine call of its key since
-    the previous sampled span, a slow span for every slow call since the previous slow span
-    (its ``weight``).
+    credit; decision, commitment, interval, first-call and error spans always go out (within
+    the token buckets) and may leave it in debt — the budget reserves room for them, as an
+    interval span per key per ``key_interval_s`` is few. A sampled or interval span stands
+    for every fast routine call of its key since the previous sampled one, a slow span for
+    every slow call since the previous slow span (its ``weight``).
     """
 
     def __init__(self, *, tracing: bool, sampling_threshold_us: float, sample_rate: float,
                  spans_per_sec: float, spans_per_sec_per_key: float, now_s: float = 0.0,
                  max_keys: int = 16_384, cpu_share: float | None = None,
-                 span_cost_us: float = DEFAULT_SPAN_COST_US) -> None:
+                 span_cost_us: float = DEFAULT_SPAN_COST_US,
+                 key_interval_s: float = math.inf) -> None:
         self.tracing = tracing
+        self.key_interval_s = key_interval_s
         self.sampling_threshold_us = sampling_threshold_us
         self.sample_rate = sample_rate
         self.spans_per_sec_per_key = spans_per_sec_per_key
@@ -376,8 +405,10 @@ class TraceGate:
         self.steps_suppressed = 0
 
     def admit(self, key: object, reason: Reason, duration_us: float, hot: bool,
-              first_call: bool, failed: bool, calls: int, now_s: float) -> TraceVerdict:
-        """Verdict for one measured call that stands for ``calls`` calls of ``key``."""
+              first_call: bool, failed: bool, calls: int, now_s: float,
+              backend: Backend | None = None) -> TraceVerdict:
+        """Verdict for one measured call that stands for ``calls`` calls of ``key``, run on
+        ``backend`` (``None``: not known, no commitment is told)."""
         if not self.tracing:
             return self._no(SamplingReason.TRACING_OFF, calls)
         share = self.cpu_share
@@ -387,21 +418,35 @@ class TraceGate:
             self.cpu_credit_us = credit if credit < cap else cap
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
+        sampling = self._keys.get(key) or self._sampling(key, now_s)
+        exploit = reason is Reason.EXPLOIT  # (Reason.is_routine, without the call)
         if failed:
             why = SamplingReason.ERROR
+            sampling.committed = None  # (a failed arm is left: the next exploit commits)
         elif first_call:
             why = SamplingReason.FIRST_CALL
-        elif reason is not Reason.EXPLOIT:  # (Reason.is_routine, without the call)
+        elif not exploit:
             why = SamplingReason.DECISION
+            if reason is not Reason.RECHECK:
+                # (exploring again: whatever the key exploits next is a commitment; a
+                # re-check leaves the commitment standing unless another arm takes over)
+                sampling.committed = None
+        elif backend is not None and backend is not sampling.committed:
+            return self._commit(sampling, backend, calls, now_s)
+        elif now_s - sampling.last_span_s >= INTERVAL_SPAN_AFTER * self.key_interval_s:
+            why = SamplingReason.INTERVAL
         elif duration_us >= self.sampling_threshold_us:
             why = SamplingReason.SLOW
         else:
             why = SamplingReason.SAMPLED
-        sampling = self._keys.get(key) or self._sampling(key, now_s)
         weight = 1.0
         sampled = why is SamplingReason.SAMPLED
         routine = sampled or why is SamplingReason.SLOW
-        if sampled:
+        if why is SamplingReason.INTERVAL:
+            # (it stands for the routine calls since the key's last sampled span)
+            sampling.pending_calls += calls
+            weight = float(sampling.pending_calls)
+        elif sampled:
             sampling.pending_calls += calls
             # Deterministic systematic sampling: credit accrues per call represented, a span
             # goes out each time it reaches 1. One span stands for all the pending calls (its
@@ -419,16 +464,34 @@ class TraceGate:
             return self._no(SamplingReason.BUDGET, calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
-        if sampled:
+        if sampled or why is SamplingReason.INTERVAL:
             sampling.pending_calls = 0
         elif routine:
             sampling.pending_slow = 0
-        if share is not None:
+        self._spent(sampling, why, now_s)
+        return _YES[why] if weight == 1.0 else TraceVerdict(True, why, weight)
+
+    def _commit(self, sampling: _KeySampling, backend: Backend, calls: int,
+                now_s: float) -> TraceVerdict:
+        """The verdict on a commitment's span: exported within the token buckets (not the CPU
+        credit, like any decision); refused, the key's next exploit asks again."""
+        if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
+            return self._no(SamplingReason.BUDGET, calls)
+        replaced = sampling.last_arm if sampling.last_arm is not backend else None
+        sampling.committed = sampling.last_arm = backend
+        self._spent(sampling, SamplingReason.COMMIT, now_s)
+        if replaced is None:
+            return _YES[SamplingReason.COMMIT]
+        return TraceVerdict(True, SamplingReason.COMMIT, 1.0, replaced)
+
+    def _spent(self, sampling: _KeySampling, why: SamplingReason, now_s: float) -> None:
+        """Count an exported span: the CPU credit spent, the key's span time."""
+        if self.cpu_share is not None:
             cost = self.span_cost_us
             self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
+        sampling.last_span_s = now_s
         self.exported[why] += 1
         self.admitted += 1
-        return _YES[why] if weight == 1.0 else TraceVerdict(True, why, weight)
 
     def admit_step(self, duration_us: float, failed: bool, parent_of_spans: bool) -> float:
         """Whether a training step's span is exported: the steps it stands for (its
@@ -481,7 +544,8 @@ class TraceGate:
         state = self._keys.get(key)
         if state is None:
             rate = self.spans_per_sec_per_key
-            state = self._keys[key] = _KeySampling(TokenBucket(rate, _burst(rate), now_s))
+            state = self._keys[key] = _KeySampling(TokenBucket(rate, _burst(rate), now_s),
+                                                   now_s)
             if len(self._keys) > self._max_keys:
                 self._keys.popitem(last=False)
         return state

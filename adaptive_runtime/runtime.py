@@ -145,7 +145,8 @@ class AdaptiveRuntime:
                            now_s=clock(),
                            max_keys=cfg.max_history_keys,
                            cpu_share=None if cfg.trace_cpu_share == math.inf
-                           else cfg.trace_cpu_share),
+                           else cfg.trace_cpu_share,
+                           key_interval_s=cfg.trace_key_interval_s),
             devices=self._devices, clock=clock, timer=timer)
         # Why an instance attribute: ``rt.run`` is the per-call hot path, and binding the
         # dispatcher's method here saves one Python frame (~0.1 us) on every call.

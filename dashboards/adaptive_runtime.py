@@ -29,7 +29,12 @@ from grafana_foundation_sdk.builders.common import (
     ScaleDistributionConfig,
     VizLegendOptions,
 )
-from grafana_foundation_sdk.builders.dashboard import Dashboard, QueryVariable, Row
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DashboardLink,
+    QueryVariable,
+    Row,
+)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import (
@@ -39,6 +44,7 @@ from grafana_foundation_sdk.models.common import (
     ScaleDistribution,
 )
 from grafana_foundation_sdk.models.dashboard import (
+    DashboardLinkType,
     DataSourceRef,
     DataTransformerConfig,
     VariableRefresh,
@@ -46,7 +52,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-__all__ = ["DATASOURCE_UID", "OUTPUT", "UID", "build", "main", "render"]
+__all__ = ["DATASOURCE_UID", "JAEGER_URL", "OUTPUT", "UID", "build", "main", "render"]
 
 UID = "adaptive-runtime"
 DATASOURCE_UID = "prometheus"  # provisioned under deploy/grafana
@@ -89,6 +95,33 @@ def _query(expr: str, ref_id: str = "A", legend: str | None = None, *,
         return query.instant().format(PromQueryFormat.TABLE)
     query = query.range()
     return query.legend_format(legend) if legend is not None else query
+
+
+# Jaeger's UI as docker-compose.yml publishes it. Its search takes the service (the job label
+# is the service name the runtime's telemetry reports) and tags as a JSON object, URL-encoded.
+JAEGER_URL = "http://localhost:16686"
+# (link title, tags) of the decisions the Jaeger search links find (docs/telemetry.md)
+_JAEGER_SEARCHES = (
+    ("Jaeger: commitments (why each key runs its arm)", '{"adaptive.commit":"true"}'),
+    ("Jaeger: switches of arm", '{"adaptive.sampling.reason":"commit",'
+                                '"adaptive.replaced_backend":"${arm}"}'),
+    ("Jaeger: drift alarms", '{"adaptive.decision":"drift"}'),
+    ("Jaeger: fallbacks after a failed arm", '{"error":"true"}'),
+)
+
+
+def _jaeger_links() -> list[DashboardLink]:
+    """Panel links to the Jaeger searches for the decisions (one service picked: ``$service``
+    is the service name the spans carry)."""
+    links = []
+    for title, tags in _JAEGER_SEARCHES:
+        encoded = tags.replace("{", "%7B").replace("}", "%7D").replace('"', "%22")
+        encoded = encoded.replace(":", "%3A").replace(",", "%2C")
+        links.append(DashboardLink(title).type(DashboardLinkType.LINK).target_blank(True)
+                     .url(f"{JAEGER_URL}/search?service=${{service}}&tags={encoded}"
+                          "&lookback=1h&limit=100")
+                     .tooltip("Jaeger trace search by tag (pick one service above)"))
+    return links
 
 
 def _transform(transform_id: str, options: dict[str, Any]) -> DataTransformerConfig:
@@ -182,9 +215,11 @@ def build() -> Dashboard:
             "Selections/s by decision reason",
             "heuristic: no data yet; explore: timing each arm; exploit: the committed arm; "
             "recheck: timing another arm again; drift: the committed arm got slower; "
-            "fallback: the chosen arm raised; forced: configured.", "ops")
+            "fallback: the chosen arm raised; forced: configured. The panel's links open "
+            "the decisions' spans in Jaeger.", "ops")
             .with_target(_query(f"sum by (adaptive_decision) ({_rate(_selections())})",
-                                legend="{{adaptive_decision}}")))
+                                legend="{{adaptive_decision}}"))
+            .links(_jaeger_links()))
         .with_panel(timeseries_panel(
             "Exploration share by operation",
             "Share of each operation's calls that time an arm to learn (heuristic, explore, "
@@ -218,14 +253,15 @@ def build() -> Dashboard:
         .with_panel(
             table_panel("Committed arm by size bucket",
                         "The arm each (operation, size bucket) is committed to now; a key "
-                        "still exploring has none. " + _BUCKET_HELP)
+                        "still exploring has none. Why: the panel's links open each key's "
+                        "commitment span in Jaeger. " + _BUCKET_HELP)
             .with_target(_query(f"label_replace({committed}, {_PAD_BUCKET})", instant=True))
             .with_transformation(_transform("sortBy",
                                             {"sort": [{"field": "adaptive_size_bucket"}]}))
             .with_transformation(_transform("groupingToMatrix", {
                 "columnField": "adaptive_size_bucket", "rowField": "adaptive_operation",
                 "valueField": "adaptive_backend"}))
-            .no_value("no key committed yet").span(24))
+            .no_value("no key committed yet").links(_jaeger_links()).span(24))
         .with_panel(
             barchart.Panel().id(next(ids)).title("Learned latency by size bucket: $operation")
             .description("What each arm was learned to take at each size bucket (log scale): "

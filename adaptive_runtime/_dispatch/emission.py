@@ -92,7 +92,8 @@ class Emission:
         learned = duration_us is not None  # (a key's first call: nothing learned before it)
         verdict = self._core.gate.admit(
             key.id, decision.reason, duration_us if learned else math.inf,  # type: ignore[arg-type]
-            hot, key.samples + key.failures + learned <= 1, failed, calls, now)
+            hot, key.samples + key.failures + learned <= 1, failed, calls, now,
+            decision.backend)
         return verdict if verdict.export else None
 
     def failure_verdict(self, key: KeyHistory, decision: Decision) -> TraceVerdict | None:

@@ -39,8 +39,9 @@ class Entry:
     """
 
     __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
-                 "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "next", "rate",
-                 "state", "tally", "ticks", "timed", "timed_exploits", "timing_cost_us")
+                 "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "max_period",
+                 "next", "rate", "state", "tally", "ticks", "timed", "timed_exploits",
+                 "timing_cost_us")
 
     def __init__(self, key: KeyHistory, state: KeyState, arms: Arms,
                  rate: OperationRate) -> None:
@@ -52,6 +53,10 @@ class Entry:
         self.ticks = counter()
         self.timed = counter()
         self.mask = 0  # 0: every call takes the slow path
+        # the longest timing period that still times a call of the key every
+        # gating.KEY_TIMING_SHARE of the trace key interval at its call rate (see
+        # Learner._keep_visible): a key's interval span needs a timed call
+        self.max_period = 1 << 20  # (RuntimeConfig.max_measure_period's upper limit)
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)

@@ -4,10 +4,17 @@ and set the key's measurement period (the fast path's arm, timed 1-in-N)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..backend import Backend
-from ..gating import TIMED_CALL_COST_US, OperationRate, TraceVerdict, measure_period
+from ..gating import (
+    KEY_TIMING_SHARE,
+    TIMED_CALL_COST_US,
+    OperationRate,
+    TraceVerdict,
+    measure_period,
+)
 from ..history import KeyHistory
 from ..operations import Operation
 from ..policy import Decision, KeyState, Reason, Step
@@ -32,6 +39,8 @@ _REPEATED = Step.REPEATED
 # benchmarks/steady_state.py the worst small key read 1.12x a forced run of its arm with 0.5
 # for every call, 1.04-1.09x with this split).
 _SUSPECT_DRIFT = 1.0
+# (RuntimeConfig.max_measure_period's upper limit)
+_MAX_PERIOD = 1 << 20
 _SUSPECT_DRIFT_SLOW = 0.5
 _SUSPECT_SLOW_CALL_US = 20.0
 
@@ -66,6 +75,9 @@ class Learner:
         # the policy's state of each key: key id -> (the key's history, its state), dropped
         # with the key (forget); a key made anew gets a new state
         self._states: dict[tuple[str, int], tuple[KeyHistory, KeyState]] = {}
+        # a key is timed at least this often while spans are recorded (a share of the trace
+        # gate's key interval: its interval span needs a timed call); inf: no such bound
+        self._visible_s = KEY_TIMING_SHARE * core.config.trace_key_interval_s
 
     def state_of(self, key: KeyHistory) -> KeyState:
         """The policy's state of ``key`` (new for a key made anew)."""
@@ -133,6 +145,9 @@ class Learner:
                 entry.last_ticket = ticket
                 since = entry.last_timed_s
                 entry.last_timed_s = now
+                if (since is not None and now > since and self._visible_s < math.inf
+                        and self._emission.tracing):
+                    self._keep_visible(entry, gap / (now - since))
         reason, backend = decision.reason, decision.backend
         if reason is _EXPLOIT and backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
@@ -164,6 +179,16 @@ class Learner:
                 emission.calls((op.name, n, backend, duration_us, now, calls))
         self._next(entry, key, state, now)
         return span
+
+    def _keep_visible(self, entry: Entry, calls_per_s: float) -> None:
+        """Bound the key's timing period so a call is timed every ``_visible_s`` at its call
+        rate (the trace gate's interval span of a converged key needs a timed call): the
+        largest power of two of calls that many seconds bring, at least 1."""
+        wanted = int(min(calls_per_s * self._visible_s, _MAX_PERIOD))
+        period = 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
+        entry.max_period = period
+        if entry.mask >= period:
+            entry.mask = period - 1
 
     def _next(self, entry: Entry, key: KeyHistory, state: KeyState, now: float) -> None:
         """Decide the key's next timed call and, where that changed it, its fast path."""
@@ -222,9 +247,12 @@ class Learner:
         # reads and the steps before the kernel)
         cost_us = entry.timing_cost_us
         config = core.config
+        max_period = config.max_measure_period
+        if entry.max_period < max_period:  # (see _keep_visible)
+            max_period = entry.max_period
         mask = measure_period(
             stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
-            config.max_measure_period, slow_call_us=config.sampling_threshold_us,
+            max_period, slow_call_us=config.sampling_threshold_us,
             suspect=target is state.incumbent and _suspect(state, stats.mean_us)) - 1
         if mask > core.validate_mask >= 0:  # validation mode: sampled calls take this path
             mask = core.validate_mask

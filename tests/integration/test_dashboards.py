@@ -156,6 +156,28 @@ def test_the_dashboard_has_a_fixed_uid_the_datasource_and_the_variables() -> Non
             assert 'job=~"$service"' in target["expr"], target["expr"]
 
 
+def test_the_decision_panels_link_to_jaeger_searches_for_the_decisions() -> None:
+    # Each key's commitment is a span with adaptive.commit=true (docs/telemetry.md): the panel
+    # that shows the committed arm, and the decisions panel, open the Jaeger search for it.
+    from urllib.parse import parse_qs, urlsplit
+
+    dashboard = json.loads((DASHBOARDS / "adaptive_runtime.json").read_text(encoding="utf-8"))
+    linked = {p["title"]: p["links"] for p in panels(dashboard) if p.get("links")}
+    assert set(linked) == {"Committed arm by size bucket", "Selections/s by decision reason"}
+    docs = (REPO / "docs" / "telemetry.md").read_text(encoding="utf-8")
+    for links in linked.values():
+        searches = {}
+        for link in links:
+            url = urlsplit(link["url"])
+            assert (url.scheme, url.netloc, url.path) == ("http", "localhost:16686", "/search")
+            query = parse_qs(url.query)
+            assert query["service"] == ["${service}"] and link["targetBlank"]
+            searches[link["title"]] = json.loads(query["tags"][0])
+        assert {"adaptive.commit": "true"} in searches.values()
+        for tags in searches.values():  # every tag searched for is one the docs describe
+            assert all(f"`{key}`" in docs for key in tags if key != "error"), tags
+
+
 # ------------------------------------------------------------------------------ real Prometheus
 
 

@@ -48,7 +48,7 @@ from adaptive_runtime.telemetry.spans import SpanRecorder
 Backend = ar.Backend
 SIMD, SCALAR = Backend.SIMD, Backend.SCALAR
 REASONS = {r.value for r in ar.Reason}
-SAMPLING_REASONS = {"decision", "first_call", "error", "slow", "sampled"}
+SAMPLING_REASONS = {"decision", "commit", "first_call", "interval", "error", "slow", "sampled"}
 
 SELECT_ATTRIBUTES = {
     "adaptive.operation": str,
@@ -877,3 +877,56 @@ def test_a_committing_select_span_links_the_execute_spans_that_decided_it(
     # exploring select spans decide nothing yet: no links
     assert all(not s.links for s in spans_of(spans, "select")
                if s.attributes["adaptive.decision"] == "explore")
+
+
+# ---------------------------------------------------------------------------- what was decided
+
+
+def test_at_default_settings_each_key_exports_its_commitment_and_stays_visible(
+        tracing: Tracing) -> None:
+    """The question a user opens Jaeger for — why does ``dot`` at 100k run on SIMD? — has a
+    span at default settings: each key's commitment, linked to the execute spans that
+    decided it, and then a select span in every key interval while it runs (here 2 s)."""
+    import numpy as np
+
+    interval_s = 2.0
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_key_interval_s=interval_s))
+    tracing.attach(rt)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(100_000), rng.standard_normal(100_000)
+    rows = rng.standard_normal((1, 2_000))
+    began = time.monotonic()
+    calls = 0
+    while time.monotonic() - began < 3 * interval_s + 0.5:  # ~500 calls/s, never hot
+        rt.run("dot", x, y)
+        rt.run("softmax", rows)
+        calls += 2
+        time.sleep(max(0.0, began + calls / 500.0 - time.monotonic()))
+    spans = tracing.flush()
+    by_id = {s.span_id: s for s in spans}
+    end_ns = max(s.end_time_unix_nano for s in spans)
+    for op in ("dot", "softmax"):
+        selects = spans_of(spans, "select", op)
+        commits = [s for s in selects if s.attributes.get("adaptive.commit") is True]
+        reasons = Counter(s.attributes["adaptive.sampling.reason"] for s in selects)
+        assert commits, f"{op}: no commitment span ({reasons})"
+        first = commits[0]
+        assert first.attributes["adaptive.decision"] == "exploit"
+        assert first.attributes["adaptive.sampling.reason"] == "commit"
+        assert first.links, f"{op}: the commitment links no evidence"
+        linked = [by_id.get(span_id) for _trace, span_id in first.links]
+        assert all(e is not None and e.name == f"adaptive.execute {op}" for e in linked), \
+            "a link points at a span the receiver never got"
+        # after the commitment, a select span of the key in every whole interval window
+        window_ns = int(interval_s * 1e9)
+        start = first.start_time_unix_nano
+        windows = (end_ns - start) // window_ns
+        assert windows >= 2
+        for w in range(windows):
+            low, high = start + w * window_ns, start + (w + 1) * window_ns
+            assert any(low < s.start_time_unix_nano <= high for s in selects), \
+                f"{op}: no select span in window {w} after the commitment"
+        interval = [s for s in selects
+                    if s.attributes["adaptive.sampling.reason"] == "interval"]
+        assert interval and all(s.attributes["adaptive.sampling.weight"] >= 1.0
+                                for s in interval)

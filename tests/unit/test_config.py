@@ -217,3 +217,13 @@ def test_an_int_too_long_to_print_is_a_config_error_that_says_so(field: str, hug
         ar.RuntimeConfig(**{field: huge})
     assert raised.value.field == field
 
+
+def test_the_trace_key_interval_comes_from_the_environment_and_must_be_positive() -> None:
+    env = {"ADAPTIVE_RUNTIME_TRACE_KEY_INTERVAL_S": "2.5"}
+    assert ar.RuntimeConfig.from_env(env).trace_key_interval_s == 2.5
+    assert ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_KEY_INTERVAL_S": "inf"}
+                                     ).trace_key_interval_s == float("inf")
+    assert ar.RuntimeConfig().trace_key_interval_s == 10.0
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(ar.ConfigError, match="TRACE_KEY_INTERVAL_S"):
+            ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_KEY_INTERVAL_S": bad})

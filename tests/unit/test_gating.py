@@ -260,8 +260,9 @@ def _gate(**overrides) -> TraceGate:
 
 
 def _admit(gate: TraceGate, *, key=("dot", 3), reason=Reason.EXPLOIT, duration_us=1.0,
-           hot=False, first_call=False, failed=False, calls=1, now_s=0.0):
-    return gate.admit(key, reason, duration_us, hot, first_call, failed, calls, now_s)
+           hot=False, first_call=False, failed=False, calls=1, now_s=0.0, backend=None):
+    return gate.admit(key, reason, duration_us, hot, first_call, failed, calls, now_s,
+                      backend)
 
 
 def test_tracing_off_exports_nothing_even_errors() -> None:
@@ -501,3 +502,120 @@ def test_admitted_counts_calls_whose_spans_went_out() -> None:
     _admit(gate, hot=True)
     _admit(gate, reason=Reason.EXPLORE)
     assert gate.admitted == 2
+
+
+# --------------------------------------------------------------------------- commitments
+
+
+SIMD, SCALAR = Backend.SIMD, Backend.SCALAR
+
+
+def _explored(gate: TraceGate, now_s: float = 0.0) -> None:
+    """A key's first call and one exploring call (both exported as decisions)."""
+    _admit(gate, first_call=True, reason=Reason.HEURISTIC, backend=SIMD, now_s=now_s)
+    _admit(gate, reason=Reason.EXPLORE, backend=SCALAR, now_s=now_s)
+
+
+def test_the_first_exploit_after_exploring_is_a_commitment_exported_once() -> None:
+    gate = _gate(sample_rate=0.0)
+    _explored(gate)
+    verdict = _admit(gate, backend=SIMD)
+    assert (verdict.export, verdict.reason, verdict.replaced) == (
+        True, SamplingReason.COMMIT, None)
+    # the exploits after it are routine (not sampled at rate 0)
+    assert [_admit(gate, backend=SIMD).reason for _ in range(3)] == [
+        SamplingReason.NOT_SAMPLED] * 3
+    assert gate.exported[SamplingReason.COMMIT] == 1
+
+
+def test_a_commitment_needs_no_cpu_credit_as_no_decision_does() -> None:
+    gate = _gate(sample_rate=1.0, cpu_share=0.0)  # no credit ever: routine spans never go
+    _explored(gate)
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.BUDGET
+
+
+def test_a_recheck_that_keeps_the_arm_is_no_commitment_one_that_switches_is() -> None:
+    gate = _gate(sample_rate=0.0)
+    _explored(gate)
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
+    _admit(gate, reason=Reason.RECHECK, backend=SCALAR)
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.NOT_SAMPLED
+    _admit(gate, reason=Reason.RECHECK, backend=SCALAR)
+    verdict = _admit(gate, backend=SCALAR)  # SCALAR took over: a switch, naming the arm left
+    assert (verdict.reason, verdict.replaced) == (SamplingReason.COMMIT, SIMD)
+
+
+@pytest.mark.parametrize("leave", [{"reason": Reason.DRIFT, "backend": SCALAR},
+                                   {"failed": True, "backend": SIMD}])
+def test_after_a_drift_alarm_or_a_failure_the_next_exploit_is_a_commitment(leave) -> None:
+    gate = _gate(sample_rate=0.0)
+    _explored(gate)
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
+    assert _admit(gate, **leave).export
+    # committed again, to the same arm: a commitment, not a switch
+    verdict = _admit(gate, backend=SIMD)
+    assert (verdict.reason, verdict.replaced) == (SamplingReason.COMMIT, None)
+
+
+def test_a_commitment_the_token_buckets_refuse_is_told_on_the_next_exploit() -> None:
+    gate = _gate(sample_rate=0.0, spans_per_sec_per_key=1.0)  # one span a second per key
+    _admit(gate, reason=Reason.EXPLORE, backend=SCALAR, now_s=0.0)  # takes the token
+    refused = _admit(gate, backend=SIMD, now_s=0.1)
+    assert (refused.export, refused.reason) == (False, SamplingReason.BUDGET)
+    assert _admit(gate, backend=SIMD, now_s=1.2).reason is SamplingReason.COMMIT
+
+
+def test_without_an_arm_named_no_commitment_is_told() -> None:
+    gate = _gate(sample_rate=0.0)
+    _explored(gate)
+    assert _admit(gate).reason is SamplingReason.NOT_SAMPLED
+
+
+def test_a_hot_operation_exports_no_commitment() -> None:
+    gate = _gate()
+    _explored(gate)
+    verdict = _admit(gate, backend=SIMD, hot=True)
+    assert (verdict.export, verdict.reason) == (False, SamplingReason.HOT_PATH)
+
+
+# --------------------------------------------------------------------------- every key visible
+
+
+def test_a_key_without_a_span_for_the_interval_exports_one_standing_for_its_calls() -> None:
+    gate = _gate(sample_rate=0.0, cpu_share=0.0, key_interval_s=2.0)  # no credit at all
+    _explored(gate)
+    assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
+    spans = []
+    for i in range(1, 101):  # 10 s of timed calls every 0.1 s, each standing for 10 calls
+        verdict = _admit(gate, backend=SIMD, calls=10, now_s=i * 0.1)
+        if verdict.export:
+            spans.append((round(i * 0.1, 1), verdict.reason, verdict.weight))
+    # after 3/4 of the interval without a span: at most one interval apart
+    assert [t for t, _why, _w in spans] == [1.5, 3.0, 4.5, 6.0, 7.5, 9.0]
+    assert {why for _t, why, _w in spans} == {SamplingReason.INTERVAL}
+    # each stands for the calls since the span before it: 15 timings of 10 calls
+    assert [w for _t, _why, w in spans] == [150.0] * 6
+    assert gate.exported[SamplingReason.INTERVAL] == 6
+
+
+def test_any_span_of_the_key_restarts_its_interval_and_other_keys_keep_their_own() -> None:
+    gate = _gate(sample_rate=0.0, key_interval_s=2.0)
+    _explored(gate, now_s=0.0)
+    _admit(gate, backend=SIMD, now_s=0.0)  # commit
+    _admit(gate, reason=Reason.RECHECK, backend=SCALAR, now_s=1.0)  # a span at 1.0 s
+    assert _admit(gate, backend=SIMD, now_s=2.0).reason is SamplingReason.NOT_SAMPLED
+    assert _admit(gate, backend=SIMD, now_s=2.5).reason is SamplingReason.INTERVAL
+    other = ("softmax", 11)  # first seen at 2.5 s: its interval starts there
+    _admit(gate, key=other, first_call=True, reason=Reason.HEURISTIC, now_s=2.5)
+    assert _admit(gate, key=other, backend=SIMD, now_s=3.0).reason is SamplingReason.COMMIT
+    assert _admit(gate, key=other, backend=SIMD, now_s=4.0).reason is \
+        SamplingReason.NOT_SAMPLED
+    assert _admit(gate, key=other, backend=SIMD, now_s=4.5).reason is SamplingReason.INTERVAL
+
+
+def test_no_interval_spans_unless_an_interval_is_set() -> None:
+    gate = _gate(sample_rate=0.0)
+    _explored(gate)
+    _admit(gate, backend=SIMD)
+    assert not any(_admit(gate, backend=SIMD, now_s=t).export for t in range(1, 1000, 7))
