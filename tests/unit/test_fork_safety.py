@@ -192,17 +192,21 @@ def test_a_forked_child_and_its_parent_append_whole_lines_to_one_span_file(
     path = tmp_path / "traces.jsonl"
     exporter = OtlpJsonFileSpanExporter(path)
     batch = _spans(200)  # lines of ~100 KiB: far over any I/O buffer
+    # The child exports spans of its own, as a child does: spans the parent's thread was
+    # encoding at the fork would come with that thread's hold on their event list's lock (the
+    # SDK's BoundedList), and the child's encoding of them would wait forever (1 run in 10).
+    child_batch = _spans(200)
     exports = 20
 
-    def write() -> None:
+    def write(spans: list[ReadableSpan]) -> None:
         for _ in range(exports):
-            assert exporter.export(batch).name == "SUCCESS"
+            assert exporter.export(spans).name == "SUCCESS"
 
     try:
         exporter.export(batch[:1])  # the parent's file is open before the fork
-        writer = threading.Thread(target=write, daemon=True)
+        writer = threading.Thread(target=write, args=(batch,), daemon=True)
         writer.start()  # the parent goes on writing while the child does
-        code = _fork(write)
+        code = _fork(lambda: write(child_batch))
         writer.join(WAIT_S)
         assert code == 0
         requests = decode_trace_requests(path)  # (raises on a line that is not whole)
