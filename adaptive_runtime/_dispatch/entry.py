@@ -38,8 +38,9 @@ class Entry:
     out is read without taking one.
     """
 
-    __slots__ = ("backend", "bucket", "candidates", "expected", "fast_flushed", "fast_label",
-                 "impl", "impls", "key", "last_ticket", "last_timed_s", "mask", "max_period",
+    __slots__ = ("backend", "bucket", "candidates", "commit_pending", "expected",
+                 "fast_flushed", "fast_label", "impl", "impls", "key", "last_ticket",
+                 "last_timed_s", "mask", "max_period",
                  "next", "rate", "state", "tally", "ticks", "timed", "timed_exploits",
                  "timing_cost_us")
 
@@ -57,6 +58,9 @@ class Entry:
         # gating.KEY_TIMING_SHARE of the trace key interval at its call rate (see
         # Learner._keep_visible): a key's interval span needs a timed call
         self.max_period = 1 << 20  # (RuntimeConfig.max_measure_period's upper limit)
+        # the key just committed: its next call is timed (mask 0) so that the commitment's
+        # span can be exported; the fast path's period comes back after it (Learner._next)
+        self.commit_pending = False
         self.impl: Callable[..., Any] | None = None
         self.backend: Backend | None = None
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)

@@ -197,13 +197,23 @@ class Learner:
             self.refresh(entry, key)  # (a forced arm is never committed: a fast path too)
             return
         # (unexplained, whoever listens: explained() fills in what a span or rt.decide() shows)
+        committed = state.incumbent
         entry.next, how = self._policy.next(state, key, entry.candidates, now, self._history,
                                             explain=False)
+        if entry.commit_pending:  # (the commitment's call was this one: see below)
+            entry.commit_pending = False
+            self.refresh(entry, key)
         if how is _DECIDED:
             if entry.next.reason is _DRIFT:  # (_after_step, inlined: every full evaluation)
                 key.start_epoch()
             if state.incumbent is not None or entry.mask:
                 self.refresh(entry, key)
+            if (state.incumbent is not committed and state.incumbent is not None
+                    and self._emission.tracing):
+                # A commitment: its first call is timed, whatever the key's period, so the
+                # trace gate sees the exploit that shows it (exported: adaptive.commit).
+                entry.mask = 0
+                entry.commit_pending = True
         elif how is _REPEATED and entry.mask and state.drift_score > _SUSPECT_DRIFT_SLOW \
                 and _suspect(state, key.arms[state.incumbent].mean_us):  # type: ignore[index]
             # Committed and nothing due (most timed calls of a converged key): the fast

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-__all__ = ["ARM_COLORS", "REASON_MARKS", "render_figure", "save_png"]
+__all__ = ["ARM_COLORS", "COMMIT_MARK", "REASON_MARKS", "render_figure", "save_png"]
 
 ARM_COLORS = {Backend.GPU: "#8e44ad", Backend.SIMD: "#1f77b4", Backend.SCALAR: "#e67e22"}
 # every reason the policy gives (policy.Reason), in the order a key usually meets them;
@@ -32,6 +32,8 @@ REASON_MARKS = {"heuristic": ("#9e9e9e", "s"), "explore": ("#f1c40f", "o"),
                 "exploit": ("#2ca02c", "."), "recheck": ("#17becf", "D"),
                 "drift": ("#d62728", "X"), "fallback": ("#e377c2", "v"),
                 "forced": ("#000000", "P")}
+# a commitment (an exploit span with adaptive.commit): drawn apart, over its reason's marks
+COMMIT_MARK = ("#000000", "*")
 _PANEL_HEIGHT_IN = 3.4
 # headroom added above the curves for crossover labels, as a share of the y range (log)
 _LABEL_BAND = 0.3
@@ -186,14 +188,20 @@ def _timeline_panel(ax: Axes, operation: str, events: Sequence[DecisionEvent],
         ax.text(0.5, 0.5, "no traced decision", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")
         return
-    counts = Counter(e.reason for e in events)
+    counts = Counter(e.reason for e in events if not e.commit)
     known = [r for r in REASON_MARKS if r in counts]
     for reason in known + sorted(set(counts) - set(REASON_MARKS)):
-        color, marker = REASON_MARKS.get(reason, ("#7f7f7f", "*"))
-        picked = [e for e in events if e.reason == reason]
+        color, marker = REASON_MARKS.get(reason, ("#7f7f7f", "h"))
+        picked = [e for e in events if e.reason == reason and not e.commit]
         ax.scatter([e.time_s for e in picked], [e.input_size for e in picked],
                    s=30 if marker == "." else 16, marker=marker, color=color, alpha=0.8,
                    linewidths=0, label=f"{reason} ({counts[reason]:,})")
+    commits = [e for e in events if e.commit]
+    if commits:  # the moments each key committed to an arm, on top
+        color, marker = COMMIT_MARK
+        ax.scatter([e.time_s for e in commits], [e.input_size for e in commits], s=60,
+                   marker=marker, color=color, linewidths=0, zorder=3,
+                   label=f"commitment ({len(commits):,})")
     for c in cross:  # the sizes where the arms cross: rechecks and drift cluster there
         ax.axhline(c.size, color="0.25" if c.clear else "0.55", linestyle=":",
                    linewidth=1.0 if c.clear else 0.7, zorder=0)

@@ -75,7 +75,8 @@ _ARM_ORDER = {b: i for i, b in enumerate(Backend)}
 @dataclass(frozen=True, slots=True)
 class DecisionEvent:
     """One traced selection (an ``adaptive.select`` span): when (seconds from the first
-    selection read), which key, the arm, why, and how many calls the span stands for."""
+    selection read), which key, the arm, why, how many calls the span stands for, and whether
+    the key committed to the arm with it."""
 
     time_s: float
     operation: str
@@ -83,6 +84,7 @@ class DecisionEvent:
     backend: Backend
     reason: str
     weight: float = 1.0
+    commit: bool = False
 
 
 # A crossover is *clear* when each arm leads by this much somewhere on its side: above the

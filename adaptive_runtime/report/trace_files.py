@@ -56,6 +56,7 @@ class _Select(NamedTuple):
     samples: int
     weight: float
     estimates_us: Mapping[Backend, float]
+    commit: bool  # the key committed to ``backend`` on this call (adaptive.commit)
 
 
 def trace_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -171,7 +172,8 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                     int(a["adaptive.input_size"]), int(a["adaptive.size_bucket"]),
                     Backend.parse(a["adaptive.backend"]), str(a["adaptive.decision"]),
                     float(a.get("adaptive.confidence", 0.0)), int(a.get("adaptive.samples", 0)),
-                    float(a.get("adaptive.sampling.weight", 1.0)), estimates)
+                    float(a.get("adaptive.sampling.weight", 1.0)), estimates,
+                    a.get("adaptive.commit") is True)
 
 
 def _attributes(items: Any) -> dict[str, Any]:
@@ -226,7 +228,7 @@ def _events(selects: list[_Select]) -> Iterator[DecisionEvent]:
     start = selects[0].start_ns if selects else 0
     for s in selects:
         yield DecisionEvent((s.start_ns - start) / 1e9, s.operation, s.input_size, s.backend,
-                            s.reason, s.weight)
+                            s.reason, s.weight, s.commit)
 
 
 def _one_line(text: str) -> str:

@@ -248,9 +248,28 @@ def test_figure_from_telemetry_has_a_timeline_of_decisions_by_reason(
         counts = {}
         for e in report.events:
             if e.operation == operation:
-                counts[e.reason] = counts.get(e.reason, 0) + 1
+                label = "commitment" if e.commit else e.reason
+                counts[label] = counts.get(label, 0) + 1
+        assert counts.get("commitment"), "no commitment drawn"
         assert sorted(legend) == sorted(f"{r} ({n:,})" for r, n in counts.items())
         assert sum(len(c.get_offsets()) for c in ax.collections) == sum(counts.values())
+
+
+def test_every_key_the_runtime_committed_to_has_its_commitment_span_in_the_files(
+        recorded: Recorded) -> None:
+    # at default span settings a commitment is always exported (issue 23): the report reads
+    # one for every key committed at the end, on the arm the key runs
+    report = from_telemetry(recorded.folder)
+    committed = {(e.operation, e.input_size.bit_length()): e for e in report.events
+                 if e.commit}
+    runs = {tuple(key.split()): d for key, d in recorded.decided.items()
+            if d["reason"] == "exploit"}
+    assert runs
+    for (op, bucket), d in runs.items():
+        event = committed.get((op, int(bucket)))  # (the key's latest commitment)
+        assert event is not None, f"{op} bucket {bucket}: no commitment span"
+        assert event.backend.value == d["backend"], (op, bucket)
+    assert all(e.reason == "exploit" for e in report.events if e.commit)
 
 
 def test_history_with_telemetry_takes_rows_from_the_history_and_decisions_from_spans(
