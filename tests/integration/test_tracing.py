@@ -897,7 +897,7 @@ def test_at_default_settings_each_key_exports_its_commitment_and_stays_visible(
     rows = rng.standard_normal((1, 2_000))
     began = time.monotonic()
     calls = 0
-    while time.monotonic() - began < 3 * interval_s + 0.5:  # ~500 calls/s, never hot
+    while time.monotonic() - began < 8.0:  # ~500 calls/s for 8 s, never hot
         rt.run("dot", x, y)
         rt.run("softmax", rows)
         calls += 2
