@@ -99,7 +99,7 @@ def _query(expr: str, ref_id: str = "A", legend: str | None = None, *,
 
 # Jaeger's UI as docker-compose.yml publishes it. Its search takes the service (the job label
 # is the service name the runtime's telemetry reports) and tags as a JSON object, URL-encoded.
-JAEGER_URL = "http://localhost:16686"
+JAEGER_URL = "http://127.0.0.1:16686"
 # (link title, tags) of the decisions the Jaeger search links find (docs/telemetry.md)
 _JAEGER_SEARCHES = (
     ("Jaeger: commitments (why each key runs its arm)", '{"adaptive.commit":"true"}'),

@@ -169,7 +169,7 @@ def test_the_decision_panels_link_to_jaeger_searches_for_the_decisions() -> None
         searches = {}
         for link in links:
             url = urlsplit(link["url"])
-            assert (url.scheme, url.netloc, url.path) == ("http", "localhost:16686", "/search")
+            assert (url.scheme, url.netloc, url.path) == ("http", "127.0.0.1:16686", "/search")
             query = parse_qs(url.query)
             assert query["service"] == ["${service}"] and link["targetBlank"]
             searches[link["title"]] = json.loads(query["tags"][0])
