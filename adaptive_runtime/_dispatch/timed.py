@@ -15,7 +15,9 @@ from .entry import Entry
 from .fallback import Fallback
 from .learner import Learner
 
-_EXPLOIT = Reason.EXPLOIT  # a module global: one dict lookup instead of two on the slow path
+# module globals: one dict lookup instead of two on the slow path
+_EXPLOIT = Reason.EXPLOIT
+_FORCED = Reason.FORCED
 # EWMA weight of one timed call's measured cost (see Entry.timing_cost_us).
 _COST_ALPHA = 0.125
 
@@ -63,10 +65,13 @@ class TimedCalls:
             span = self._settle(op, entry, decision, ticket, learn_us, False, n)
         finally:
             lock.release()
-        if decision.reason is _EXPLOIT:
-            # What learning from a committed key's call cost, for the period of its fast path:
-            # far more between large calls (cold caches) than in a tight loop, so it is
-            # measured, not assumed. (Exploring calls, which ask the policy, are not typical.)
+        if decision.reason is _EXPLOIT or decision.reason is _FORCED:
+            # What learning from a committed (or forced) key's call cost, for the period of its
+            # fast path: far more between large calls (cold caches) than in a tight loop, so it
+            # is measured, not assumed. (Exploring calls, which ask the policy, are not
+            # typical. A forced key's calls are all alike: unmeasured, its period stayed at
+            # the 4 us guess, 1-in-128 to 1-in-512 for 2-8 us calls whose timing cost
+            # 20-100 us.)
             cost_us = (timer() - end_ns) / 1000.0
             entry.timing_cost_us += (cost_us - entry.timing_cost_us) * _COST_ALPHA
         if emission.pending:
