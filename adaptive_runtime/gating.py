@@ -387,6 +387,8 @@ class TraceGate:
                  key_interval_s: float = math.inf) -> None:
         self.tracing = tracing
         self.key_interval_s = key_interval_s
+        # a key's interval span is due after this long without a span of it
+        self._interval_due_s = INTERVAL_SPAN_AFTER * key_interval_s
         self.sampling_threshold_us = sampling_threshold_us
         self.sample_rate = sample_rate
         self.spans_per_sec_per_key = spans_per_sec_per_key
@@ -433,7 +435,7 @@ class TraceGate:
                 sampling.committed = None
         elif backend is not None and backend is not sampling.committed:
             return self._commit(sampling, backend, calls, now_s)
-        elif now_s - sampling.last_span_s >= INTERVAL_SPAN_AFTER * self.key_interval_s:
+        elif now_s - sampling.last_span_s >= self._interval_due_s:
             why = SamplingReason.INTERVAL
         elif duration_us >= self.sampling_threshold_us:
             why = SamplingReason.SLOW

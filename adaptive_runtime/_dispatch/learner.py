@@ -145,6 +145,8 @@ class Learner:
                 entry.last_ticket = ticket
                 since = entry.last_timed_s
                 entry.last_timed_s = now
+                # (every timed call, exploring ones too: the period a key commits with
+                # must already hold the bound, or its first spans come late)
                 if (since is not None and now > since and self._visible_s < math.inf
                         and self._emission.tracing):
                     self._keep_visible(entry, gap / (now - since))
