@@ -362,9 +362,9 @@ class TraceGate:
     call of a key, an error, or a commitment (the first exploit of an arm since the key last
     explored, was re-measured after a drift alarm or failed: ``commit``) → yes; a key with
     no span for ``INTERVAL_SPAN_AFTER`` of ``key_interval_s`` → yes (``interval``: its spans
-    are at most ``key_interval_s`` apart); duration ≥
-    ``sampling_threshold_us`` → yes; otherwise a deterministic ``sample_rate`` share of calls
-    (weighted by the calls each timing stands for) → yes. Every *yes* must also get a token
+    are at most ``key_interval_s`` apart); duration ≥ ``sampling_threshold_us`` → yes;
+    otherwise a deterministic ``sample_rate`` share of calls (weighted by the calls each
+    timing stands for) → yes. Every *yes* must also get a token
     from the per-key and the per-process budgets, else it becomes a *no* for reason
     ``budget`` (a commitment refused so is tried again on the key's next exploit). Every *no*
     is counted by reason.
@@ -421,13 +421,12 @@ class TraceGate:
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
         sampling = self._keys.get(key) or self._sampling(key, now_s)
-        exploit = reason is Reason.EXPLOIT  # (Reason.is_routine, without the call)
         if failed:
             why = SamplingReason.ERROR
             sampling.committed = None  # (a failed arm is left: the next exploit commits)
         elif first_call:
             why = SamplingReason.FIRST_CALL
-        elif not exploit:
+        elif reason is not Reason.EXPLOIT:  # (Reason.is_routine, without the call)
             why = SamplingReason.DECISION
             if reason is not Reason.RECHECK:
                 # (exploring again: whatever the key exploits next is a commitment; a
