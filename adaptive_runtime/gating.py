@@ -342,10 +342,12 @@ MAX_BANKED_CALLS = 8
 
 # A key's interval span goes out once this share of the key interval has passed without a
 # span of it, and a converged key is timed at least every KEY_TIMING_SHARE of the interval
-# (its span needs a timed call; see _dispatch.learner): so its spans are at most one key
-# interval apart, whenever the timed call after the share comes.
+# (its span needs a timed call; see _dispatch.learner): so its spans are at most 7/8 of a key
+# interval apart at its measured call rate, leaving room for the rate to slow down. (With a
+# quarter, spans came up to one whole interval apart, and a call rate that dipped left a
+# 2 s window without a span about one run in ten of the 8 s loop test.)
 INTERVAL_SPAN_AFTER = 0.75
-KEY_TIMING_SHARE = 0.25
+KEY_TIMING_SHARE = 0.125
 
 # Training-step spans earn this share of ``cpu_share`` of the steps' time: every step already
 # pays its span's stand-in in the loop (~1 % of a 1 ms torch step, measured amid the step's

@@ -198,7 +198,13 @@ def test_select_and_execute_spans_carry_every_contract_attribute(tracing: Tracin
         assert rt.run("scale", 4096)[1] == 4096
     spans = tracing.flush()
     pairs = pair_up(spans)
-    assert len(pairs) >= 6, "the first call and the exploration of both arms are all traced"
+    # Every call that was not a plain exploit is traced, and the commitment after them. (How
+    # many there are varies: the arms cost nothing, their timings are noise, and an arm that
+    # reads 3x behind after two timings, or 6x after one, is owed no more.)
+    explored = [s for s, _e in pairs if s.attributes["adaptive.decision"] != "exploit"]
+    made = sum(n for k, n in rt.selection_counts().items() if k.reason is not ar.Reason.EXPLOIT)
+    assert len(explored) == made >= 3, "the first call and the exploration are all traced"
+    assert any(s.attributes.get("adaptive.commit") is True for s, _e in pairs)
 
     for select, execute in pairs:
         for name, kind in SELECT_ATTRIBUTES.items():
