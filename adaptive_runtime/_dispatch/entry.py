@@ -24,6 +24,9 @@ TALLY_ARM = {b: i for i, b in enumerate(Backend)}
 TALLY_REASON = {r: i * len(Backend) for i, r in enumerate(Reason)}
 TALLY_LABELS = tuple((b, r) for r in Reason for b in Backend)
 
+# The longest timing period a key can have (RuntimeConfig.max_measure_period's upper limit).
+MAX_PERIOD = 1 << 20
+
 
 class Entry:
     """Fast-path state of one (operation, size bucket). Mutated in place, never replaced, so
@@ -57,7 +60,7 @@ class Entry:
         # the longest timing period that still times a call of the key every
         # gating.KEY_TIMING_SHARE of the trace key interval at its call rate (see
         # Learner._keep_visible): a key's interval span needs a timed call
-        self.max_period = 1 << 20  # (RuntimeConfig.max_measure_period's upper limit)
+        self.max_period = MAX_PERIOD
         # the key just committed: its next call is timed (mask 0) so that the commitment's
         # span can be exported; the fast path's period comes back after it (Learner._next)
         self.commit_pending = False

@@ -22,7 +22,7 @@ from .candidates import Candidates, floors
 from .core import Core
 from .counts import Counts
 from .emission import Emission
-from .entry import TALLY_ARM, TALLY_REASON, Entry
+from .entry import MAX_PERIOD, TALLY_ARM, TALLY_REASON, Entry
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -39,8 +39,6 @@ _REPEATED = Step.REPEATED
 # benchmarks/steady_state.py the worst small key read 1.12x a forced run of its arm with 0.5
 # for every call, 1.04-1.09x with this split).
 _SUSPECT_DRIFT = 1.0
-# (RuntimeConfig.max_measure_period's upper limit)
-_MAX_PERIOD = 1 << 20
 _SUSPECT_DRIFT_SLOW = 0.5
 _SUSPECT_SLOW_CALL_US = 20.0
 
@@ -186,7 +184,7 @@ class Learner:
         """Bound the key's timing period so a call is timed every ``_visible_s`` at its call
         rate (the trace gate's interval span of a converged key needs a timed call): the
         largest power of two of calls that many seconds bring, at least 1."""
-        wanted = int(min(calls_per_s * self._visible_s, _MAX_PERIOD))
+        wanted = int(min(calls_per_s * self._visible_s, MAX_PERIOD))
         period = 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
         entry.max_period = period
         if entry.mask >= period:
