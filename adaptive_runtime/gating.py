@@ -471,7 +471,13 @@ class TraceGate:
             sampling.pending_calls = 0
         elif routine:
             sampling.pending_slow = 0
-        self._spent(sampling, why, now_s)
+        # (_spent, inlined: every exported call comes through here)
+        if share is not None:
+            cost = self.span_cost_us
+            self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
+        sampling.last_span_s = now_s
+        self.exported[why] += 1
+        self.admitted += 1
         return _YES[why] if weight == 1.0 else TraceVerdict(True, why, weight)
 
     def _commit(self, sampling: _KeySampling, backend: Backend, calls: int,

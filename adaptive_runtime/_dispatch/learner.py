@@ -4,7 +4,6 @@ and set the key's measurement period (the fast path's arm, timed 1-in-N)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..backend import Backend
@@ -22,7 +21,7 @@ from .candidates import Candidates, floors
 from .core import Core
 from .counts import Counts
 from .emission import Emission
-from .entry import MAX_PERIOD, TALLY_ARM, TALLY_REASON, Entry
+from .entry import TALLY_ARM, TALLY_REASON, Entry
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -76,6 +75,9 @@ class Learner:
         # a key is timed at least this often while spans are recorded (a share of the trace
         # gate's key interval: its interval span needs a timed call); inf: no such bound
         self._visible_s = KEY_TIMING_SHARE * core.config.trace_key_interval_s
+        # (a bound at or above the configured period changes nothing: a key that many calls
+        # bring within _visible_s is never looked at again)
+        self._longest_period = core.config.max_measure_period
 
     def state_of(self, key: KeyHistory) -> KeyState:
         """The policy's state of ``key`` (new for a key made anew)."""
@@ -144,10 +146,18 @@ class Learner:
                 since = entry.last_timed_s
                 entry.last_timed_s = now
                 # (every timed call, exploring ones too: the period a key commits with
-                # must already hold the bound, or its first spans come late)
-                if (since is not None and now > since and self._visible_s < math.inf
-                        and self._emission.tracing):
-                    self._keep_visible(entry, gap / (now - since))
+                # must already hold the bound, or its first spans come late; the bound is
+                # recomputed only when the calls of one visibility window, at the rate
+                # since the last timed call, have left [max_period, 2 * max_period), and
+                # a bound at the configured period is not raised)
+                if since is not None and now > since and self._emission.tracing:
+                    window_calls = gap * self._visible_s
+                    elapsed = now - since
+                    bound = entry.max_period
+                    if (bound * elapsed > window_calls
+                            or (2 * bound * elapsed <= window_calls
+                                and bound < self._longest_period)):
+                        self._keep_visible(entry, window_calls / elapsed)
         reason, backend = decision.reason, decision.backend
         if reason is _EXPLOIT and backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
@@ -180,15 +190,20 @@ class Learner:
         self._next(entry, key, state, now)
         return span
 
-    def _keep_visible(self, entry: Entry, calls_per_s: float) -> None:
+    def _keep_visible(self, entry: Entry, window_calls: float) -> None:
         """Bound the key's timing period so a call is timed every ``_visible_s`` at its call
         rate (the trace gate's interval span of a converged key needs a timed call): the
-        largest power of two of calls that many seconds bring, at least 1."""
-        wanted = int(min(calls_per_s * self._visible_s, MAX_PERIOD))
+        largest power of two of ``window_calls``, the calls that many seconds bring, at
+        least 1 and at most the configured period."""
+        wanted = int(min(window_calls, self._longest_period))
         period = 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
-        entry.max_period = period
+        previous, entry.max_period = entry.max_period, period
         if entry.mask >= period:
             entry.mask = period - 1
+        elif period > previous and entry.mask + 1 == previous and not entry.commit_pending:
+            # (the bound held the key's period down and rises with its call rate: the
+            # period its timing cost asks for may be longer)
+            self.refresh(entry, entry.key)
 
     def _next(self, entry: Entry, key: KeyHistory, state: KeyState, now: float) -> None:
         """Decide the key's next timed call and, where that changed it, its fast path."""

@@ -221,6 +221,50 @@ def test_slow_calls_are_timed_at_least_one_in_four_however_costly(make_runtime) 
     assert _timings_learned(h, 1_600) == 1_600 // 4
 
 
+def _spans_recorded(h) -> list[object]:
+    """Tracing on, every span record kept (the trace gate decides which come here)."""
+    records: list[object] = []
+    sink = SimpleNamespace(recording=True, dropped=0, submit=records.append,
+                           submit_transition=records.append, submit_step=records.append,
+                           timer=h.timer, flush=lambda _timeout_s: True)
+    h.rt._dispatcher.attach(sink, h.rt._metrics)
+    return records
+
+
+def _longest_untimed_s(h, calls: int, calls_per_s: float) -> tuple[float, int]:
+    """``calls`` calls at ``calls_per_s``: the longest time between two timed calls, and how
+    many were timed."""
+    longest, last, samples, timed = 0.0, 0.0, h.samples(), 0
+    for i in range(1, calls + 1):
+        h.clock.advance(1 / calls_per_s)
+        h.call()
+        if h.samples() != samples:
+            samples, timed = h.samples(), timed + 1
+            longest, last = max(longest, i / calls_per_s - last), i / calls_per_s
+    return longest, timed
+
+
+def test_while_tracing_a_key_is_timed_often_enough_for_its_interval_span(make_runtime) -> None:
+    """A 0.5 us call is timed 1-in-1,024 (``max_measure_period``) by cost; at 200 calls/s
+    that is every 5 s, too rare for an interval span every 8 s (``trace_key_interval_s``). While
+    tracing, the key is timed at least every 1/8 of the interval (1 s: 1-in-128 here); called
+    faster, its period grows back to the cost's; with tracing off nothing bounds it."""
+    h = make_runtime({Backend.SIMD: 0.5, Backend.SCALAR: 5.0}, trace_key_interval_s=8.0)
+    records = _spans_recorded(h)
+    h.call_tracked(300)  # (at no call rate: the fake clock stands still)
+    _longest_untimed_s(h, 1_024, 200.0)  # the key's rate is seen at its next timed call
+    longest, _timed = _longest_untimed_s(h, 4_000, 200.0)
+    assert longest <= 1.0
+    assert records  # (the gate saw the timed calls: first calls, commitment at least)
+    _longest, timed = _longest_untimed_s(h, 40_960, 5_000.0)  # 1 s covers 5,000 calls
+    assert timed <= 40_960 // 1_024 + 4
+
+    untraced = make_runtime({Backend.SIMD: 0.5, Backend.SCALAR: 5.0}, trace_key_interval_s=8.0)
+    untraced.call_tracked(300)
+    _longest_untimed_s(untraced, 2_048, 200.0)
+    assert _longest_untimed_s(untraced, 4_096, 200.0)[1] <= 4_096 // 1_024 + 1
+
+
 def test_slowdown_seen_in_a_sampled_timing_times_every_call(make_runtime) -> None:
     """A key timed 1-in-N whose committed arm's timing comes back slow is timed every call
     until the slowdown is settled: the switch comes a few calls after the first slow timing,
