@@ -2,7 +2,8 @@
 
 The workload: every built-in operation at sizes from 8 to 4·10^6 elements (log-uniform; the
 matrix-like ``matmul`` and ``conv1d`` at sizes a scalar loop finishes), float64, shuffled,
-``CALLS_PER_OP`` calls of each (about 30 per (operation, size bucket)). Each mode runs the whole
+``CALLS_PER_OP`` calls of each (about 120 per (operation, size bucket): ~30, then 90 more, as
+a training loop meets its shapes again). Each mode runs the whole
 workload in a process of its own, so nothing one mode leaves behind (a thread team awake or
 asleep, caches, the allocator's state) meets another:
 
@@ -23,8 +24,10 @@ with its spread (lowest-highest). Every process compiles (or loads from numba's 
 each kernel first, calling the kernels directly at each operation's smallest and largest size
 (the adaptive runtime still starts knowing nothing); each call's inputs are read once, untimed,
 before the call; the cyclic garbage collector runs every ``GC_EVERY`` calls, outside the
-timings. Targets: adaptive <= 1.05x the oracle, <= 1.00x the best fixed arm and <= 1.00x the
-static rule; at most 5 % of its calls exploring or re-checking (an explore, re-check or drift
+timings. Two tables judge the same runs: the learning phase (the workload's first quarter,
+about 30 calls per key) and the whole workload. Targets: adaptive <= 1.05x the oracle,
+<= 1.00x the best fixed arm and <= 1.00x the static rule; at most 5 % of its calls exploring
+or re-checking in the learning phase (an explore, re-check or drift
 decision, or a key's first call on an arm other than the one the key commits to: a first call
 must run some arm, and costs learning only when its arm loses; the share with every first call
 counted is printed beside it). Then, per operation, the
@@ -67,7 +70,9 @@ from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
 SEED = int(os.environ.get("DECISION_QUALITY_SEED", "0"))
-CALLS_PER_OP = int(os.environ.get("DECISION_QUALITY_CALLS_PER_OP", "600"))
+CALLS_PER_OP = int(os.environ.get("DECISION_QUALITY_CALLS_PER_OP", "2400"))
+# the learning phase judged apart: the workload's first 1/LEARNING_PHASE of the calls
+LEARNING_PHASE = 4
 ROUNDS = int(os.environ.get("DECISION_QUALITY_ROUNDS", "3"))
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
 MAX_ELEMENTS = 4_000_000
@@ -260,6 +265,9 @@ def run_mode(mode: str) -> dict[str, Any]:
     clock = time.perf_counter
     before = _reasons(rt) if learning else Counter()
     gc.disable()  # collected every GC_EVERY calls: a collection lands on whoever allocated
+    # (everything made so far — the modules, the workload — moved out of the collector's
+    # sight: a full collection over them took ~0.1 s, most of a process's run)
+    gc.freeze()
     try:
         for i, (name, args) in enumerate(calls):
             touch(args)
@@ -274,6 +282,7 @@ def run_mode(mode: str) -> dict[str, Any]:
                 gc.collect()
     finally:
         gc.enable()
+        gc.unfreeze()
     reasons: Counter[str] = Counter()
     if learning:
         for (reason, _arm), n in _reasons(rt).items():
@@ -330,45 +339,41 @@ def measure(modes: list[str]) -> list[dict[str, dict[str, Any]]]:
     return rounds
 
 
-def main() -> None:
-    began = time.perf_counter()
-    arms = available_arms()
-    fixed = [arm.value for arm in arms]
-    modes = [*fixed, STATIC, ADAPTIVE, TRAINED]
-    print(f"decision quality: {ROUNDS} rounds of {len(modes)} processes "
-          f"({', '.join(modes)})", flush=True)
-    rounds = measure(modes)
-    if os.environ.get(RECORD_ENV):
-        record_fixed_arms(os.environ[RECORD_ENV], rounds[0], arms)
+def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
+          title: str) -> None:
+    """Print the strategies' table over the workload's first ``upto`` calls (the oracle's
+    arms are chosen on the whole run's calls)."""
     keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
-    calls = len(keys)
-    # per_key[key][mode] = the key's call times over every round (for the oracle's medians)
-    per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
-        lambda: defaultdict(list))
-    for results in rounds:
-        for mode, result in results.items():
-            for key, took in zip(keys, result["seconds"], strict=True):
-                per_key[key][mode].append(took)
-    # The oracle's arm per key is the one with the lower median call: choosing by the lower
-    # total would also pick whichever arm dodged the machine's hiccups (an optimistic bias
-    # that grows with the number of keys). Its cost is that arm's total, stalls included.
-    oracle_arm = {key: min(fixed, key=lambda a, times=times: statistics.median(times[a]))
-                  for key, times in per_key.items()}
+    modes = [*fixed, STATIC, ADAPTIVE, TRAINED]
+    oracle_arm = oracle_arms(rounds, fixed)
 
     def key_totals(result: dict[str, Any]) -> dict[tuple[str, int], float]:
         totals: dict[tuple[str, int], float] = defaultdict(float)
-        for key, took in zip(keys, result["seconds"], strict=True):
+        for key, took in zip(keys[:upto], result["seconds"][:upto], strict=True):
             totals[key] += took
         return totals
 
-    total = {mode: [sum(r[mode]["seconds"]) for r in rounds] for mode in modes}
+    total = {mode: [sum(r[mode]["seconds"][:upto]) for r in rounds] for mode in modes}
     oracle = []
     luckiest = []
     for results in rounds:
         by_arm = {arm: key_totals(results[arm]) for arm in fixed}
-        oracle.append(sum(by_arm[oracle_arm[key]][key] for key in per_key))
-        luckiest.append(sum(min(by_arm[arm][key] for arm in fixed) for key in per_key))
+        ran = by_arm[fixed[0]]
+        oracle.append(sum(by_arm[oracle_arm[key]][key] for key in ran))
+        luckiest.append(sum(min(by_arm[arm][key] for arm in fixed) for key in ran))
     best = min(fixed, key=lambda arm: statistics.median(total[arm]))
+    # What trying every arm once per key costs at least: each losing arm's median call over
+    # the winner's, once per key that ran in these calls (a policy that never times a losing
+    # arm is the oracle itself).
+    calls_of: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for results in rounds:
+        for arm in fixed:
+            for key, took in zip(keys[:upto], results[arm]["seconds"][:upto], strict=True):
+                calls_of[key][arm].append(took)
+    floor = sum(max(0.0, statistics.median(times[arm])
+                    - statistics.median(times[oracle_arm[key]]))
+                for key, times in calls_of.items() for arm in fixed if arm != oracle_arm[key])
 
     def ratios(mode: str, against: list[float]) -> list[float]:
         return [m / a for m, a in zip(total[mode], against, strict=True)]
@@ -376,12 +381,12 @@ def main() -> None:
     vs_oracle = ratios(ADAPTIVE, oracle)
     vs_best = ratios(ADAPTIVE, total[best])
     vs_static = ratios(ADAPTIVE, total[STATIC])
-    exploring = [exploring_calls(keys, r[ADAPTIVE]["decided"]) for r in rounds]
-    share = [sum(losing) / calls for losing, _every in exploring]
-    share_every_first = [sum(every) / calls for _losing, every in exploring]
-    time_share = [sum(t for t, e in zip(r[ADAPTIVE]["seconds"], losing, strict=True) if e)
-                  / sum(r[ADAPTIVE]["seconds"]) for r, (losing, _every) in zip(rounds, exploring,
-                                                                               strict=True)]
+    exploring = [exploring_calls(keys[:upto], r[ADAPTIVE]["decided"][:upto]) for r in rounds]
+    share = [sum(losing) / upto for losing, _every in exploring]
+    share_every_first = [sum(every) / upto for _losing, every in exploring]
+    time_share = [sum(t for t, e in zip(r[ADAPTIVE]["seconds"][:upto], losing, strict=True)
+                      if e) / sum(r[ADAPTIVE]["seconds"][:upto])
+                  for r, (losing, _every) in zip(rounds, exploring, strict=True)]
 
     def row(name: str, mode_total: list[float], ratio: list[float] | None = None,
             target: str = "-", ok: bool | None = None) -> list[str]:
@@ -405,44 +410,94 @@ def main() -> None:
         ["  their share of its time", spread(time_share, ".1%"), "-", "-", "-"],
         row("oracle (best arm per key in hindsight)", oracle),
         row("  (lower total per key, noise-favoured)", luckiest),
+        row("  + one timing of each losing arm per key", [o + floor for o in oracle]),
         row("adaptive runtime trained on these calls first", total[TRAINED]),
         row("static size-threshold rule", total[STATIC]),
         *[row(f"fixed arm: {arm}", total[arm]) for arm in fixed],
     ]
-    print_table(f"decision quality: {calls:,} calls of {len({k[0] for k in keys})} "
-                f"operations, sizes 8..{MAX_ELEMENTS:,}, float64, shuffled; arms: "
-                f"{', '.join(fixed)}; each mode in its own process, {ROUNDS} rounds: "
-                "median [lowest-highest]; ratios within a round",
+    print_table(f"{title}: {upto:,} calls, about {upto / len(oracle_arm):.0f} per key",
                 ["strategy", "total", "vs oracle", "target", "verdict"], rows)
+
+
+def oracle_arms(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]
+                ) -> dict[tuple[str, int], str]:
+    """The oracle's arm per key: the one with the lower median call over every round.
+    (Choosing by the lower total would also pick whichever arm dodged the machine's hiccups,
+    an optimistic bias that grows with the number of keys; the oracle's cost is that arm's
+    total, stalls included.)"""
+    keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
+    per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for results in rounds:
+        for arm in fixed:
+            for key, took in zip(keys, results[arm]["seconds"], strict=True):
+                per_key[key][arm].append(took)
+    return {key: min(fixed, key=lambda a, times=times: statistics.median(times[a]))
+            for key, times in per_key.items()}
+
+
+def report(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
+    """The tables: the learning phase (the first quarter of the calls, about
+    ``CALLS_PER_OP / 4 / 20`` per key) and the whole run; then crossovers and losses."""
+    keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
+    calls = len(keys)
+    header = (f"{len({k[0] for k in keys})} operations, sizes 8..{MAX_ELEMENTS:,}, float64, "
+              f"shuffled; arms: {', '.join(fixed)}; each mode in its own process, "
+              f"{len(rounds)} rounds: median [lowest-highest]; ratios within a round")
+    print(f"decision quality: {header}")
+    judge(rounds, fixed, calls // LEARNING_PHASE, "the learning phase, the workload's "
+          f"first 1/{LEARNING_PHASE}")
+    judge(rounds, fixed, calls, "the whole workload")
+    oracle_arm = oracle_arms(rounds, fixed)
 
     print("\ncrossovers on this machine (the oracle's arm per size bucket):")
     for name in dict.fromkeys(k[0] for k in keys):
         found: list[tuple[str, int]] = []
-        for bucket in sorted(b for (op_name, b) in per_key if op_name == name):
+        for bucket in sorted(b for (op_name, b) in oracle_arm if op_name == name):
             arm = oracle_arm[(name, bucket)]
             if not found or found[-1][0] != arm:
                 found.append((arm, bucket))
         print(f"  {name:<11} " + ", ".join(
             f"{arm} from {1 << (bucket - 1) if bucket else 0:,}" for arm, bucket in found))
 
-    def median_key_total(key: tuple[str, int], mode: str) -> float:
-        return sum(per_key[key][mode]) / ROUNDS
+    per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for results in rounds:
+        for mode, result in results.items():
+            for key, took in zip(keys, result["seconds"], strict=True):
+                per_key[key][mode].append(took)
 
-    losses = sorted(((median_key_total(k, ADAPTIVE) - median_key_total(k, oracle_arm[k]), k)
+    def mean_key_total(key: tuple[str, int], mode: str) -> float:
+        return sum(per_key[key][mode]) / len(rounds)
+
+    losses = sorted(((mean_key_total(k, ADAPTIVE) - mean_key_total(k, oracle_arm[k]), k)
                      for k in per_key), reverse=True)[:8]
     print("largest losses vs the oracle, by key (adaptive - the oracle arm's total, mean of "
           "the rounds; calls; arms' totals):")
     for loss, key in losses:
-        totals = ", ".join(f"{arm} {median_key_total(key, arm) * 1e3:.1f} ms" for arm in fixed)
+        totals = ", ".join(f"{arm} {mean_key_total(key, arm) * 1e3:.1f} ms" for arm in fixed)
         print(f"  {key[0]:<11} bucket {key[1]:>2}: +{loss * 1e3:7.1f} ms over "
-              f"{len(per_key[key][ADAPTIVE]) // ROUNDS:>3} calls ({totals}; adaptive "
-              f"{median_key_total(key, ADAPTIVE) * 1e3:.1f} ms)")
+              f"{len(per_key[key][ADAPTIVE]) // len(rounds):>3} calls ({totals}; adaptive "
+              f"{mean_key_total(key, ADAPTIVE) * 1e3:.1f} ms)")
     for r, results in enumerate(rounds):
         decisions = results[ADAPTIVE]["reasons"]
         print(f"round {r + 1}: adaptive decisions: " + ", ".join(
             f"{reason} {n:,}" for reason, n in sorted(decisions.items()))
             + f"; kernel specialisations compiled during the timed run: "
             f"{results[ADAPTIVE]['compiled']}")
+
+
+def main() -> None:
+    began = time.perf_counter()
+    arms = available_arms()
+    fixed = [arm.value for arm in arms]
+    modes = [*fixed, STATIC, ADAPTIVE, TRAINED]
+    print(f"decision quality: {ROUNDS} rounds of {len(modes)} processes "
+          f"({', '.join(modes)})", flush=True)
+    rounds = measure(modes)
+    if os.environ.get(RECORD_ENV):
+        record_fixed_arms(os.environ[RECORD_ENV], rounds[0], arms)
+    report(rounds, fixed)
     print(f"total benchmark time {time.perf_counter() - began:.1f} s")
 
 
