@@ -5,7 +5,9 @@ matrix-like ``matmul`` and ``conv1d`` at sizes a scalar loop finishes), float64,
 ``CALLS_PER_OP`` calls of each (about 120 per (operation, size bucket): ~30, then 90 more, as
 a training loop meets its shapes again). Each mode runs the whole
 workload in a process of its own, so nothing one mode leaves behind (a thread team awake or
-asleep, caches, the allocator's state) meets another:
+asleep, caches, the allocator's state) meets another; the processes of a round run together
+and take turns, ``CHUNK_CALLS`` calls each, so the machine's drift over seconds meets every
+mode alike:
 
 - the adaptive runtime (default configuration, learning from nothing: exploration included);
 - each fixed arm: its kernel called directly (no runtime, no dispatch cost);
@@ -73,6 +75,10 @@ SEED = int(os.environ.get("DECISION_QUALITY_SEED", "0"))
 CALLS_PER_OP = int(os.environ.get("DECISION_QUALITY_CALLS_PER_OP", "2400"))
 # the learning phase judged apart: the workload's first 1/LEARNING_PHASE of the calls
 LEARNING_PHASE = 4
+# the modes' processes take turns: each runs this many calls, then the next one (measure)
+CHUNK_CALLS = 500
+TURN_DONE = "decision_quality: turn done"
+FINISHED = "decision_quality: finished"
 ROUNDS = int(os.environ.get("DECISION_QUALITY_ROUNDS", "3"))
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
 MAX_ELEMENTS = 4_000_000
@@ -239,8 +245,10 @@ def exploring_calls(keys: list[tuple[str, int]], decided: list[list[list[str]]]
     return losing, every
 
 
-def run_mode(mode: str) -> dict[str, Any]:
-    """One process's measurement: every call of the workload run ``mode``'s way."""
+def run_mode(mode: str, turn: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """One process's measurement: every call of the workload run ``mode``'s way, in chunks
+    of ``CHUNK_CALLS``; ``turn()`` is called before each chunk: it returns when this
+    process's turn comes (see :func:`measure`)."""
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     operations = [name for name in WORKLOAD if name in rt.operations]
     arms = available_arms()
@@ -266,10 +274,12 @@ def run_mode(mode: str) -> dict[str, Any]:
     before = _reasons(rt) if learning else Counter()
     gc.disable()  # collected every GC_EVERY calls: a collection lands on whoever allocated
     # (everything made so far — the modules, the workload — moved out of the collector's
-    # sight: a full collection over them took ~0.1 s, most of a process's run)
+    # sight: full collections over them took ~0.15 s each, three quarters of a process's run)
     gc.freeze()
     try:
         for i, (name, args) in enumerate(calls):
+            if i % CHUNK_CALLS == 0:
+                turn()
             touch(args)
             start = clock()
             run(name, args)
@@ -319,24 +329,65 @@ def record_fixed_arms(path: str, first_round: dict[str, dict[str, Any]],
 
 
 def measure(modes: list[str]) -> list[dict[str, dict[str, Any]]]:
-    """``ROUNDS`` rounds of one process per mode, each round in a rotated order."""
+    """``ROUNDS`` rounds; in each, one process per mode, all started together, that take
+    turns: each runs the next ``CHUNK_CALLS`` calls while the others wait, in an order
+    rotated from chunk to chunk. A shared machine's speed drifts over seconds (identical
+    processes run one after the other read up to 10 % apart); a chunk of each mode within
+    a second or two meets the same drift, so the modes' totals compare what they do."""
     rounds = []
     with tempfile.TemporaryDirectory(prefix="decision_quality-") as folder:
         for r in range(ROUNDS):
-            shift = r % len(modes)
-            results = {}
-            for mode in modes[shift:] + modes[:shift]:
-                out = os.path.join(folder, f"{r}-{mode}.json")
-                began = time.perf_counter()
-                subprocess.run([sys.executable, os.path.abspath(__file__), "--mode", mode,
-                                "--out", out], check=True)
-                with open(out, encoding="utf-8") as f:
-                    results[mode] = json.load(f)
-                print(f"  round {r + 1}/{ROUNDS}: {mode:<9} "
-                      f"{sum(results[mode]['seconds']):7.3f} s timed "
-                      f"({time.perf_counter() - began:.0f} s in all)", flush=True)
+            began = time.perf_counter()
+            outs = {mode: os.path.join(folder, f"{r}-{mode}.json") for mode in modes}
+            procs = {mode: subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--mode", mode, "--out",
+                 outs[mode]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for mode in modes}
+            try:
+                for mode, proc in procs.items():  # (each sets up, untimed, meanwhile)
+                    _await(proc, mode)
+                running, k = list(modes), 0
+                while running:
+                    shift = (r + k) % len(running)
+                    for mode in running[shift:] + running[:shift]:
+                        procs[mode].stdin.write("go\n")  # type: ignore[union-attr]
+                        procs[mode].stdin.flush()  # type: ignore[union-attr]
+                        if _await(procs[mode], mode):
+                            running.remove(mode)  # (its last chunk ran: result written)
+                    k += 1
+                results = {}
+                for mode, proc in procs.items():
+                    if proc.wait(timeout=600) != 0:
+                        raise RuntimeError(f"decision_quality: the {mode} process failed")
+                    with open(outs[mode], encoding="utf-8") as f:
+                        results[mode] = json.load(f)
+            finally:
+                for proc in procs.values():
+                    if proc.poll() is None:
+                        proc.kill()
+            print(f"  round {r + 1}/{ROUNDS} ({time.perf_counter() - began:.0f} s): " + ", ".join(
+                f"{mode} {sum(results[mode]['seconds']):.3f} s" for mode in modes), flush=True)
             rounds.append(results)
     return rounds
+
+
+def _await(proc: subprocess.Popen[str], mode: str) -> bool:
+    """Wait for a mode's process to finish its turn: ``True`` when it ran its last chunk
+    (and wrote its result), ``False`` when it waits for another turn."""
+    while True:
+        line = proc.stdout.readline() if proc.stdout is not None else ""
+        if not line:
+            raise RuntimeError(f"decision_quality: the {mode} process ended early")
+        if line.strip() in (TURN_DONE, FINISHED):
+            return line.strip() == FINISHED
+        sys.stderr.write(line)  # (something else the process printed)
+
+
+def _take_turns() -> None:
+    """A mode's process: say the previous chunk is done, then wait for the next turn."""
+    print(TURN_DONE, flush=True)
+    if not sys.stdin.readline():
+        sys.exit("decision_quality: the coordinator went away")
 
 
 def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
@@ -507,8 +558,9 @@ if __name__ == "__main__":
     parser.add_argument("--out", help="where --mode writes its result (internal)")
     options = parser.parse_args()
     if options.mode:
-        result = run_mode(options.mode)
+        result = run_mode(options.mode, _take_turns)
         with open(options.out, "w", encoding="utf-8") as f:
             json.dump(result, f)
+        print(FINISHED, flush=True)
     else:
         main()
