@@ -20,9 +20,9 @@ mode alike:
 The oracle, the best arm per (operation, size bucket) in hindsight (the one with the lower
 median call over every round), costs per key that arm's total in the round. Identical code
 runs a few % apart from one process to the next on a shared machine, more than the margins
-judged here, so the modes run in ``ROUNDS`` rounds, alternating (each round in a rotated
-order), and every ratio is taken within a round and printed as the median over the rounds
-with its spread (lowest-highest). Every process compiles (or loads from numba's disk cache)
+judged here, so the modes run in ``ROUNDS`` rounds, taking turns within each (above), and
+every ratio is taken within a round and printed as the median over the rounds with its
+spread (lowest-highest). Every process compiles (or loads from numba's disk cache)
 each kernel first, calling the kernels directly at each operation's smallest and largest size
 (the adaptive runtime still starts knowing nothing); each call's inputs are read once, untimed,
 before the call; the cyclic garbage collector runs every ``GC_EVERY`` calls, outside the
