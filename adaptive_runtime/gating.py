@@ -219,13 +219,15 @@ SUSPECT_SPAN_US = 100.0
 
 
 def measure_period(mean_us: float, timed_cost_us: float, max_period: int, *,
-                   slow_call_us: float = math.inf, suspect: bool = False) -> int:
+                   slow_call_us: float = math.inf, suspect: bool = False,
+                   slow_max_period: int = SLOW_CALL_MAX_PERIOD) -> int:
     """How many calls of a converged key share one timing: a power of two in [1, max_period].
 
     N is the smallest power of two that keeps timing under ``TIMING_SHARE`` of the key's time
     (``timed_cost_us`` per timed call, ``mean_us`` per call): a call slow enough that timing
     it is noise is timed every time; cheaper calls are timed 1-in-N. A call of at least
-    ``slow_call_us`` is timed at least 1-in-``SLOW_CALL_MAX_PERIOD``, and while ``suspect``
+    ``slow_call_us`` is timed at least 1-in-``slow_max_period`` (a watched key's is longer:
+    see ``_dispatch.watch``), and while ``suspect``
     (the arm looks slower) at least once per ``SUSPECT_SPAN_US`` of calls: drift on a slow
     key is seen within a few calls.
     """
@@ -238,8 +240,8 @@ def measure_period(mean_us: float, timed_cost_us: float, max_period: int, *,
         period = 1
         while period < wanted:
             period <<= 1
-    if mean_us >= slow_call_us and period > SLOW_CALL_MAX_PERIOD:
-        period = SLOW_CALL_MAX_PERIOD
+    if mean_us >= slow_call_us and period > slow_max_period:
+        period = slow_max_period
     if suspect:
         while period > 1 and period * mean_us > SUSPECT_SPAN_US:
             period >>= 1

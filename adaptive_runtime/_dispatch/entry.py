@@ -43,13 +43,15 @@ class Entry:
 
     __slots__ = ("backend", "bucket", "candidates", "commit_pending", "expected",
                  "fast_flushed", "fast_label", "impl", "impls", "key", "last_ticket",
-                 "last_timed_s", "mask", "max_period",
-                 "next", "rate", "state", "tally", "ticks", "timed", "timed_exploits",
-                 "timing_cost_us")
+                 "last_timed_s", "mask", "max_period", "next", "rate", "size_of", "state",
+                 "tally", "ticks", "timed", "timed_exploits", "timing_cost_us",
+                 "watch_fixed_ns", "watch_limit_ns", "watch_per_element_ns", "watch_tripped",
+                 "watched")
 
     def __init__(self, key: KeyHistory, state: KeyState, arms: Arms,
-                 rate: OperationRate) -> None:
+                 rate: OperationRate, size_of: Callable[..., int]) -> None:
         self.key = key
+        self.size_of = size_of  # the operation's (a watched call reads its size)
         self.state = state  # the policy's state of the key
         self.rate = rate
         self.bucket = key.bucket
@@ -65,6 +67,13 @@ class Entry:
         # span can be exported; the fast path's period comes back after it (Learner._next)
         self.commit_pending = False
         self.impl: Callable[..., Any] | None = None
+        # a slow key's fast path runs its arm watched (see watch.py): (the arm's function,
+        # its watched wrapper); the call time over which the next call is timed, fixed and
+        # per element, and its least value in the bucket; and whether a watched call was
+        # over it since the key's period was last set
+        self.watched: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self.watch_fixed_ns = self.watch_per_element_ns = self.watch_limit_ns = 0.0
+        self.watch_tripped = False
         self.backend: Backend | None = None
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
         self.last_timed_s: float | None = None  # ...and when it was learned from

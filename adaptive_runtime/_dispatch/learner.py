@@ -9,6 +9,7 @@ from typing import Any
 from ..backend import Backend
 from ..gating import (
     KEY_TIMING_SHARE,
+    SLOW_CALL_MAX_PERIOD,
     TIMED_CALL_COST_US,
     OperationRate,
     TraceVerdict,
@@ -22,6 +23,7 @@ from .core import Core
 from .counts import Counts
 from .emission import Emission
 from .entry import TALLY_ARM, TALLY_REASON, Entry
+from .watch import WATCH_ABOVE_US, WATCHED_MAX_PERIOD, watch, watched_call
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -118,7 +120,7 @@ class Learner:
                 key = core.history.key(op.name, bucket)
                 state = self.state_of(key)
                 entry = entries[bucket] = Entry(key, state, self._candidates.arms_of(op, n),
-                                                self._rates[op.name])
+                                                self._rates[op.name], op.size_of)
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
                 # (the decision below raises them to the smaller buckets': Policy.step)
@@ -215,7 +217,9 @@ class Learner:
         committed = state.incumbent
         entry.next, how = self._policy.next(state, key, entry.candidates, now, self._history,
                                             explain=False)
-        if entry.commit_pending:  # (the commitment's call was this one: see below)
+        if entry.commit_pending or entry.watch_tripped:
+            # (the commitment's call was this one, see below; or a watched call was slow,
+            # and this one was timed for it: the period is set afresh from what it showed)
             entry.commit_pending = False
             self.refresh(entry, key)
         if how is _DECIDED:
@@ -252,6 +256,7 @@ class Learner:
 
     def refresh(self, entry: Entry, key: KeyHistory) -> None:
         """Point the key's fast path at its committed arm, timed 1-in-N."""
+        entry.watch_tripped = False
         state = entry.state
         core = self._core
         target = core.forced if core.forced is not None else state.incumbent
@@ -265,20 +270,35 @@ class Learner:
             return
         if entry.backend is not target and entry.backend is not None:
             self._counts.flush(key.operation, entry)  # its fast calls ran the previous arm
+        mean_us = stats.mean_us
+        config = core.config
+        fn = impl.fn
+        slow_max_period = SLOW_CALL_MAX_PERIOD
+        if mean_us >= WATCH_ABOVE_US and impl.sync is None:
+            # Watched (see watch.py): a slowdown shows at the next call, so the key is timed
+            # as often as its timing cost allows, not 1-in-SLOW_CALL_MAX_PERIOD. (Not an
+            # asynchronous arm: its untimed calls return before their work is done.)
+            watched = entry.watched
+            if watched is None or watched[0] is not fn:
+                watched = entry.watched = (fn, watched_call(fn, entry.size_of, entry,
+                                                            core.timer))
+            watch(entry, key, mean_us)
+            fn = watched[1]
+            slow_max_period = WATCHED_MAX_PERIOD
         # impl before mask: a racing reader never sees a mask > 0 with no kernel
-        entry.impl = impl.fn
+        entry.impl = fn
         entry.backend = target
         # (never below the warm cost of a timed call: the measurement leaves out its clock
         # reads and the steps before the kernel)
         cost_us = entry.timing_cost_us
-        config = core.config
         max_period = config.max_measure_period
         if entry.max_period < max_period:  # (see _keep_visible)
             max_period = entry.max_period
         mask = measure_period(
-            stats.mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
+            mean_us, cost_us if cost_us > TIMED_CALL_COST_US else TIMED_CALL_COST_US,
             max_period, slow_call_us=config.sampling_threshold_us,
-            suspect=target is state.incumbent and _suspect(state, stats.mean_us)) - 1
+            suspect=target is state.incumbent and _suspect(state, mean_us),
+            slow_max_period=slow_max_period) - 1
         if mask > core.validate_mask >= 0:  # validation mode: sampled calls take this path
             mask = core.validate_mask
         entry.mask = mask

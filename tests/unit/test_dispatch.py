@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime._dispatch.watch import WATCHED_MAX_PERIOD
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry.sinks import NO_SPANS
 
@@ -211,14 +212,56 @@ def test_costly_learning_lengthens_the_timing_period(make_runtime) -> None:
     assert 6_400 // 64 <= _timings_learned(h, 6_400) <= 6_400 // 64 + 4
 
 
-def test_slow_calls_are_timed_at_least_one_in_four_however_costly(make_runtime) -> None:
-    """A 500 us call whose timing costs 50 us would be timed 1-in-32 by cost alone; a slow
-    call (over the 100 us sampling threshold) is timed at least 1-in-4, so a slowdown of the
-    key that costs the most is seen within a few calls."""
+def test_a_watched_slow_key_is_timed_by_its_cost_and_a_slowdown_at_the_next_call(
+        make_runtime) -> None:
+    """A 500 us call whose timing costs 50 us would be timed 1-in-32 by cost (under 0.5 % of
+    the key's time): watched, it is timed 1-in-16 (``WATCHED_MAX_PERIOD``), not 1-in-4 as an
+    unwatched slow call. When the committed arm slows 4x the very next call is timed, and the
+    drift alarm comes within a few calls, not a few periods."""
     h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
     _learning_costs(h, 50.0)
     h.call_tracked(200)
-    assert _timings_learned(h, 1_600) == 1_600 // 4
+    assert _timings_learned(h, 1_600) == 1_600 // WATCHED_MAX_PERIOD
+    samples = h.samples()
+    while h.samples() == samples:  # up to a timed call: the next 15 are not
+        h.call()
+    h.arms.latency_us[Backend.SIMD] = 2_000.0  # sustained, now slower than SCALAR
+    samples = h.samples()
+    h.call()  # untimed: watched, 4x its estimate
+    assert h.samples() == samples
+    h.call()  # timed because the call before it was slow
+    assert h.samples() == samples + 1
+    later = [h.call()[0] for _ in range(10)]
+    assert later[-3:] == [Backend.SCALAR] * 3  # drift alarmed and SCALAR took over
+
+
+def test_one_slow_watched_call_costs_one_timing_and_no_switch(make_runtime) -> None:
+    """A single spike of a watched key (20x, once) has the next call timed, which reads the
+    arm as it was: the key's period comes back and nothing switches."""
+    h = make_runtime({Backend.SIMD: 500.0, Backend.SCALAR: 1400.0})
+    _learning_costs(h, 50.0)
+    h.call_tracked(200)
+    _timings_learned(h, 64)
+    h.arms.latency_us[Backend.SIMD] = 10_000.0
+    samples = h.samples()
+    h.call()
+    h.arms.latency_us[Backend.SIMD] = 500.0
+    ran = h.call_tracked(320)
+    assert {arm for arm, _reason in ran} == {Backend.SIMD}
+    assert h.samples() - samples <= 1 + 320 // WATCHED_MAX_PERIOD + 1
+
+
+def test_an_untimed_call_under_the_watch_threshold_is_not_watched(make_runtime) -> None:
+    """A key of 50 us calls runs its arm's own function on the fast path (no clock reads):
+    slower than twice its estimate, it is still not timed before its period comes."""
+    h = make_runtime({Backend.SIMD: 50.0, Backend.SCALAR: 150.0})
+    _learning_costs(h, 10.0)
+    h.call_tracked(400)
+    h.arms.latency_us[Backend.SIMD] = 200.0
+    samples = h.samples()
+    for _ in range(8):
+        h.call()
+    assert h.samples() == samples
 
 
 def _spans_recorded(h) -> list[object]:

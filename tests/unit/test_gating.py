@@ -220,6 +220,9 @@ def test_measure_period_caps_slow_calls_at_one_in_four() -> None:
     assert measure_period(500.0, 50.0, 1024) == 32  # by cost alone
     assert measure_period(500.0, 50.0, 1024, slow_call_us=100.0) == SLOW_CALL_MAX_PERIOD == 4
     assert measure_period(50.0, 10.0, 1024, slow_call_us=100.0) == 64  # not a slow call
+    # a watched key's cap is longer; under its cost's period it changes nothing
+    assert measure_period(500.0, 50.0, 1024, slow_call_us=100.0, slow_max_period=16) == 16
+    assert measure_period(500.0, 10.0, 1024, slow_call_us=100.0, slow_max_period=16) == 4
 
 
 @pytest.mark.parametrize(("mean_us", "period"), [(0.5, 128), (5.0, 16), (50.0, 2), (150.0, 1)])
