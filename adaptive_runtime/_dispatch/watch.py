@@ -3,12 +3,12 @@ its arm's estimate has the key's next call timed.
 
 Why: learning from a timed call of a large kernel costs 50-125 us on this machine (the
 policy's Python runs on caches the kernel just swept), and a slow key used to be timed 1 call
-in 4 so that a slowdown showed within a few calls: 1-3 % of its time. A watched call adds two
-clock reads and a frame (~0.2 us, under 0.2 % of a call of 100 us or more), so a watched key
-is timed only as often as its timing cost allows (``gating.measure_period``), and a slowdown
-still shows at the next call. The slow call itself is not learned from: only the call timed
-because it came next is, so a bimodal arm's slow mode is not sampled more often than its fast
-one.
+in 4 so that a slowdown showed within a few calls: 1-3 % of a 1-4 ms call's time, more of a
+shorter one's. A watched call adds two clock reads and a frame (~0.5 us here, 0.5 % of a
+call of 100 us, less of a longer one), so a watched key is timed as often as its timing cost
+allows (``gating.measure_period``), up to ``WATCHED_MAX_PERIOD``, and a slowdown still shows
+at the next call. The slow call itself is not learned from: only the call timed because it
+came next is, so a bimodal arm's slow mode is not sampled more often than its fast one.
 """
 
 from __future__ import annotations
