@@ -256,9 +256,11 @@ class KeyState:
     # fully and the others once
     prior: Backend | None = None
     # what each arm takes here at least (an implementation's floor_us for the key's first
-    # call, raised to what the arm took on a smaller size bucket): an arm whose floor is well
-    # over another arm's measured time is not tried
+    # call, raised to what the arm takes on a smaller size bucket now): an arm whose floor is
+    # well over another arm's measured time is not tried
     floors: dict[Backend, float] | None = None
+    # the implementations' floors alone (set_floors), which the smaller buckets' raise
+    own_floors: dict[Backend, float] | None = None
     # the arm the nearest size buckets measured around the key found fastest (None: none
     # measured, or they disagree): tried first on the key's first call
     neighbours_best: Backend | None = None
@@ -448,7 +450,8 @@ class Policy:
         """Take ``floors``: what arms take at least on the key's first call, e.g. the GPU arm's
         copies of a host call. (:meth:`step` raises them to what the smaller size buckets
         measured, from the key's first decision on.)"""
-        state.floors = floors
+        state.own_floors = floors
+        state.floors = dict(floors) if floors else None
 
     def drop_plan(self, state: KeyState) -> None:
         """Forget the exploration plan (a selection or a reported timing came in between:
@@ -471,8 +474,13 @@ class Policy:
                      neighbours: Neighbours) -> None:
         """Raise the floors to what the smaller buckets measured: at the checkpoints after
         the first and second round of timings, not only when the key is created (a workload
-        creates its keys together, long before any of them has converged), and whenever an
-        arm never timed here may be waiting for the exploration budget.
+        creates its keys together, long before any of them has converged), and at every full
+        evaluation while an arm has been timed here fewer than twice — never, or once, maybe
+        cold — as its floor may be what keeps it out or prices its re-check. (Replayed over
+        twelve recordings of ``benchmarks/decision_quality.py``, with the floors made afresh
+        each time: mean regret +5.99 % -> +5.84 %; +6.71 -> +6.70 % over the nine of ~30
+        calls a key, +3.83 -> +3.27 % over the three of ~120. Either change alone: +6.00 %,
+        +5.99 %.)
 
         On a key's first call, also the arm the neighbouring buckets measured fastest
         (``_neighbours_best``), which goes first. It is no prior and rules no arm out: every
@@ -483,8 +491,8 @@ class Policy:
         crossovers between adjacent buckets are common on a shared machine.)"""
         if ((state.incumbent is None and state.decisions - state.epoch_start
              <= 2 * len(candidates))
-                or (state.memo is None and any(b not in key.arms or not key.arms[b].samples
-                                               for b in candidates))):
+                or any(b not in key.arms or key.arms[b].epoch_samples < 2
+                       for b in candidates)):
             _raise_floors(state, key, candidates, neighbours)
             if not key.samples:
                 state.neighbours_best = _neighbours_best(key, candidates, neighbours)
@@ -1047,12 +1055,16 @@ def _uncommit(state: KeyState, merges: int) -> None:
 
 def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
                   neighbours: Neighbours) -> None:
-    """Raise the key's floors to what each arm was measured to take on the nearest smaller
-    size bucket of the same operation. A kernel does not get faster on more elements, so that
-    is what it takes here at least: an arm 50 times slower than ATen on batches of 64 is not
-    tried on batches of 512. (One timing there is enough: noise only ever adds time, the floor
-    ratio leaves slack, and every few re-checks look at every arm.)"""
-    floors = state.floors
+    """Raise the key's own floors (``set_floors``) to what each arm is estimated to take on
+    the nearest smaller size bucket of the same operation where it was timed. A kernel does
+    not get faster on more elements, so that is what it takes here at least: an arm 50 times
+    slower than ATen on batches of 64 is not tried on batches of 512. (One timing there is
+    enough: noise only ever adds time, the floor ratio leaves slack, and every few re-checks
+    look at every arm.) Made afresh each time, not raised from the last: a smaller bucket's
+    estimate comes down when its first, cold timing is re-checked (a threaded dot's first
+    call at ~5·10^5 elements took 5,962 us, its re-check 175), and a floor kept from it ruled
+    the arm out on every larger key, where it was 1.6-2x faster."""
+    floors = state.floors = dict(state.own_floors) if state.own_floors else None
     find, operation = neighbours.find, key.operation
     # (each smaller bucket looked up once for all arms, nearest first: this runs on a key's
     # first calls, where an arm measured nowhere yet would cost a lookup per bucket per arm)

@@ -229,6 +229,27 @@ def test_the_floors_come_from_the_smaller_bucket_and_no_prior_from_the_neighbour
     assert state.prior is None and (d.backend, d.reason) == (SIMD, Reason.HEURISTIC)
 
 
+def test_a_floor_follows_the_smaller_buckets_estimate_down() -> None:
+    """A smaller bucket's first, cold timing of SIMD (6 ms) kept SIMD out of a larger key
+    committed to SCALAR (0.8 ms) for good, the floor raised only. Re-checked there at 175 us,
+    the floor here comes down at the key's next full evaluation, and SIMD is tried."""
+    store = HistoryStore(16)
+    smaller = store.key("op", 9)
+    smaller.arms.update({SIMD: timed(6_000.0, n=1), SCALAR: timed(400.0, n=3)})
+    key = store.key("op", 10)
+    key.arms.update({SCALAR: timed(800.0, n=20)})
+    policy, state = Policy(), KeyState()
+    policy.set_floors(state, {GPU: 50_000.0})  # an implementation's own floor stays
+    d = policy.step(state, key, TWO, NOW_S, neighbours=store)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLOIT)
+    assert state.floors == {GPU: 50_000.0, SIMD: 6_000.0, SCALAR: 400.0}
+    smaller.arms[SIMD] = timed(175.0, n=2)  # its re-check
+    state.memo = None  # (as after the memo's 16 decisions; kept, it would be reused)
+    d = policy.step(state, key, TWO, NOW_S, neighbours=store)
+    assert state.floors == {GPU: 50_000.0, SIMD: 175.0, SCALAR: 400.0}
+    assert d.backend is SIMD  # (its first timing here)
+
+
 # ------------------------------------------------------------------ commit and exploit
 
 
