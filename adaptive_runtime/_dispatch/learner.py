@@ -276,8 +276,9 @@ class Learner:
         slow_max_period = SLOW_CALL_MAX_PERIOD
         if mean_us >= WATCH_ABOVE_US and impl.sync is None:
             # Watched (see watch.py): a slowdown shows at the next call, so the key is timed
-            # as often as its timing cost allows, not 1-in-SLOW_CALL_MAX_PERIOD. (Not an
-            # asynchronous arm: its untimed calls return before their work is done.)
+            # as its timing cost allows up to 1-in-WATCHED_MAX_PERIOD, not at least
+            # 1-in-SLOW_CALL_MAX_PERIOD. (Not an asynchronous arm: its untimed calls return
+            # before their work is done.)
             watched = entry.watched
             if watched is None or watched[0] is not fn:
                 watched = entry.watched = (fn, watched_call(fn, entry.size_of, entry,
