@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._torch_autocast import autocast_on, cast_like_autocast
 from .kernels.layer_norm import EPS
 from .runtime import AdaptiveRuntime, get_runtime
 
@@ -42,43 +43,46 @@ def _runtime(runtime: AdaptiveRuntime | None) -> AdaptiveRuntime:
     return runtime if runtime is not None else get_runtime()
 
 
+def _call(runtime: AdaptiveRuntime | None, operation: str, args: tuple[Any, ...]) -> Any:
+    """A functional op's call (and an adapted module's under ``torch.compile``): its inputs
+    cast as ``torch.autocast`` would (where it is on), then run by the runtime — or, while
+    ``torch.compile`` traces, the op's custom operator, which calls the default runtime when
+    the compiled graph runs. (The casts are traced as torch's own ops: the custom operator
+    sees one dtype, and autograd differentiates the casts.)"""
+    if autocast_on(args[0]):
+        args = cast_like_autocast(operation, args)
+    if _is_compiling():
+        return getattr(torch.ops.adaptive_runtime, operation)(*args)
+    return _runtime(runtime).run(operation, *args)
+
+
 # ---------------------------------------------------------------------------- functional ops
 
 
 def linear(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, *,
            runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.linear(x, weight, bias)
-    return _runtime(runtime).run("linear", x, weight, bias)
+    return _call(runtime, "linear", (x, weight, bias))
 
 
 def matmul(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """``a @ b`` of 2-D tensors."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.matmul(a, b)
-    return _runtime(runtime).run("matmul", a, b)
+    return _call(runtime, "matmul", (a, b))
 
 
 def add(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """``a + b`` of two tensors of one shape."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.add(a, b)
-    return _runtime(runtime).run("add", a, b)
+    return _call(runtime, "add", (a, b))
 
 
 def relu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """``max(x, 0)`` elementwise (never in place)."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.relu(x)
-    return _runtime(runtime).run("relu", x)
+    return _call(runtime, "relu", (x,))
 
 
 def gelu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.gelu(x)
-    return _runtime(runtime).run("gelu", x)
+    return _call(runtime, "gelu", (x,))
 
 
 def softmax(x: _Tensor, dim: int = -1, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
@@ -86,10 +90,7 @@ def softmax(x: _Tensor, dim: int = -1, *, runtime: AdaptiveRuntime | None = None
     last = dim in (-1, x.ndim - 1)
     if not last:
         x = x.movedim(dim, -1)
-    if _is_compiling():
-        out = torch.ops.adaptive_runtime.softmax(x)
-    else:
-        out = _runtime(runtime).run("softmax", x)
+    out = _call(runtime, "softmax", (x,))
     return out if last else out.movedim(-1, dim)
 
 
@@ -97,23 +98,20 @@ def layer_norm(x: _Tensor, weight: _Tensor | None = None, bias: _Tensor | None =
                eps: float = EPS, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """Layer normalisation over the last axis, as ``torch.nn.functional.layer_norm(x,
     x.shape[-1:], weight, bias, eps)``."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.layer_norm(x, weight, bias, float(eps))
-    return _runtime(runtime).run("layer_norm", x, weight, bias, float(eps))
+    return _call(runtime, "layer_norm", (x, weight, bias, float(eps)))
 
 
 def conv1d(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, padding: int = 0, *,
            runtime: AdaptiveRuntime | None = None) -> _Tensor:
     """``torch.nn.functional.conv1d(x, weight, bias, padding=padding)`` with stride 1,
     dilation 1 and one group: x ``(batch, channels, n)``, weight ``(out, channels, k)``."""
-    if _is_compiling():
-        return torch.ops.adaptive_runtime.conv1d(x, weight, bias, int(padding))
-    return _runtime(runtime).run("conv1d", x, weight, bias, int(padding))
+    return _call(runtime, "conv1d", (x, weight, bias, int(padding)))
 
 
 # ---------------------------------------------------------------------------- modules
 
 _grad_enabled = torch.is_grad_enabled
+_autocast_on = autocast_on
 # input signatures a module keeps routes for (more: the oldest are forgotten)
 _MAX_SIGNATURES = 64
 
@@ -161,6 +159,9 @@ def _run(module: Any, operation: str, args: tuple[Any, ...],
         site = module._adaptive_site = _CallSite(
             runtime if runtime is not None else get_runtime(), operation)
     x = args[0]
+    if _autocast_on(x):
+        args = cast_like_autocast(operation, args)
+        x = args[0]
     grad = False
     if _grad_enabled():
         grad = x.requires_grad
@@ -195,7 +196,7 @@ class AdaptiveLinear(_Adaptive, nn.Linear):
 
     def forward(self, input: _Tensor) -> _Tensor:
         if _is_compiling():
-            return torch.ops.adaptive_runtime.linear(input, self.weight, self.bias)
+            return _call(None, "linear", (input, self.weight, self.bias))
         weight, bias = _weight_and_bias(self)
         return _run(self, "linear", (input, weight, bias), (weight, bias))
 
@@ -205,7 +206,7 @@ class AdaptiveGELU(_Adaptive, nn.GELU):
 
     def forward(self, input: _Tensor) -> _Tensor:
         if _is_compiling():
-            return torch.ops.adaptive_runtime.gelu(input)
+            return _call(None, "gelu", (input,))
         return _run(self, "gelu", (input,))
 
 
@@ -215,7 +216,7 @@ class AdaptiveReLU(_Adaptive, nn.ReLU):
 
     def forward(self, input: _Tensor) -> _Tensor:
         if _is_compiling():
-            return torch.ops.adaptive_runtime.relu(input)
+            return _call(None, "relu", (input,))
         return _run(self, "relu", (input,))
 
 
@@ -235,8 +236,7 @@ class AdaptiveLayerNorm(_Adaptive, nn.LayerNorm):
 
     def forward(self, input: _Tensor) -> _Tensor:
         if _is_compiling():
-            return torch.ops.adaptive_runtime.layer_norm(input, self.weight, self.bias,
-                                                         float(self.eps))
+            return _call(None, "layer_norm", (input, self.weight, self.bias, float(self.eps)))
         weight, bias = _weight_and_bias(self)
         return _run(self, "layer_norm", (input, weight, bias, float(self.eps)), (weight, bias))
 
@@ -248,7 +248,7 @@ class AdaptiveConv1d(_Adaptive, nn.Conv1d):
     def forward(self, input: _Tensor) -> _Tensor:
         padding = 0 if isinstance(self.padding, str) else self.padding[0]  # ("valid")
         if _is_compiling():
-            return torch.ops.adaptive_runtime.conv1d(input, self.weight, self.bias, padding)
+            return _call(None, "conv1d", (input, self.weight, self.bias, padding))
         weight, bias = _weight_and_bias(self)
         return _run(self, "conv1d", (input, weight, bias, padding), (weight, bias))
 
