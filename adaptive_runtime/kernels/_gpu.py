@@ -1,23 +1,30 @@
 """The GPU arm of the built-in operations: torch on a CUDA device.
 
-A GPU call (:func:`gpu_arm`):
+A GPU call (:func:`gpu_arm`) whose inputs are all on the device already (CUDA tensors, numba
+device arrays: a training loop's) launches the kernel on the current stream and returns: no
+synchronisation, no memory query, no host round trip, as the plain torch call. The caller's
+next operations queue behind it. A timed call waits for the device through the
+implementation's ``sync`` (:func:`synchronize`, registered with the arm by
+:func:`add_gpu_arm`): before the timer starts, so earlier work is not charged to it, and on its
+result, so the timing covers the kernel and not just its launch — two synchronisations per
+timed call, none on the others. Calls with inputs on the device are learned apart (the
+operations' ``on_device`` is :func:`inputs_on_device`).
 
-1. inputs already on the device are used as they are; host inputs (numpy arrays, CPU
-   tensors) are copied there — the transfer is part of the call, so the runtime learns what a
-   GPU call really costs for the inputs it gets (calls with inputs on the device are learned
-   apart: the operations' ``on_device`` is :func:`inputs_on_device`). Before the arm is ever
-   tried on a key, its ``floor_us`` prices the copies at a bandwidth measured once
+A call with host inputs (numpy arrays, CPU tensors):
+
+1. the inputs are copied to the device — the transfer is part of the call, so the runtime
+   learns what a GPU call really costs for the inputs it gets. Before the arm is ever tried on
+   a key, its ``floor_us`` prices the copies at a bandwidth measured once
    (:func:`transfer_estimate_us`): where they alone would lose, it is not tried;
 2. before anything is copied or launched, the device's free memory is checked against what the
    call needs (the inputs it must copy, the result and the operation's workspace): a call that
    would not fit raises :class:`GpuMemoryError` and the runtime runs it on the next arm;
-3. the device is synchronised before returning, so the runtime's timing covers the kernel,
-   not just its launch;
-4. the result goes back to the caller's array type and device (a CUDA tensor stays there).
+3. the device is synchronised before returning (the result goes back to the host anyway);
+4. the result goes back to the caller's array type and device.
 
-CUDA running out of memory anyway (another process took it) raises torch's
-``OutOfMemoryError``: like any arm failure, the runtime falls back to the next arm and
-quarantines the GPU for that key with back-off.
+CUDA running out of memory (on a call with inputs on the device, which is not checked first,
+or another process took the memory) raises torch's ``OutOfMemoryError``: like any arm failure,
+the runtime falls back to the next arm and quarantines the GPU for that key with back-off.
 
 The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
 on the CPU — every step above runs except the CUDA kernel launch itself.
@@ -34,10 +41,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._forks import after_fork_in_child
+from ..backend import Backend
 from ._arrays import host, host_dtype, is_tensor, like
 
 __all__ = ["CudaDevice", "Device", "GpuMemoryError", "GpuUnsupportedError", "NumbaCudaDevice",
-           "gpu_arm", "inputs_on_device", "itemsize", "nbytes", "set_device",
+           "add_gpu_arm", "gpu_arm", "inputs_on_device", "itemsize", "nbytes", "set_device",
            "transfer_estimate_us"]
 
 _log = logging.getLogger(__name__)
@@ -235,7 +243,16 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         if run is None:
             raise GpuUnsupportedError(f"{operation}: no numba CUDA kernel (install torch with "
                                       "CUDA for this operation on the GPU)")
-        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)]
+        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)
+                  or dev.is_on_device(a)]
+        for a in arrays:
+            if not dev.is_on_device(a):
+                break
+        else:
+            # Everything on the device: launched, not waited for (a timed call waits through
+            # ``sync``); no memory query either — a call that does not fit raises the
+            # library's out-of-memory error, which the runtime falls back from.
+            return _back(run(*args), args[template], dev)
         to_copy = sum(nbytes(a) for a in arrays if not dev.is_on_device(a))
         inputs = sum(nbytes(a) for a in arrays)
         needed = to_copy + result_bytes(*args) + int(workspace * inputs)
@@ -259,8 +276,30 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         return transfer_estimate_us(moved) if moved else 0.0
 
     arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
-    arm.floor_us = floor_us  # type: ignore[attr-defined]  # (the registration passes it on)
+    # (the registration passes them on: Operation.add_implementation's floor_us and sync)
+    arm.floor_us = floor_us  # type: ignore[attr-defined]
+    arm.sync = synchronize  # type: ignore[attr-defined]
     return arm
+
+
+def add_gpu_arm(op: Any, arm: Callable[..., Any], family: str = "") -> None:
+    """Register ``arm`` (made by :func:`gpu_arm`) as ``op``'s GPU implementation for
+    ``family``, with its copy floor and the ``sync`` its timed calls wait through."""
+    op.add_implementation(Backend.GPU, arm, family=family,
+                          floor_us=arm.floor_us,  # type: ignore[attr-defined]
+                          sync=arm.sync)  # type: ignore[attr-defined]
+
+
+def synchronize(values: Any) -> None:
+    """A timed GPU call's ``sync``, given its arguments (before the timer starts) or its
+    result (before it stops): wait until the device has finished its queued work where any of
+    them is on the device. (A call with host inputs synchronised inside the arm already: its
+    result came back to the host.)"""
+    dev = device()
+    for value in values if isinstance(values, tuple) else (values,):
+        if dev.is_on_device(value):
+            dev.synchronize()
+            return
 
 
 def _back(out: Any, model: Any, dev: Device) -> Any:

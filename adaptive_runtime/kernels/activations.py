@@ -57,7 +57,7 @@ from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, nbytes
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 from .torch_arms import aten_gelu, numpy_through_torch, torch_installed
 
 if TYPE_CHECKING:
@@ -162,5 +162,5 @@ def register(rt: AdaptiveRuntime) -> None:
     else:
         gelu.add_implementation(Backend.SIMD, gelu_simd,
                                 compile_count=compile_count(_gelu_parallel))
-    relu.add_implementation(Backend.GPU, relu_gpu, floor_us=relu_gpu.floor_us)
-    gelu.add_implementation(Backend.GPU, gelu_gpu, floor_us=gelu_gpu.floor_us)
+    add_gpu_arm(relu, relu_gpu)
+    add_gpu_arm(gelu, gelu_gpu)

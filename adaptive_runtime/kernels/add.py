@@ -14,7 +14,7 @@ from ._arrays import host_arm
 from ._checks import same_shape_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, nbytes
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -57,4 +57,4 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, add_scalar, compile_count=compile_count(_add_loop))
     op.add_implementation(Backend.SIMD, add_simd)
-    op.add_implementation(Backend.GPU, add_gpu, floor_us=add_gpu.floor_us)
+    add_gpu_arm(op, add_gpu)

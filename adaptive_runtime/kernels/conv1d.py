@@ -57,7 +57,7 @@ from ._arrays import host_arm
 from ._checks import conv1d_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, itemsize
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -188,7 +188,7 @@ def register(rt: AdaptiveRuntime) -> None:
                                               compile_count(_conv1d_batched_loop)))
     op.add_implementation(Backend.SIMD, conv1d_simd,
                           compile_count=compile_count(_conv1d_chunks))
-    op.add_implementation(Backend.GPU, conv1d_gpu, floor_us=conv1d_gpu.floor_us)
+    add_gpu_arm(op, conv1d_gpu)
 
 
 def _both(first: Any, second: Any) -> Any:

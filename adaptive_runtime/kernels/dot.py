@@ -15,7 +15,7 @@ from ._arrays import host_arm
 from ._checks import vector_pair_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -53,4 +53,4 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
     op.add_implementation(Backend.SIMD, dot_simd)
-    op.add_implementation(Backend.GPU, dot_gpu, floor_us=dot_gpu.floor_us)
+    add_gpu_arm(op, dot_gpu)

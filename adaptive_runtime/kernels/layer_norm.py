@@ -42,7 +42,7 @@ from ._arrays import host_arm
 from ._checks import layer_norm_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, nbytes
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -128,4 +128,4 @@ def register(rt: AdaptiveRuntime) -> None:
                           compile_count=compile_count(_layer_norm_rows))
     op.add_implementation(Backend.SIMD, layer_norm_simd,
                           compile_count=compile_count(_layer_norm_rows_parallel))
-    op.add_implementation(Backend.GPU, layer_norm_gpu, floor_us=layer_norm_gpu.floor_us)
+    add_gpu_arm(op, layer_norm_gpu)

@@ -21,7 +21,7 @@ from ._arrays import host_arm
 from ._checks import linear_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, itemsize
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 from .layer_norm import NO_ARRAY
 
 if TYPE_CHECKING:
@@ -79,4 +79,4 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, linear_scalar,
                           compile_count=compile_count(_linear_rows))
     op.add_implementation(Backend.SIMD, linear_simd)
-    op.add_implementation(Backend.GPU, linear_gpu, floor_us=linear_gpu.floor_us)
+    add_gpu_arm(op, linear_gpu)

@@ -33,7 +33,7 @@ from ._arrays import host_arm
 from ._checks import matmul_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, itemsize
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -77,4 +77,4 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, matmul_scalar,
                           compile_count=compile_count(_matmul_loop))
     op.add_implementation(Backend.SIMD, matmul_simd)
-    op.add_implementation(Backend.GPU, matmul_gpu, floor_us=matmul_gpu.floor_us)
+    add_gpu_arm(op, matmul_gpu)

@@ -33,7 +33,7 @@ from ._arrays import host_arm
 from ._checks import scale_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, nbytes
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -92,4 +92,4 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
     op.add_implementation(Backend.SIMD, scale_simd,
                           compile_count=compile_count(_scale_parallel))
-    op.add_implementation(Backend.GPU, scale_gpu, floor_us=scale_gpu.floor_us)
+    add_gpu_arm(op, scale_gpu)

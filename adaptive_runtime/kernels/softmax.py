@@ -49,7 +49,7 @@ from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, scalar_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device, nbytes
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 from .torch_arms import aten_softmax, numpy_through_torch, torch_installed
 
 if TYPE_CHECKING:
@@ -110,4 +110,4 @@ def register(rt: AdaptiveRuntime) -> None:
         op.add_implementation(Backend.SIMD, softmax_through_torch, warm_up=True)
     else:
         op.add_implementation(Backend.SIMD, softmax_simd)
-    op.add_implementation(Backend.GPU, softmax_gpu, floor_us=softmax_gpu.floor_us)
+    add_gpu_arm(op, softmax_gpu)

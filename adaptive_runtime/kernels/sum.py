@@ -32,7 +32,7 @@ from ._arrays import host_arm
 from ._checks import array_size
 from ._compile import compile_count, prange, scalar_jit, simd_jit
 from ._families import input_family
-from ._gpu import gpu_arm, inputs_on_device
+from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
     from ..runtime import AdaptiveRuntime
@@ -81,4 +81,4 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, sum_scalar, compile_count=compile_count(_sum_loop))
     op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel))
-    op.add_implementation(Backend.GPU, sum_gpu, floor_us=sum_gpu.floor_us)
+    add_gpu_arm(op, sum_gpu)

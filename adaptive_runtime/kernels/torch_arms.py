@@ -33,6 +33,7 @@ from ..backend import Backend
 from . import backward
 from ._autograd import Backward, autograd_arm
 from ._families import GRAD, TORCH, torch_families
+from ._gpu import add_gpu_arm
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ def register(rt: AdaptiveRuntime) -> None:
             grad = family.endswith(GRAD)
             op.add_implementation(Backend.SIMD, aten, family=family, warm_up=True)
             if gpu is not None:
-                op.add_implementation(Backend.GPU, gpu.fn, family=family, floor_us=gpu.floor_us)
+                add_gpu_arm(op, gpu.fn, family)
             if scalar is None or family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
                 continue  # numba has no half precision; a double backward stays with ATen
             fn, surcharge = scalar.fn, None

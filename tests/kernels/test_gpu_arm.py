@@ -17,6 +17,7 @@ import torch
 import adaptive_runtime as ar
 from adaptive_runtime.kernels import _gpu
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.replay import read_calls
 
 Backend = ar.Backend
 
@@ -30,9 +31,11 @@ class FakeCuda:
         self.free = free
         self.copies = 0
         self.syncs = 0
+        self.memory_queries = 0
         self.fail_with: BaseException | None = None
 
     def free_bytes(self) -> int:
+        self.memory_queries += 1
         return self.free
 
     def to_device(self, x: Any) -> Any:
@@ -130,6 +133,30 @@ def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_c
     out = gpu_runtime().run("add", a, a)
     assert fake_cuda.copies == 0
     assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_memory(
+        fake_cuda, tmp_path) -> None:
+    """A training loop's calls (relu and add of float32 tensors on the device, 256 to 65,536
+    elements, the GPU arm alone): only timed calls wait for the device, the others launch and
+    return; nothing asks the device for its free memory."""
+    inputs = [fake_cuda.to_device(torch.randn(n, dtype=torch.float32))
+              for n in (256, 4096, 65536)]
+    rt = gpu_runtime()
+    fake_cuda.syncs = fake_cuda.memory_queries = 0
+    calls = 18_000
+    with rt.record_calls(tmp_path / "timed.jsonl"):  # (every timed call, one line each)
+        for i in range(calls // 2):
+            x = inputs[i % 3]
+            rt.run("relu", x)
+            rt.run("add", x, x)
+    timed = len(read_calls(tmp_path / "timed.jsonl"))
+    assert fake_cuda.memory_queries == 0
+    # (a timed call waits before its timer starts and, where its result is on the device, on
+    # that: the double's results are host tensors it did not mark, so once here)
+    assert timed <= fake_cuda.syncs <= 2 * timed
+    assert timed < calls // 20  # converged keys run on the fast path, untimed
+    assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
 
 
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
