@@ -32,7 +32,7 @@ DEMO_ARGS ?=
 LINT_PATHS := adaptive_runtime tests benchmarks $(wildcard examples)
 BENCHMARKS := $(filter-out benchmarks/_%,$(wildcard benchmarks/*.py))
 
-.PHONY: help venv deps-apt demo test reliability bench lint clean distclean
+.PHONY: help venv deps-apt demo test reliability bench lint clean distclean gpu-check gpu-wheels
 
 help:
 	@echo "make demo   run the demo workload (sets everything up on first use)"
@@ -41,6 +41,8 @@ help:
 	@echo "make bench  run the benchmarks"
 	@echo "make lint   ruff check"
 	@echo "make venv   only create .venv and install the package"
+	@echo "make gpu-check   on a machine with a CUDA GPU: the GPU paths in one table (docs/gpu.md)"
+	@echo "make gpu-wheels  fetch the wheels gpu-check carries to a GPU machine with no network"
 
 venv: $(STAMP)
 
@@ -93,3 +95,26 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# A machine with a CUDA GPU and no network (torch, JAX, numba in its own python3): no venv is
+# built there. The package comes from the working tree; what its python3 lacks (OpenTelemetry)
+# from the pure-Python wheels `make gpu-wheels` put in $(GPU_WHEELS) (ignored by git; carry it).
+# Without a CUDA device it says so and exits 0.
+GPU_WHEELS := .whl
+GPU_SITE := /tmp/adaptive-runtime-gpu-site
+gpu-check:
+	@if compgen -G '$(GPU_WHEELS)/*.whl' >/dev/null; then \
+		$(PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+			--upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl; fi
+	PYTHONPATH=$(GPU_SITE):$(CURDIR) $(PYTHON) benchmarks/gpu_check.py
+
+# The versions this venv runs, as wheels: OpenTelemetry and its protobufs (pure Python), and
+# protobuf itself, built for the GPU machine's CPython 3.12 on x86-64 (the one there may be
+# older than OpenTelemetry's generated code wants).
+gpu-wheels: $(STAMP)
+	@mkdir -p $(GPU_WHEELS)
+	$(PIP) freeze | grep -E '^(opentelemetry-|googleapis-common-protos==)' \
+		| $(PIP) download $(PIP_QUIET) --no-deps --only-binary=:all: -d $(GPU_WHEELS) -r /dev/stdin
+	$(PIP) freeze | grep -E '^protobuf==' | $(PIP) download $(PIP_QUIET) --no-deps \
+		--only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux2014_x86_64 -d $(GPU_WHEELS) -r /dev/stdin

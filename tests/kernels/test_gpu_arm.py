@@ -257,3 +257,22 @@ def test_on_a_real_cuda_device_results_match_and_device_tensors_stay_there() -> 
     np.testing.assert_allclose(out.cpu().numpy(), 2 * a)
     assert float(rt.run("dot", cuda_a, cuda_a)) == pytest.approx(float(np.dot(a, a)))
     assert _gpu.transfer_estimate_us(1 << 20) > 0
+
+
+@pytest.mark.gpu
+def test_on_a_real_cuda_device_only_timed_calls_synchronise(monkeypatch, tmp_path) -> None:
+    _gpu.set_device(None)
+    rt = gpu_runtime()
+    xs = [torch.rand(n, device="cuda") for n in (256, 4096, 65536)]
+    for i in range(300):  # (the keys converge: their calls go untimed)
+        rt.run("relu", xs[i % 3])
+    syncs = []
+    real = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: (syncs.append(1),
+                                                                     real(*a, **k)))
+    with rt.record_calls(tmp_path / "timed.jsonl"):
+        for i in range(3000):
+            rt.run("relu", xs[i % 3])
+    timed = len(read_calls(tmp_path / "timed.jsonl"))
+    assert len(syncs) <= 2 * timed
+    assert timed < 300

@@ -151,3 +151,21 @@ def test_under_torch_compile_and_autocast_the_compiled_model_gives_plain_torchs_
     torch.testing.assert_close(outs[1], outs[0], **TOLERANCE[torch.bfloat16])
     for p, q in zip(plain.parameters(), adapted.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, **TOLERANCE[torch.bfloat16])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_on_a_real_cuda_device_an_adapted_model_under_autocast_matches_plain_torch(rt, dtype):
+    plain = _model().cuda()
+    adapted = art.adapt(copy.deepcopy(plain))
+    x = _x().cuda()
+    outs = []
+    for model in (plain, adapted):
+        with torch.autocast("cuda", dtype=dtype):
+            out = model(x)
+        out.float().sum().backward()
+        outs.append(out)
+    assert outs[1].dtype == outs[0].dtype
+    torch.testing.assert_close(outs[1], outs[0], **TOLERANCE[dtype])
+    for p, q in zip(plain.parameters(), adapted.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, **TOLERANCE[dtype])
