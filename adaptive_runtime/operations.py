@@ -40,6 +40,19 @@ _log = logging.getLogger(__name__)
 # already on the GPU form the family "device".
 FAMILY_SEPARATOR = "@"
 DEVICE_FAMILY = "device"
+
+
+def cuda_graph_capturing() -> bool:
+    """Whether torch is capturing a CUDA graph on the current stream (``False`` without torch
+    or CUDA). While it is, work is recorded, not run: nothing can be timed or waited for, and
+    a synchronisation would break the capture."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except RuntimeError:  # (a torch build without CUDA)
+        return False
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
 
@@ -191,8 +204,8 @@ class Operation:
     the operation runs it through its runtime (``op(x)`` is ``rt.run(op.name, x)``).
     """
 
-    __slots__ = ("_families", "_impls", "_owner", "_untimed", "family", "kind", "name",
-                 "on_device", "size_of", "warmed")
+    __slots__ = ("_families", "_impls", "_owner", "_untimed", "capturing", "family", "kind",
+                 "name", "on_device", "size_of", "warmed")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
                  owner: AdaptiveRuntime | None = None,
@@ -213,6 +226,9 @@ class Operation:
         self._owner = owner
         # arms whose first call in this process has run (the runtime does not learn from it)
         self.warmed: set[Backend] = set()
+        # (the device family's twin) whether a CUDA graph is being captured now: its timed
+        # calls then run untimed (see cuda_graph_capturing); None: never asked
+        self.capturing: Callable[[], bool] | None = None
 
     def __repr__(self) -> str:
         arms = ", ".join(b.value for b in self._impls) or "no implementations"
@@ -327,6 +343,8 @@ class Operation:
         family's implementations (shared, not copied), else the default family's."""
         twin = Operation(f"{self.name}{FAMILY_SEPARATOR}{family}", self.size_of, self.kind)
         twin._impls = self._families.get(family, self._impls)
+        if family == DEVICE_FAMILY:
+            twin.capturing = cuda_graph_capturing
         return twin
 
     def __call__(self, *args: Any) -> Any:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backend import Backend
 from ..keys import size_bucket
 from ..operations import Operation
-from ..policy import Reason
+from ..policy import Decision, Reason
 from .attempt import Attempt
 from .core import Core
 from .emission import Emission
-from .entry import Entry
+from .entry import TALLY_ARM, TALLY_REASON, Entry
 from .fallback import Fallback
 from .learner import Learner
 
@@ -53,6 +54,9 @@ class TimedCalls:
             entry, decision = self._learner.first_decision(op, entries, n, size_bucket(n), args)
         elif n < 0:
             size_bucket(n)  # raises: a negative size found the bucket of its bit length
+        capturing = op.capturing
+        if capturing is not None and capturing():
+            return self._captured(entry, decision, args)
         backend = decision.backend
         result, start_ns, end_ns, learn_us, error = self._attempt(op, entry, backend, args,
                                                                   ticket)
@@ -79,4 +83,19 @@ class TimedCalls:
         if span is not None:
             emission.emit(op.name, n, entry.bucket, span[1], backend,
                           (select_ns, start_ns, end_ns), None, None, span[0])
+        return result
+
+    def _captured(self, entry: Entry, decision: Decision, args: tuple[Any, ...]) -> Any:
+        """A call due to be timed while a CUDA graph is captured on its inputs' device: the
+        kernels it launches are recorded, not run, and a synchronisation would break the
+        capture. It runs the key's committed arm (the GPU arm where nothing is committed yet,
+        else the arm decided), untimed, and nothing is learned: the decision waits for the
+        key's next call outside the capture. Counted as an exploit of that arm."""
+        impls = entry.impls
+        backend = entry.state.incumbent
+        if backend is None or backend not in impls:
+            backend = Backend.GPU if Backend.GPU in impls else decision.backend
+        result = impls[backend].fn(*args)
+        with self._core.lock:
+            entry.tally[TALLY_REASON[_EXPLOIT] + TALLY_ARM[backend]] += 1
         return result

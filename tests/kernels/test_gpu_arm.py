@@ -159,6 +159,25 @@ def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_me
     assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
 
 
+def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_cuda(
+        fake_cuda, monkeypatch) -> None:
+    """During a capture (torch's flag, patched: the double has no CUDA graphs) nothing is
+    timed, synchronised or learned, and the GPU arm runs; after it, the key learns again."""
+    x = fake_cuda.to_device(torch.randn(4096))
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    fake_cuda.syncs = 0
+    for _ in range(40):
+        torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
+    assert fake_cuda.syncs == 0
+    assert not _rows(rt, "relu@device")  # nothing learned
+    assert rt.stats().calls("relu@device") == rt.stats().calls("relu@device", Backend.GPU) == 40
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    for _ in range(10):
+        rt.run("relu", x)
+    assert fake_cuda.syncs > 0 and _rows(rt, "relu@device")  # timed and learned again
+
+
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
     fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
@@ -276,3 +295,24 @@ def test_on_a_real_cuda_device_only_timed_calls_synchronise(monkeypatch, tmp_pat
     timed = len(read_calls(tmp_path / "timed.jsonl"))
     assert len(syncs) <= 2 * timed
     assert timed < 300
+
+
+@pytest.mark.gpu
+def test_on_a_real_cuda_device_an_adapted_call_is_captured_in_a_cuda_graph() -> None:
+    _gpu.set_device(None)
+    rt = gpu_runtime()
+    x = torch.rand(65536, device="cuda")
+    side = torch.cuda.Stream()  # (warm-up on a side stream, as torch's docs do before capture)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(50):
+            rt.run("relu", x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = rt.run("relu", x)
+        total = rt.run("add", out, out)
+    x.copy_(torch.randn(65536, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(total, 2 * torch.relu(x))
