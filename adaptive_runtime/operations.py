@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._forks import renew_after_fork
 from .backend import Backend
@@ -155,6 +155,13 @@ class Implementation:
     calls it on a timed call's arguments before the timer starts and on its result before it
     stops, so the timing covers this call's work and no earlier one's; untimed calls stay
     asynchronous, as the plain library's calls are.
+
+    ``device_timing`` (optional), for an arm that runs on a device asynchronously (CUDA):
+    given a timed call's arguments just before its kernel, a started :class:`DeviceTiming`
+    (events recorded on the device's current stream), or ``None`` where the call cannot be
+    timed there (host inputs: it is timed on the host, through ``sync``). A call timed on the
+    device neither waits for it nor is timed on the host: the runtime learns the elapsed
+    device time once the timing is ready, looked at (never waited for) on later timed calls.
     """
 
     backend: Backend
@@ -164,12 +171,26 @@ class Implementation:
     warm_up: bool = False
     surcharge_us: Callable[..., float] | None = None
     sync: Callable[[Any], None] | None = None
+    device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None] | None = None
     # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
     plain: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plain", self.compile_count is None and not self.warm_up
-                           and self.surcharge_us is None and self.sync is None)
+                           and self.surcharge_us is None and self.sync is None
+                           and self.device_timing is None)
+
+
+class DeviceTiming(Protocol):
+    """One timed call's kernel timed on its device without waiting for it (a pair of CUDA
+    events): started when made, ``stop()`` once the kernel is launched; ``ready()`` never
+    blocks; ``elapsed_us()`` once it is ready."""
+
+    def stop(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def elapsed_us(self) -> float: ...
 
 
 def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
@@ -254,10 +275,12 @@ class Operation:
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
                            surcharge_us: Callable[..., float] | None = None,
-                           sync: Callable[[Any], None] | None = None) -> None:
+                           sync: Callable[[Any], None] | None = None,
+                           device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None]
+                           | None = None) -> None:
         """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
-        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us`` and ``sync`` as in
-        :class:`Implementation`.
+        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and
+        ``device_timing`` as in :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
         operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
@@ -279,13 +302,13 @@ class Operation:
                 f"operation {self.name!r} already has a {arm.value} implementation{where} "
                 f"({_describe(impls[arm].fn)}); register each arm once")
         for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
-                            ("sync", sync)):
+                            ("sync", sync), ("device_timing", device_timing)):
             if value is not None and not callable(value):
                 raise RegistrationError(f"{hook} of {self.name!r} on {arm.value}{where} must "
                                         f"be callable, got {value!r}")
         impls[arm] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
-            floor_us, bool(warm_up), surcharge_us, sync)
+            floor_us, bool(warm_up), surcharge_us, sync, device_timing)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

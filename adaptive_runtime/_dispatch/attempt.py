@@ -6,13 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backend import Backend
-from ..operations import Implementation, Operation
+from ..operations import DeviceTiming, Implementation, Operation
 from .checks import ResultChecks
 from .entry import Entry
 
 # (result, kernel start and end in timer nanoseconds, the duration to learn (None: not
-# learned from), the arm's failure (an exception it raised or its wrong result) or None)
-Outcome = tuple[Any, int, int, float | None, Exception | None]
+# learned from now), the arm's failure (an exception it raised or its wrong result) or None,
+# the call's timing on its device, learned once ready (None: none))
+Outcome = tuple[Any, int, int, float | None, Exception | None, DeviceTiming | None]
 
 
 def _warmed(op: Operation, backend: Backend) -> None:
@@ -42,12 +43,12 @@ class Attempt:
         try:
             result = impl.fn(*args)
         except Exception as exc:
-            return None, start_ns, timer(), None, exc
+            return None, start_ns, timer(), None, exc, None
         end_ns = timer()
         wrong = self._check(op, entry, backend, args, result, ticket)
         if wrong is not None:  # a wrong result is the arm's failure
-            return result, start_ns, end_ns, None, wrong
-        return result, start_ns, end_ns, (end_ns - start_ns) / 1000.0, None
+            return result, start_ns, end_ns, None, wrong, None
+        return result, start_ns, end_ns, (end_ns - start_ns) / 1000.0, None, None
 
     def _run_hooked(self, op: Operation, entry: Entry, backend: Backend, impl: Implementation,
                     args: tuple[Any, ...], ticket: int) -> Outcome:
@@ -55,28 +56,36 @@ class Attempt:
         timer = self._timer
         compile_count = impl.compile_count
         compiled_before = compile_count() if compile_count is not None else 0
-        sync = impl.sync
-        if sync is not None:  # (asynchronous inputs: their own work is not this call's)
+        timing_of = impl.device_timing
+        timing = timing_of(args) if timing_of is not None else None
+        # (timed on its device: nothing waited for; else asynchronous inputs are waited for,
+        # their own work not this call's, and the result too)
+        sync = impl.sync if timing is None else None
+        if sync is not None:
             sync(args)
         start_ns = timer()
         try:
             result = impl.fn(*args)
-            if sync is not None:
+            if timing is not None:
+                timing.stop()
+            elif sync is not None:
                 sync(result)
         except Exception as exc:
-            return None, start_ns, timer(), None, exc
+            return None, start_ns, timer(), None, exc, None
         end_ns = timer()
         wrong = self._check(op, entry, backend, args, result, ticket)
         if wrong is not None:  # a wrong result is the arm's failure
-            return result, start_ns, end_ns, None, wrong
+            return result, start_ns, end_ns, None, wrong, None
         # A call that compiled a kernel measured the compiler, not the kernel; the first call
         # of a library arm of an operation (each family apart) measured its lazy set-up.
         if compile_count is not None and compile_count() != compiled_before:
-            return result, start_ns, end_ns, None, None
+            return result, start_ns, end_ns, None, None, None
         if impl.warm_up and backend not in op.warmed:
             _warmed(op, backend)
-            return result, start_ns, end_ns, None, None
+            return result, start_ns, end_ns, None, None, None
+        if timing is not None:  # (learned when the device has run it)
+            return result, start_ns, end_ns, None, None, timing
         duration_us = (end_ns - start_ns) / 1000.0
         if impl.surcharge_us is not None:  # what the arm costs later (its backward pass)
             duration_us += impl.surcharge_us(*args)
-        return result, start_ns, end_ns, duration_us, None
+        return result, start_ns, end_ns, duration_us, None, None

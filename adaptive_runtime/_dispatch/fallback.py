@@ -65,13 +65,15 @@ class Fallback:
             decision = Decision(nxt, Reason.FALLBACK, 0.0, decision.estimates_us,
                                 decision.samples)
             select_ns = self._core.timer()
-            result, start_ns, end_ns, learn_us, error = self._attempt(op, entry, nxt, args, -1)
+            result, start_ns, end_ns, learn_us, error, device_timing = self._attempt(
+                op, entry, nxt, args, -1)
             times = (select_ns, start_ns, end_ns)
             if error is not None:
                 exc = error
                 continue
             with self._core.lock:
-                span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n)
+                span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n,
+                                            device_timing)
             if span is not None:
                 emission.emit(op.name, n, entry.bucket, span[1], nxt, times, None, None,
                               span[0])

@@ -16,7 +16,7 @@ from ..gating import (
     measure_period,
 )
 from ..history import KeyHistory
-from ..operations import Operation
+from ..operations import DeviceTiming, Operation
 from ..policy import Decision, KeyState, Reason, Step
 from .candidates import Candidates, floors
 from .core import Core
@@ -51,6 +51,9 @@ def _suspect(state: KeyState, mean_us: float) -> bool:
                                       and mean_us >= _SUSPECT_SLOW_CALL_US)
 
 
+# Timings made on a device and not ready yet are kept at most this many (the oldest dropped).
+MAX_PENDING_TIMINGS = 256
+
 # A timed call's span: the trace gate's verdict and the decision, explained.
 Span = tuple[TraceVerdict, Decision]
 
@@ -80,6 +83,8 @@ class Learner:
         # (a bound at or above the configured period changes nothing: a key that many calls
         # bring within _visible_s is never looked at again)
         self._longest_period = core.config.max_measure_period
+        # timings made on a device, not ready yet: (entry, decision, timing, size, calls)
+        self.pending: list[tuple[Entry, Decision, DeviceTiming, int, int]] = []
 
     def state_of(self, key: KeyHistory) -> KeyState:
         """The policy's state of ``key`` (new for a key made anew)."""
@@ -131,10 +136,13 @@ class Learner:
             return entry, decision
 
     def settle(self, op: Operation, entry: Entry, decision: Decision, ticket: int,
-               duration_us: float | None, failed: bool, n: int) -> Span | None:
+               duration_us: float | None, failed: bool, n: int,
+               device_timing: DeviceTiming | None = None) -> Span | None:
         """After a timed call: count it, learn from it, decide the key's next timed call and
         point the fast path at the committed arm. Returns the call's span — the trace gate's
-        verdict and the decision explained as it was made — or ``None`` (not exported)."""
+        verdict and the decision explained as it was made — or ``None`` (not exported).
+        ``device_timing``: the call was timed on its device; it is learned once ready
+        (:meth:`learn_ready`)."""
         # (one function, not four: every exploring call comes through here)
         now = self._clock()
         calls = 1
@@ -179,18 +187,54 @@ class Learner:
         if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
-            # Learned into the key's history (replacing the arm's estimate where the policy
-            # re-measures it), then into the policy's state.
-            if self._policy.remeasures(key, decision):
-                key.arms[backend].start_epoch()
-            learned = self._history.record(key, backend, duration_us, n)
-            self._policy.observe(state, backend, learned, key.arms[backend])
-            if emission.timings:
-                emission.duration((op.name, backend, duration_us))
-            if emission.recording_calls:
-                emission.calls((op.name, n, backend, duration_us, now, calls))
+            self._learn(key, state, decision, duration_us, n, now, calls)
+        elif device_timing is not None:
+            pending = self.pending
+            if len(pending) >= MAX_PENDING_TIMINGS:
+                # (the oldest never became ready: a device that stopped answering is never
+                # waited for, and what it holds stays bounded)
+                del pending[0]
+            pending.append((entry, decision, device_timing, n, calls))
         self._next(entry, key, state, now)
         return span
+
+    def _learn(self, key: KeyHistory, state: KeyState, decision: Decision, duration_us: float,
+               n: int, now: float, calls: int) -> None:
+        """Learn one timing of ``decision``'s arm into the key's history (replacing the
+        arm's estimate where the policy re-measures it), then into the policy's state."""
+        backend = decision.backend
+        if self._policy.remeasures(key, decision):
+            key.arms[backend].start_epoch()
+        learned = self._history.record(key, backend, duration_us, n)
+        self._policy.observe(state, backend, learned, key.arms[backend])
+        emission = self._emission
+        if emission.timings:
+            emission.duration((key.operation, backend, duration_us))
+        if emission.recording_calls:
+            emission.calls((key.operation, n, backend, duration_us, now, calls))
+
+    def learn_ready(self) -> None:
+        """Learn the timings made on a device that are ready now (CUDA events: asked, never
+        waited for), and have their keys decide their next timed call afresh from them: the
+        decision made when the call was launched did not have its timing. A timing whose
+        device raised is dropped. Lock held; called on timed calls while any is pending."""
+        still = []
+        now = self._clock()
+        for item in self.pending:
+            entry, decision, timing, n, calls = item
+            try:
+                if not timing.ready():
+                    still.append(item)
+                    continue
+                duration_us = timing.elapsed_us()
+            except Exception:  # (a device error: the timing is lost, the call is not)
+                continue
+            key = entry.key
+            if self._states.get(key.id, (None,))[0] is not key:
+                continue  # (the key was dropped or made anew meanwhile)
+            self._learn(key, entry.state, decision, duration_us, n, now, calls)
+            self.reset_entry(entry, key)
+        self.pending = still
 
     def _keep_visible(self, entry: Entry, window_calls: float) -> None:
         """Bound the key's timing period so a call is timed every ``_visible_s`` at its call

@@ -3,12 +3,14 @@
 A GPU call (:func:`gpu_arm`) whose inputs are all on the device already (CUDA tensors, numba
 device arrays: a training loop's) launches the kernel on the current stream and returns: no
 synchronisation, no memory query, no host round trip, as the plain torch call. The caller's
-next operations queue behind it. A timed call waits for the device through the
-implementation's ``sync`` (:func:`synchronize`, registered with the arm by
-:func:`add_gpu_arm`): before the timer starts, so earlier work is not charged to it, and on its
-result, so the timing covers the kernel and not just its launch — two synchronisations per
-timed call, none on the others. Calls with inputs on the device are learned apart (the
-operations' ``on_device`` is :func:`inputs_on_device`).
+next operations queue behind it. A timed call does not wait either: it records a pair of timing
+events on the current stream around the kernel (the implementation's ``device_timing``,
+registered with the arm by :func:`add_gpu_arm`; :meth:`CudaDevice.timing`), and the runtime
+learns the device time between them once the second has completed, asked at later timed calls
+and never waited for. A device without events (a test double may have none) is waited for
+instead, through the implementation's ``sync`` (:func:`synchronize`): before the timer starts
+and on the result. Calls with inputs on the device are learned apart (the operations'
+``on_device`` is :func:`inputs_on_device`).
 
 A call with host inputs (numpy arrays, CPU tensors):
 
@@ -71,7 +73,9 @@ class GpuUnsupportedError(RuntimeError):
 
 class Device(Protocol):
     """What the GPU arm needs from a device. ``kind``: ``"torch"`` or ``"numba"``, which
-    kernels it runs."""
+    kernels it runs. Optionally ``timing()``: a started ``operations.DeviceTiming`` (timing
+    events on the current stream), with which timed calls on device inputs never wait;
+    without it they wait through ``synchronize``."""
 
     kind: str
 
@@ -108,6 +112,35 @@ class CudaDevice:
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)
 
+    def timing(self) -> _EventTiming:
+        """A started timing of work queued from now on the current stream."""
+        event = self._torch.cuda.Event
+        return _EventTiming(event(enable_timing=True), event(enable_timing=True))
+
+
+class _EventTiming:
+    """Two CUDA events (torch's or numba's) on the current stream: the device time between
+    them, asked for without waiting (``DeviceTiming``)."""
+
+    __slots__ = ("_elapsed_ms", "end", "start")
+
+    def __init__(self, start: Any, end: Any, elapsed_ms: Callable[[Any, Any], float]
+                 | None = None) -> None:
+        self.start, self.end = start, end
+        self._elapsed_ms = elapsed_ms
+        start.record()
+
+    def stop(self) -> None:
+        self.end.record()
+
+    def ready(self) -> bool:
+        return bool(self.end.query())
+
+    def elapsed_us(self) -> float:
+        if self._elapsed_ms is not None:
+            return float(self._elapsed_ms(self.start, self.end)) * 1000.0
+        return float(self.start.elapsed_time(self.end)) * 1000.0
+
 
 class NumbaCudaDevice:
     """numba's CUDA device, for machines with a GPU and no CUDA-enabled torch (the kernels are
@@ -132,6 +165,12 @@ class NumbaCudaDevice:
 
     def synchronize(self) -> None:
         self._cuda.synchronize()
+
+    def timing(self) -> _EventTiming:
+        """A started timing of work queued from now on the default stream."""
+        cuda = self._cuda
+        return _EventTiming(cuda.event(timing=True), cuda.event(timing=True),
+                            cuda.event_elapsed_time)
 
 
 def _default_device() -> Device:
@@ -279,6 +318,7 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
     # (the registration passes them on: Operation.add_implementation's floor_us and sync)
     arm.floor_us = floor_us  # type: ignore[attr-defined]
     arm.sync = synchronize  # type: ignore[attr-defined]
+    arm.device_timing = device_timing  # type: ignore[attr-defined]
     return arm
 
 
@@ -287,7 +327,22 @@ def add_gpu_arm(op: Any, arm: Callable[..., Any], family: str = "") -> None:
     ``family``, with its copy floor and the ``sync`` its timed calls wait through."""
     op.add_implementation(Backend.GPU, arm, family=family,
                           floor_us=arm.floor_us,  # type: ignore[attr-defined]
-                          sync=arm.sync)  # type: ignore[attr-defined]
+                          sync=arm.sync,  # type: ignore[attr-defined]
+                          device_timing=arm.device_timing)  # type: ignore[attr-defined]
+
+
+def device_timing(args: tuple[Any, ...]) -> Any:
+    """A timed GPU call's ``device_timing``: a started timing on the device when every array
+    among ``args`` is on it and the device has timing events, else ``None`` (the call is
+    timed on the host: its copies back synchronise anyway, or ``sync`` waits)."""
+    dev = device()
+    timing = getattr(dev, "timing", None)
+    if timing is None:
+        return None
+    for a in args:
+        if (isinstance(a, np.ndarray) or is_tensor(a)) and not dev.is_on_device(a):
+            return None
+    return timing()
 
 
 def synchronize(values: Any) -> None:

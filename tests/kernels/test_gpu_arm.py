@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import adaptive_runtime as ar
+from adaptive_runtime._dispatch.learner import MAX_PENDING_TIMINGS
 from adaptive_runtime.kernels import _gpu
+from adaptive_runtime.keys import reference_size, size_bucket
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.replay import read_calls
 
@@ -52,6 +54,42 @@ class FakeCuda:
         self.syncs += 1
         if self.fail_with is not None:
             raise self.fail_with
+
+
+class FakeTiming:
+    """A pair of timing events of the double: ready after ``ready_after`` queries (never when
+    ``None``), ``elapsed`` microseconds apart."""
+
+    def __init__(self, ready_after: int | None, elapsed: float) -> None:
+        self.queries_left = ready_after
+        self.elapsed = elapsed
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def ready(self) -> bool:
+        if self.queries_left is None or not self.stopped:
+            return False
+        self.queries_left -= 1
+        return self.queries_left < 0
+
+    def elapsed_us(self) -> float:
+        return self.elapsed
+
+
+class FakeCudaWithEvents(FakeCuda):
+    """The double with timing events, as a CUDA device has."""
+
+    def __init__(self, ready_after: int | None = 0, elapsed: float = 123.0) -> None:
+        super().__init__()
+        self.ready_after, self.elapsed = ready_after, elapsed
+        self.timings: list[FakeTiming] = []
+
+    def timing(self) -> FakeTiming:
+        made = FakeTiming(self.ready_after, self.elapsed)
+        self.timings.append(made)
+        return made
 
 
 # The copy bandwidth the tests give the double (a real device's is measured once, by a copy).
@@ -178,6 +216,67 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
     assert fake_cuda.syncs > 0 and _rows(rt, "relu@device")  # timed and learned again
 
 
+@pytest.fixture
+def cuda_with_events() -> Iterator[FakeCudaWithEvents]:
+    fake = FakeCudaWithEvents()
+    _gpu.set_device(fake, bandwidth_bytes_per_s=FAKE_BANDWIDTH)
+    try:
+        yield fake
+    finally:
+        _gpu.set_device(None)
+
+
+def test_with_timing_events_no_adapted_call_on_device_inputs_waits_for_the_device(
+        cuda_with_events, tmp_path) -> None:
+    """The same loop on a device with timing events: timed calls record events around the
+    kernel and are learned from them; nothing synchronises at all."""
+    fake = cuda_with_events
+    fake.elapsed = 20.0  # (kernels of 20 us: under 100 us a key is not timed 1-in-4 at least)
+    inputs = [fake.to_device(torch.randn(n, dtype=torch.float32)) for n in (256, 4096, 65536)]
+    rt = gpu_runtime()
+    fake.syncs = fake.memory_queries = 0
+    with rt.record_calls(tmp_path / "learned.jsonl"):  # (every timing learned, one line each)
+        for i in range(9000):
+            x = inputs[i % 3]
+            rt.run("relu", x)
+            rt.run("add", x, x)
+    learned = read_calls(tmp_path / "learned.jsonl")
+    assert fake.syncs == 0 and fake.memory_queries == 0
+    assert learned and {c.duration_us for c in learned} == {fake.elapsed}
+    assert len(learned) <= len(fake.timings) < 18_000 // 20
+    assert all(t.stopped for t in fake.timings)
+
+
+def test_a_timing_on_the_device_is_learned_when_its_events_complete(cuda_with_events) -> None:
+    fake = cuda_with_events
+    fake.ready_after, fake.elapsed = 3, 250.0  # (ready at the third query)
+    n = reference_size(size_bucket(4096))  # (learned as it is: no scaling to the bucket)
+    x = fake.to_device(torch.randn(n))
+    rt = gpu_runtime()
+    rt.run("relu", x)
+    assert not _rows(rt, "relu@device")  # launched and not waited for: nothing learned yet
+    for _ in range(5):  # later timed calls ask (never wait): ready at the third
+        rt.run("relu", x)
+    stats = {r.backend: r for r in rt.history_snapshot() if r.operation == "relu@device"}
+    assert stats[Backend.GPU].samples >= 1
+    assert stats[Backend.GPU].mean_us == pytest.approx(250.0)
+
+
+def test_timing_events_that_never_complete_cannot_block_the_loop(cuda_with_events) -> None:
+    """A device that stopped answering: its timings are never waited for, and the ones kept
+    waiting are bounded; the calls go on."""
+    fake = cuda_with_events
+    fake.ready_after = None  # (never ready)
+    x = fake.to_device(torch.randn(4096))
+    rt = gpu_runtime()
+    for _ in range(2000):
+        rt.run("relu", x)
+    assert not _rows(rt, "relu@device")
+    assert len(fake.timings) > MAX_PENDING_TIMINGS  # (every call timed: nothing converges)
+    assert len(rt._dispatcher._learner.pending) == MAX_PENDING_TIMINGS
+    assert fake.syncs == 0
+
+
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
     fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
@@ -279,7 +378,7 @@ def test_on_a_real_cuda_device_results_match_and_device_tensors_stay_there() -> 
 
 
 @pytest.mark.gpu
-def test_on_a_real_cuda_device_only_timed_calls_synchronise(monkeypatch, tmp_path) -> None:
+def test_on_a_real_cuda_device_no_adapted_call_synchronises(monkeypatch, tmp_path) -> None:
     _gpu.set_device(None)
     rt = gpu_runtime()
     xs = [torch.rand(n, device="cuda") for n in (256, 4096, 65536)]
@@ -292,9 +391,9 @@ def test_on_a_real_cuda_device_only_timed_calls_synchronise(monkeypatch, tmp_pat
     with rt.record_calls(tmp_path / "timed.jsonl"):
         for i in range(3000):
             rt.run("relu", xs[i % 3])
-    timed = len(read_calls(tmp_path / "timed.jsonl"))
-    assert len(syncs) <= 2 * timed
-    assert timed < 300
+    learned = read_calls(tmp_path / "timed.jsonl")
+    assert not syncs  # (timed calls too: CUDA events, learned once complete)
+    assert 0 < len(learned) < 300
 
 
 @pytest.mark.gpu
