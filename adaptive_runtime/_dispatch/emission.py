@@ -40,6 +40,9 @@ class CallRecord(NamedTuple):
     error: BaseException | None
     fallback_to: Backend | None
     verdict: TraceVerdict
+    # the kernel's time measured on its device (CUDA events), where it was timed there: the
+    # record is handed over once the events have completed
+    device_us: float | None = None
 
 
 def relabelled(transition: HotPathTransition, label: str) -> HotPathTransition:
@@ -79,11 +82,12 @@ class Emission:
 
     def emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
              times: tuple[int, int, int], error: BaseException | None,
-             fallback_to: Backend | None, verdict: TraceVerdict) -> None:
+             fallback_to: Backend | None, verdict: TraceVerdict,
+             device_us: float | None = None) -> None:
         """Hand an admitted call's record to the span sink; ``times``: select start, kernel
-        start and end (timer nanoseconds)."""
+        start and end (timer nanoseconds); ``device_us``: the kernel's device time."""
         self.submit(CallRecord(operation, n, bucket, decision, backend, times[0], times[1],
-                               times[2], error, fallback_to, verdict))
+                               times[2], error, fallback_to, verdict, device_us))
 
     def verdict(self, key: KeyHistory, decision: Decision, duration_us: float | None,
                 hot: bool, failed: bool, calls: int, now: float) -> TraceVerdict | None:

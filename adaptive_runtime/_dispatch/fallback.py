@@ -73,7 +73,7 @@ class Fallback:
                 continue
             with self._core.lock:
                 span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n,
-                                            device_timing)
+                                            device_timing, times)
             if span is not None:
                 emission.emit(op.name, n, entry.bucket, span[1], nxt, times, None, None,
                               span[0])

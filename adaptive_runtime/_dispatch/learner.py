@@ -83,8 +83,10 @@ class Learner:
         # (a bound at or above the configured period changes nothing: a key that many calls
         # bring within _visible_s is never looked at again)
         self._longest_period = core.config.max_measure_period
-        # timings made on a device, not ready yet: (entry, decision, timing, size, calls)
-        self.pending: list[tuple[Entry, Decision, DeviceTiming, int, int]] = []
+        # timings made on a device, not ready yet: (entry, decision, timing, size, calls,
+        # the call's span to emit once it is ready, as Emission.emit's arguments, or None)
+        self.pending: list[tuple[Entry, Decision, DeviceTiming, int, int,
+                                 tuple[Any, ...] | None]] = []
 
     def state_of(self, key: KeyHistory) -> KeyState:
         """The policy's state of ``key`` (new for a key made anew)."""
@@ -137,12 +139,14 @@ class Learner:
 
     def settle(self, op: Operation, entry: Entry, decision: Decision, ticket: int,
                duration_us: float | None, failed: bool, n: int,
-               device_timing: DeviceTiming | None = None) -> Span | None:
+               device_timing: DeviceTiming | None = None,
+               times: tuple[int, int, int] = (0, 0, 0)) -> Span | None:
         """After a timed call: count it, learn from it, decide the key's next timed call and
         point the fast path at the committed arm. Returns the call's span — the trace gate's
         verdict and the decision explained as it was made — or ``None`` (not exported).
         ``device_timing``: the call was timed on its device; it is learned once ready
-        (:meth:`learn_ready`)."""
+        (:meth:`learn_ready`), and its span (``times``: select start, kernel start and end)
+        is held until then, to carry the device time."""
         # (one function, not four: every exploring call comes through here)
         now = self._clock()
         calls = 1
@@ -194,7 +198,11 @@ class Learner:
                 # (the oldest never became ready: a device that stopped answering is never
                 # waited for, and what it holds stays bounded)
                 del pending[0]
-            pending.append((entry, decision, device_timing, n, calls))
+            held = None
+            if span is not None:
+                held = (op.name, n, entry.bucket, span[1], backend, times, None, None, span[0])
+                span = None
+            pending.append((entry, decision, device_timing, n, calls, held))
         self._next(entry, key, state, now)
         return span
 
@@ -213,15 +221,18 @@ class Learner:
         if emission.recording_calls:
             emission.calls((key.operation, n, backend, duration_us, now, calls))
 
-    def learn_ready(self) -> None:
+    def learn_ready(self) -> list[tuple[tuple[Any, ...], float]]:
         """Learn the timings made on a device that are ready now (CUDA events: asked, never
         waited for), and have their keys decide their next timed call afresh from them: the
         decision made when the call was launched did not have its timing. A timing whose
-        device raised is dropped. Lock held; called on timed calls while any is pending."""
+        device raised is dropped. Returns the held spans of those calls, with their device
+        times, for the caller to emit after the lock. Lock held; called on timed calls while
+        any is pending."""
         still = []
+        spans = []
         now = self._clock()
         for item in self.pending:
-            entry, decision, timing, n, calls = item
+            entry, decision, timing, n, calls, held = item
             try:
                 if not timing.ready():
                     still.append(item)
@@ -234,7 +245,10 @@ class Learner:
                 continue  # (the key was dropped or made anew meanwhile)
             self._learn(key, entry.state, decision, duration_us, n, now, calls)
             self.reset_entry(entry, key)
+            if held is not None:
+                spans.append((held, duration_us))
         self.pending = still
+        return spans
 
     def _keep_visible(self, entry: Entry, window_calls: float) -> None:
         """Bound the key's timing period so a call is timed every ``_visible_s`` at its call

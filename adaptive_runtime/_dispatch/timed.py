@@ -65,13 +65,18 @@ class TimedCalls:
                                  (select_ns, start_ns, end_ns))
         lock = self._core.lock
         learner = self._learner
+        ready = None
         lock.acquire()  # (not ``with``: it costs a timed call twice as much, ~90 ns more)
         try:
             if learner.pending:  # (timings made on a device earlier, learned once ready)
-                learner.learn_ready()
-            span = self._settle(op, entry, decision, ticket, learn_us, False, n, device_timing)
+                ready = learner.learn_ready()
+            span = self._settle(op, entry, decision, ticket, learn_us, False, n, device_timing,
+                                (select_ns, start_ns, end_ns))
         finally:
             lock.release()
+        if ready:
+            for held, device_us in ready:
+                emission.emit(*held, device_us=device_us)
         if decision.reason is _EXPLOIT or decision.reason is _FORCED:
             # What learning from a committed (or forced) key's call cost, for the period of its
             # fast path: far more between large calls (cold caches) than in a tight loop, so it

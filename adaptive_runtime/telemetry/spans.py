@@ -398,12 +398,21 @@ class SpanRecorder:
 
         parent = trace.get_current_span(ctx).get_span_context()
         exec_ctx = ctx if parent.is_valid else trace.set_span_in_context(select, ctx)
+        launch_us = (record.end_ns - record.start_ns) / 1000.0
+        device_us = record.device_us
         exec_attrs: dict[str, Any] = {
             "adaptive.operation": operation,
             "adaptive.backend": record.backend.value,
-            "adaptive.duration_us": (record.end_ns - record.start_ns) / 1000.0,
+            "adaptive.duration_us": launch_us if device_us is None else device_us,
             **self._rank_attrs,
         }
+        end_ns = record.end_ns
+        if device_us is not None:
+            # Timed on the device (CUDA events): the kernel's time is the device's; the host
+            # only launched it. The span runs from the launch for the device time.
+            exec_attrs["adaptive.device_time_us"] = device_us
+            exec_attrs["adaptive.launch_us"] = launch_us
+            end_ns = record.start_ns + round(device_us * 1000.0)
         if record.error is not None:
             exec_attrs["error.type"] = type(record.error).__qualname__
             if record.fallback_to is not None:
@@ -414,7 +423,7 @@ class SpanRecorder:
             execute.set_status(Status(StatusCode.ERROR, f"{type(record.error).__name__}: "
                                                         f"{record.error}"))
         recording = execute.is_recording()
-        execute.end(end_time=max(record.end_ns + offset, record.start_ns + offset))
+        execute.end(end_time=max(end_ns + offset, record.start_ns + offset))
         self._ended(recording)
         if record.error is None:
             self._remember(key, record.backend, execute.get_span_context())

@@ -277,6 +277,46 @@ def test_select_spans_of_a_device_call_show_the_gpu_arms_floor_with_fake_gpu_arm
     assert all(s.attributes["adaptive.operation"] == "scale@device" for s in device)
 
 
+class _DeviceEvents:
+    """A call's timing events on a device double: complete at their second query."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+
+    def stop(self) -> None:
+        pass
+
+    def ready(self) -> bool:
+        self.queries += 1
+        return self.queries > 1
+
+    def elapsed_us(self) -> float:
+        return 777.0
+
+
+def test_the_execute_span_of_a_call_timed_on_its_device_carries_the_device_time_with_fake_events(
+        tracing: Tracing) -> None:
+    """A GPU arm timed with events: its spans are held until the events complete (asked at
+    later timed calls), then exported with the device time as the kernel's duration and the
+    host's launch time beside it."""
+    rt = ar.AdaptiveRuntime(EXPORT_ALL, builtin_ops=False, devices=DeviceProbe(gpu=True))
+    op = rt.register("scale", size=lambda n: n, kind="vector")
+    op.add_implementation(ar.Backend.GPU, lambda n: ("gpu", n),
+                          device_timing=lambda _args: _DeviceEvents())
+    tracing.attach(rt)
+    calls = 12
+    for _ in range(calls):
+        assert rt.run("scale", 4096) == ("gpu", 4096)
+    executes = [e for _s, e in pair_up(tracing.flush())]
+    # (each call's events are asked about at the next timed calls: the last ones still wait)
+    assert calls - 3 <= len(executes) < calls
+    for execute in executes:
+        assert execute.attributes["adaptive.device_time_us"] == 777.0
+        assert execute.attributes["adaptive.duration_us"] == 777.0
+        assert 0.0 <= execute.attributes["adaptive.launch_us"] < 777.0
+        assert execute.end_time_unix_nano - execute.start_time_unix_nano == 777_000
+
+
 # ---------------------------------------------------------------------------- 2. parenting
 
 
