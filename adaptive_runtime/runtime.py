@@ -265,7 +265,10 @@ class AdaptiveRuntime:
 
     def flush_telemetry(self, timeout_s: float = 5.0) -> bool:
         """Turn every span admitted so far into spans handed to the SDK (``False``: timed
-        out). Exporting them is the SDK's job (``ar.telemetry.shutdown()`` flushes it too)."""
+        out). Exporting them is the SDK's job (``ar.telemetry.shutdown()`` flushes it too).
+        Spans of GPU calls timed with events whose events have completed by now go too; the
+        others wait for a later flush or timed call (nothing waits for the device)."""
+        self._dispatcher.learn_device_timings()
         return self._spans.flush(timeout_s)
 
     def _implementations_changed(self, name: str) -> None:

@@ -84,6 +84,14 @@ class Dispatcher:
         self._emission.calls = Emission.no_calls if sink is None else sink
         self._emission.recording_calls = sink is not None
 
+    def learn_device_timings(self) -> None:
+        """Learn the device timings that are ready now (never waiting for the others) and
+        emit their calls' held spans."""
+        with self._core.lock:
+            ready = self._learner.learn_ready() if self._learner.pending else []
+        for held, device_us in ready:
+            self._emission.emit(*held, device_us=device_us)
+
     # ------------------------------------------------------------------ Trueno-style API
 
     def select(self, operation: str, n: int) -> Decision:

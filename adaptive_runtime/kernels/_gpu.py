@@ -89,7 +89,8 @@ class Device(Protocol):
 
 
 class CudaDevice:
-    """torch's current CUDA device."""
+    """torch's current CUDA device, as it is at each call (a ``torch.cuda.device(...)`` block
+    of the caller's holds), and its current stream."""
 
     kind = "torch"
 
@@ -97,10 +98,10 @@ class CudaDevice:
         import torch
 
         self._torch = torch
-        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = torch.device("cuda")  # (no index: the current device when used)
 
     def free_bytes(self) -> int:
-        return int(self._torch.cuda.mem_get_info(self.device)[0])
+        return int(self._torch.cuda.mem_get_info()[0])
 
     def to_device(self, x: Any) -> Any:
         tensor = x if is_tensor(x) else self._torch.from_numpy(np.ascontiguousarray(x))
@@ -110,7 +111,7 @@ class CudaDevice:
         return is_tensor(x) and x.device.type == "cuda"
 
     def synchronize(self) -> None:
-        self._torch.cuda.synchronize(self.device)
+        self._torch.cuda.synchronize()
 
     def timing(self) -> _EventTiming:
         """A started timing of work queued from now on the current stream."""
