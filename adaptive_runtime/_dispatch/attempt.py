@@ -57,7 +57,10 @@ class Attempt:
         compile_count = impl.compile_count
         compiled_before = compile_count() if compile_count is not None else 0
         timing_of = impl.device_timing
-        timing = timing_of(args) if timing_of is not None else None
+        try:  # (the hook may find the call cannot run there: the arm's failure)
+            timing = timing_of(args) if timing_of is not None else None
+        except Exception as exc:
+            return None, timer(), timer(), None, exc, None
         # (timed on its device: nothing waited for; else asynchronous inputs are waited for,
         # their own work not this call's, and the result too)
         sync = impl.sync if timing is None else None

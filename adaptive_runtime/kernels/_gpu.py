@@ -24,9 +24,12 @@ A call with host inputs (numpy arrays, CPU tensors):
 3. the device is synchronised before returning (the result goes back to the host anyway);
 4. the result goes back to the caller's array type and device.
 
-CUDA running out of memory (on a call with inputs on the device, which is not checked first,
-or another process took the memory) raises torch's ``OutOfMemoryError``: like any arm failure,
-the runtime falls back to the next arm and quarantines the GPU for that key with back-off.
+A timed call on device inputs checks the device's free memory first, as a host call does
+(every exploring call is timed): one that would not fit raises :class:`GpuMemoryError` and
+runs on the next arm. CUDA running out of memory anyway (an untimed call, which is not
+checked, or another process took the memory) raises torch's ``OutOfMemoryError``: like any
+arm failure, the runtime falls back to the next arm and quarantines the GPU for that key
+with back-off.
 
 The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
 on the CPU — every step above runs except the CUDA kernel launch itself.
@@ -289,16 +292,10 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
             if not dev.is_on_device(a):
                 break
         else:
-            # Everything on the device: launched, not waited for (a timed call waits through
-            # ``sync``); no memory query either — a call that does not fit raises the
-            # library's out-of-memory error, which the runtime falls back from.
+            # Everything on the device: launched, not waited for, and no memory query (a
+            # timed call's device_timing checks the memory: every exploring call is timed).
             return _back(run(*args), args[template], dev)
-        to_copy = sum(nbytes(a) for a in arrays if not dev.is_on_device(a))
-        inputs = sum(nbytes(a) for a in arrays)
-        needed = to_copy + result_bytes(*args) + int(workspace * inputs)
-        free = dev.free_bytes()
-        if needed > MEMORY_HEADROOM * free:
-            raise GpuMemoryError(operation, needed, free)
+        check_memory(dev, arrays, args)
         on_device = [dev.to_device(a) if (isinstance(a, np.ndarray) or is_tensor(a))
                      and not dev.is_on_device(a) else a for a in args]
         out = run(*on_device)
@@ -315,8 +312,41 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
             moved += result_bytes(*args)
         return transfer_estimate_us(moved) if moved else 0.0
 
+    def check_memory(dev: Device, arrays: list[Any], args: tuple[Any, ...]) -> None:
+        """Raise :class:`GpuMemoryError` where the call would not fit in the device's free
+        memory: the inputs it must copy there, its result and its workspace."""
+        to_copy = sum(nbytes(a) for a in arrays if not dev.is_on_device(a))
+        inputs = sum(nbytes(a) for a in arrays)
+        needed = to_copy + result_bytes(*args) + int(workspace * inputs)
+        free = dev.free_bytes()
+        if needed > MEMORY_HEADROOM * free:
+            raise GpuMemoryError(operation, needed, free)
+
+    def device_timing(args: tuple[Any, ...]) -> Any:
+        """The arm's ``device_timing``, run on timed calls only (every exploring call, a
+        re-trial after a failure, 1-in-N of a converged key): for inputs all on the device,
+        the memory check the untimed calls skip, then a started timing on the device where
+        it has timing events; else ``None`` (timed on the host: a host call's copy back
+        synchronises anyway, or ``sync`` waits)."""
+        dev = device()
+        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)
+                  or dev.is_on_device(a)]
+        for a in arrays:
+            if not dev.is_on_device(a):
+                return None
+        check_memory(dev, arrays, args)
+        timing = getattr(dev, "timing", None)
+        if timing is None:
+            return None
+        try:
+            return timing()
+        except Exception as exc:  # (no timing events here, numba's CUDA simulator say: wait)
+            _log.debug("GPU timing events unavailable, timed calls wait instead: %r", exc)
+            return None
+
     arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
-    # (the registration passes them on: Operation.add_implementation's floor_us and sync)
+    # (the registration passes them on: Operation.add_implementation's floor_us, sync and
+    # device_timing)
     arm.floor_us = floor_us  # type: ignore[attr-defined]
     arm.sync = synchronize  # type: ignore[attr-defined]
     arm.device_timing = device_timing  # type: ignore[attr-defined]
@@ -330,24 +360,6 @@ def add_gpu_arm(op: Any, arm: Callable[..., Any], family: str = "") -> None:
                           floor_us=arm.floor_us,  # type: ignore[attr-defined]
                           sync=arm.sync,  # type: ignore[attr-defined]
                           device_timing=arm.device_timing)  # type: ignore[attr-defined]
-
-
-def device_timing(args: tuple[Any, ...]) -> Any:
-    """A timed GPU call's ``device_timing``: a started timing on the device when every array
-    among ``args`` is on it and the device has timing events, else ``None`` (the call is
-    timed on the host: its copies back synchronise anyway, or ``sync`` waits)."""
-    dev = device()
-    timing = getattr(dev, "timing", None)
-    if timing is None:
-        return None
-    for a in args:
-        if (isinstance(a, np.ndarray) or is_tensor(a)) and not dev.is_on_device(a):
-            return None
-    try:
-        return timing()
-    except Exception as exc:  # (no timing events here, numba's CUDA simulator say: wait)
-        _log.debug("GPU timing events unavailable, timed calls wait instead: %r", exc)
-        return None
 
 
 def synchronize(values: Any) -> None:

@@ -176,8 +176,8 @@ def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_c
 def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_memory(
         fake_cuda, tmp_path) -> None:
     """A training loop's calls (relu and add of float32 tensors on the device, 256 to 65,536
-    elements, the GPU arm alone): only timed calls wait for the device, the others launch and
-    return; nothing asks the device for its free memory."""
+    elements, the GPU arm alone) on a device without timing events: only timed calls wait for
+    the device and ask for its free memory, the others launch and return."""
     inputs = [fake_cuda.to_device(torch.randn(n, dtype=torch.float32))
               for n in (256, 4096, 65536)]
     rt = gpu_runtime()
@@ -189,7 +189,7 @@ def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_me
             rt.run("relu", x)
             rt.run("add", x, x)
     timed = len(read_calls(tmp_path / "timed.jsonl"))
-    assert fake_cuda.memory_queries == 0
+    assert fake_cuda.memory_queries == timed
     # (a timed call waits before its timer starts and, where its result is on the device, on
     # that: the double's results are host tensors it did not mark, so once here)
     assert timed <= fake_cuda.syncs <= 2 * timed
@@ -241,7 +241,8 @@ def test_with_timing_events_no_adapted_call_on_device_inputs_waits_for_the_devic
             rt.run("relu", x)
             rt.run("add", x, x)
     learned = read_calls(tmp_path / "learned.jsonl")
-    assert fake.syncs == 0 and fake.memory_queries == 0
+    assert fake.syncs == 0
+    assert fake.memory_queries == len(fake.timings)  # (timed calls only, before the kernel)
     assert learned and {c.duration_us for c in learned} == {fake.elapsed}
     assert len(learned) <= len(fake.timings) < 18_000 // 20
     assert all(t.stopped for t in fake.timings)
@@ -275,6 +276,21 @@ def test_timing_events_that_never_complete_cannot_block_the_loop(cuda_with_event
     assert len(fake.timings) > MAX_PENDING_TIMINGS  # (every call timed: nothing converges)
     assert len(rt._dispatcher._learner.pending) == MAX_PENDING_TIMINGS
     assert fake.syncs == 0
+
+
+def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back(
+        cuda_with_events) -> None:
+    """Inputs on the device: a timed call (every exploring one) checks the free memory first;
+    one whose result would not fit runs on a CPU arm instead."""
+    fake = cuda_with_events
+    x = fake.to_device(torch.randn(4096))
+    fake.free = 1_000  # bytes: under the 16 KB result
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    for _ in range(10):
+        torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
+    assert not fake.timings  # never launched on the device
+    assert sum(n for (op, arm, _to), n in rt.fallback_counts().items()
+               if op == "relu@device" and arm is Backend.GPU) >= 1
 
 
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
