@@ -276,6 +276,8 @@ def test_timing_events_that_never_complete_cannot_block_the_loop(cuda_with_event
     assert len(fake.timings) > MAX_PENDING_TIMINGS  # (every call timed: nothing converges)
     assert len(rt._dispatcher._learner.pending) == MAX_PENDING_TIMINGS
     assert fake.syncs == 0
+    rt.flush_telemetry()  # (asks, never waits: a wait here would never return)
+    assert len(rt._dispatcher._learner.pending) == MAX_PENDING_TIMINGS
 
 
 def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back(
