@@ -96,14 +96,23 @@ class FakeCudaWithEvents(FakeCuda):
 FAKE_BANDWIDTH = 10e9  # bytes per second
 
 
-@pytest.fixture
-def fake_cuda() -> Iterator[FakeCuda]:
-    fake = FakeCuda()
+def _installed(fake: FakeCuda) -> Iterator[Any]:
+    """``fake`` as the GPU device for one test."""
     _gpu.set_device(fake, bandwidth_bytes_per_s=FAKE_BANDWIDTH)
     try:
         yield fake
     finally:
         _gpu.set_device(None)
+
+
+@pytest.fixture
+def fake_cuda() -> Iterator[FakeCuda]:
+    yield from _installed(FakeCuda())
+
+
+@pytest.fixture
+def cuda_with_events() -> Iterator[FakeCudaWithEvents]:
+    yield from _installed(FakeCudaWithEvents())
 
 
 def gpu_runtime() -> ar.AdaptiveRuntime:
@@ -216,14 +225,6 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
     assert fake_cuda.syncs > 0 and _rows(rt, "relu@device")  # timed and learned again
 
 
-@pytest.fixture
-def cuda_with_events() -> Iterator[FakeCudaWithEvents]:
-    fake = FakeCudaWithEvents()
-    _gpu.set_device(fake, bandwidth_bytes_per_s=FAKE_BANDWIDTH)
-    try:
-        yield fake
-    finally:
-        _gpu.set_device(None)
 
 
 def test_with_timing_events_no_adapted_call_on_device_inputs_waits_for_the_device(
