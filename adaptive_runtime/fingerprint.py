@@ -13,9 +13,15 @@ field is not compared):
   (read with ``importlib.metadata``: nothing is imported to find them);
 - ``gpu`` and ``gpu_driver``: the NVIDIA GPU models and driver version from
   ``/proc/driver/nvidia`` (Linux, no CUDA call), else from torch when it is already imported
-  and CUDA already initialised; ``"none"`` on a Linux machine with no GPU driver loaded.
+  and CUDA already initialised; ``"none"`` on a Linux machine with no GPU driver loaded;
+- ``numba_threads`` and ``torch_threads``: the threads numba's and torch's parallel kernels
+  run on, where the library is already imported (a threaded kernel's learned cost is what it
+  costs with that many threads: ``NUMBA_NUM_THREADS``, ``torch.set_num_threads``). Recorded,
+  not compared: a DataLoader worker runs torch on one thread, and must still load the file
+  its parent saved.
 
-Computed once per process (the GPU fields again only while still unknown).
+Computed once per process (the GPU fields again only while still unknown; the thread counts
+at every call: a program may change them).
 """
 
 from __future__ import annotations
@@ -74,7 +80,9 @@ def hardware_fingerprint() -> Fingerprint:
         elif _cached["gpu"] is None:
             # (torch may have initialised CUDA since: ask again while nothing is known)
             _cached.update(_gpu_fields())
-        return dict(_cached)
+        fingerprint = dict(_cached)
+    fingerprint.update(_thread_fields())
+    return fingerprint
 
 
 def differences(here: Mapping[str, object], there: Mapping[str, object]) -> list[str]:
@@ -107,6 +115,22 @@ def _static_fields() -> Fingerprint:
             fields[name] = "none"
         except Exception:  # a broken installation's metadata: unknown, not compared
             fields[name] = None
+    return fields
+
+
+def _thread_fields() -> Fingerprint:
+    """The parallel kernels' thread counts of numba and torch, where already imported (never
+    importing either, nor starting numba's thread pool)."""
+    numba = sys.modules.get("numba")
+    torch = sys.modules.get("torch")
+    fields: Fingerprint = {"numba_threads": None, "torch_threads": None}
+    try:
+        if numba is not None:
+            fields["numba_threads"] = int(numba.config.NUMBA_NUM_THREADS)
+        if torch is not None:
+            fields["torch_threads"] = int(torch.get_num_threads())
+    except Exception:  # (a partial import or an odd build: unknown, not compared)
+        pass
     return fields
 
 

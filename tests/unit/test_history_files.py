@@ -106,6 +106,23 @@ def test_fingerprint_imports_neither_torch_nor_jax() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_fingerprint_records_the_thread_counts_of_numba_and_torch_without_comparing() -> None:
+    import numba
+    import torch
+
+    fp = hardware_fingerprint()
+    assert fp["numba_threads"] == numba.config.NUMBA_NUM_THREADS
+    assert fp["torch_threads"] == torch.get_num_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)  # (as a DataLoader worker sets 1)
+    try:
+        changed = hardware_fingerprint()
+    finally:
+        torch.set_num_threads(before)
+    assert changed["torch_threads"] == before + 1
+    assert differences(changed, fp) == []  # (its parent's file still loads)
+
+
 def test_differences_name_each_field_and_skip_unknown_ones() -> None:
     here = {"cpu": "AMD EPYC", "torch": "2.13.0", "numpy": "2.0.0", "gpu": None}
     there = {"cpu": "Intel Xeon", "torch": "2.12.0", "numpy": "2.0.0", "gpu": "H100"}
