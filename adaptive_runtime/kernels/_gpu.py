@@ -286,12 +286,8 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         if run is None:
             raise GpuUnsupportedError(f"{operation}: no numba CUDA kernel (install torch with "
                                       "CUDA for this operation on the GPU)")
-        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)
-                  or dev.is_on_device(a)]
-        for a in arrays:
-            if not dev.is_on_device(a):
-                break
-        else:
+        arrays, resident = _arrays_of(dev, args)
+        if resident:
             # Everything on the device: launched, not waited for, and no memory query (a
             # timed call's device_timing checks the memory: every exploring call is timed).
             return _back(run(*args), args[template], dev)
@@ -329,11 +325,9 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         it has timing events; else ``None`` (timed on the host: a host call's copy back
         synchronises anyway, or ``sync`` waits)."""
         dev = device()
-        arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)
-                  or dev.is_on_device(a)]
-        for a in arrays:
-            if not dev.is_on_device(a):
-                return None
+        arrays, resident = _arrays_of(dev, args)
+        if not resident:
+            return None
         check_memory(dev, arrays, args)
         timing = getattr(dev, "timing", None)
         if timing is None:
@@ -360,6 +354,13 @@ def add_gpu_arm(op: Any, arm: Callable[..., Any], family: str = "") -> None:
                           floor_us=arm.floor_us,  # type: ignore[attr-defined]
                           sync=arm.sync,  # type: ignore[attr-defined]
                           device_timing=arm.device_timing)  # type: ignore[attr-defined]
+
+
+def _arrays_of(dev: Device, args: tuple[Any, ...]) -> tuple[list[Any], bool]:
+    """A call's arrays (numpy, tensors, the device's own) and whether all are on ``dev``."""
+    arrays = [a for a in args if isinstance(a, np.ndarray) or is_tensor(a)
+              or dev.is_on_device(a)]
+    return arrays, all(dev.is_on_device(a) for a in arrays)
 
 
 def synchronize(values: Any) -> None:
