@@ -4,7 +4,7 @@ See DESIGN.md for the architecture; the names below are the public contract.
 """
 
 from . import ops, telemetry
-from .backend import Backend
+from .backend import Backend, Variant
 from .config import RuntimeConfig
 from .errors import (
     AdaptiveRuntimeError,
@@ -44,6 +44,7 @@ __all__ = [
     "RuntimeConfig",
     "RuntimeStats",
     "UnknownOperationError",
+    "Variant",
     "__version__",
     "get_runtime",
     "ops",

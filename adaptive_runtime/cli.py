@@ -255,7 +255,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def warm_up(rt: AdaptiveRuntime, inputs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Call every available arm of the demo operations once per input, outside the runtime.
+    """Call every available implementation of the demo operations once per input, outside
+    the runtime.
 
     One-off costs (numba compilation, the allocator's first page faults on large outputs,
     BLAS thread start-up) would otherwise land in the first timings of whichever keys happen
@@ -265,9 +266,8 @@ def warm_up(rt: AdaptiveRuntime, inputs: Iterable[tuple[np.ndarray, np.ndarray]]
     inputs = list(inputs)
     for name in DEMO_OPERATIONS:
         op = rt.operation(name)
-        for backend in op.backends:
-            impl = op.implementation_for(backend)
-            if impl is None or not devices.available(backend):
+        for impl in op.implementations():
+            if not devices.available(impl.backend):
                 continue
             for a, b in inputs:
                 try:

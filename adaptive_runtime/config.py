@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .backend import Backend
+from .backend import Backend, Choice, parse_choice
 from .errors import ConfigError
 
 __all__ = ["ENV_PREFIX", "RuntimeConfig"]
@@ -25,7 +25,9 @@ class RuntimeConfig:
     """Everything the runtime can be told. Build with keywords or :meth:`from_env`.
 
     Selection
-      force_backend: run every call on this arm (an error at start-up if it is unavailable).
+      force_backend: run every call on this arm's primary implementation, or on one variant
+        of it ("simd:numpy"); an error at start-up if the arm is unavailable, and at a call
+        of an operation that has no such implementation.
       disabled_backends: arms never selected.
       min_samples_per_arm: timings each plausible arm gets before the runtime commits (1: one
         timing each, an unsure commitment re-checked soon; above 1, up to twice as many for
@@ -73,7 +75,7 @@ class RuntimeConfig:
         on = 0.001 / off).
     """
 
-    force_backend: Backend | None = None
+    force_backend: Choice | None = None
     disabled_backends: frozenset[Backend] = frozenset()
     sampling_threshold_us: float = 100.0
     hot_path_calls_per_sec: float = 10_000.0
@@ -96,11 +98,12 @@ class RuntimeConfig:
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
         if self.force_backend is not None:
             object.__setattr__(
-                self, "force_backend", _backend(self.force_backend, "force_backend"))
+                self, "force_backend", _forced(self.force_backend))
         object.__setattr__(
             self, "disabled_backends",
             frozenset(_backend(b, "disabled_backends") for b in _iterable(self.disabled_backends)))
-        if self.force_backend is not None and self.force_backend in self.disabled_backends:
+        if (self.force_backend is not None
+                and self.force_backend.arm in self.disabled_backends):
             raise ConfigError(f"force_backend={self.force_backend.value!r} is also listed in "
                               "disabled_backends; a forced arm cannot be disabled",
                               field="force_backend")
@@ -189,7 +192,7 @@ def _parse_backend_list(raw: str) -> frozenset[Backend]:
 
 
 _PARSERS = {
-    "force_backend": lambda raw: Backend.parse(raw, what="the forced backend"),
+    "force_backend": lambda raw: parse_choice(raw, what="the forced backend"),
     "disabled_backends": _parse_backend_list,
     "tracing": _parse_bool,
     "history_force": _parse_bool,
@@ -223,6 +226,13 @@ def _backend(value: object, field: str) -> Backend:
         return Backend.parse(value, what=field)
     except ValueError as exc:
         raise ConfigError(str(exc), field=field) from None
+
+
+def _forced(value: object) -> Choice:
+    try:
+        return parse_choice(value, what="force_backend")
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="force_backend") from None
 
 
 def _iterable(value: object) -> Iterable[object]:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .backend import Backend
+from .backend import Choice
 from .policy import Reason
 
 __all__ = [
@@ -280,7 +280,7 @@ class TraceVerdict(NamedTuple):
     export: bool
     reason: SamplingReason
     weight: float = 1.0
-    replaced: Backend | None = None
+    replaced: Choice | None = None
 
 
 # Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared,
@@ -329,8 +329,8 @@ class _KeySampling:
         self.pending_slow = 0  # slow calls since its last slow span (> 1: budget held some)
         # the arm whose commitment span went out, until the key explores (or fails) again;
         # the arm the key last committed to, across explorations (for switches)
-        self.committed: Backend | None = None
-        self.last_arm: Backend | None = None
+        self.committed: Choice | None = None
+        self.last_arm: Choice | None = None
         self.last_span_s = now_s  # when the key's latest span went out (or it was first seen)
 
 
@@ -412,7 +412,7 @@ class TraceGate:
 
     def admit(self, key: object, reason: Reason, duration_us: float, hot: bool,
               first_call: bool, failed: bool, calls: int, now_s: float,
-              backend: Backend | None = None) -> TraceVerdict:
+              backend: Choice | None = None) -> TraceVerdict:
         """Verdict for one measured call that stands for ``calls`` calls of ``key``, run on
         ``backend`` (``None``: not known, no commitment is told)."""
         if not self.tracing:
@@ -482,7 +482,7 @@ class TraceGate:
         self.admitted += 1
         return _YES[why] if weight == 1.0 else TraceVerdict(True, why, weight)
 
-    def _commit(self, sampling: _KeySampling, backend: Backend, calls: int,
+    def _commit(self, sampling: _KeySampling, backend: Choice, calls: int,
                 now_s: float) -> TraceVerdict:
         """The verdict on a commitment's span: exported within the token buckets (not the CPU
         credit, like any decision); refused, the key's next exploit asks again."""

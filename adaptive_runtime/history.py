@@ -1,4 +1,4 @@
-"""Measured history per (operation, size bucket, arm), bounded, mergeable, serialisable.
+"""Measured history per (operation, size bucket, arm and variant), bounded, mergeable, serialisable.
 
 Per arm: a sample count, the mean and variance of its latest timings (at most ``_WINDOW``,
 stalls left out: see ``_SPIKE_RATIO``), failures and a quarantine deadline, and the time of
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from .backend import Backend
+from .backend import VARIANT_NAME, Backend, Choice, choice_of
 from .keys import reference_size
 
 __all__ = ["HISTORY_FORMAT", "LEGACY_HISTORY_FORMAT", "MAX_HISTORY_FILE_BYTES", "ArmStats",
@@ -236,7 +236,8 @@ class KeyHistory:
         self.bucket = bucket
         self.id = (operation, bucket)
         self.reference_size = reference_size(bucket)
-        self.arms: dict[Backend, ArmStats] = {}
+        # by choice: each arm's primary implementation (the arm) and each variant
+        self.arms: dict[Choice, ArmStats] = {}
         self.samples = 0  # timings of all arms, lifetime
         self.failures = 0
         # estimates merged in from elsewhere this many times (HistoryStore.merge): the policy
@@ -245,7 +246,7 @@ class KeyHistory:
         # arm estimates that started again from faster timings (ArmStats.add_sample)
         self.restarts = 0
 
-    def arm(self, backend: Backend) -> ArmStats:
+    def arm(self, backend: Choice) -> ArmStats:
         stats = self.arms.get(backend)
         if stats is None:
             stats = self.arms[backend] = ArmStats()
@@ -260,7 +261,8 @@ class KeyHistory:
 
 @dataclass(frozen=True, slots=True)
 class HistoryRecord:
-    """A frozen row of history: one arm of one (operation, size bucket)."""
+    """A frozen row of history: one implementation — an arm's primary one, or a variant
+    (``variant`` its name) — of one (operation, size bucket)."""
 
     operation: str
     size_bucket: int
@@ -270,6 +272,12 @@ class HistoryRecord:
     failures: int
     last_update: float
     variance_us2: float = 0.0
+    variant: str = ""
+
+    @property
+    def choice(self) -> Choice:
+        """What the runtime learns the row as: the arm, or ``Variant(arm, variant)``."""
+        return choice_of(self.backend, self.variant)
 
 
 class HistoryStore:
@@ -345,7 +353,7 @@ class HistoryStore:
         if key.id in keys:
             keys.move_to_end(key.id)
 
-    def record(self, key: KeyHistory, backend: Backend, duration_us: float,
+    def record(self, key: KeyHistory, backend: Choice, duration_us: float,
                size: int) -> float:
         """Learn one timing of ``backend`` on ``key`` (from :meth:`key`), of a call of
         ``size`` elements, rescaled to the key's reference size (see FIXED_CALL_COST_US);
@@ -367,7 +375,7 @@ class HistoryStore:
         key.samples += 1
         return duration_us
 
-    def record_failure(self, key: KeyHistory, backend: Backend, now_s: float) -> ArmStats:
+    def record_failure(self, key: KeyHistory, backend: Choice, now_s: float) -> ArmStats:
         """Count one failure of ``backend`` on ``key``: quarantined with back-off."""
         stats = key.arm(backend)
         stats.add_failure(now_s, self._stamp())
@@ -385,14 +393,9 @@ class HistoryStore:
 
     def snapshot(self) -> list[HistoryRecord]:
         """Frozen records of every arm with data, sorted by (operation, bucket, backend)."""
-        rows = [
-            HistoryRecord(h.operation, h.bucket, b, s.samples,
-                          s.mean_us if s.epoch_samples else math.nan,
-                          s.failures, s.last_update, s.var_us2)
-            for h in self._keys.values() for b, s in h.arms.items()
-            if s.samples or s.failures
-        ]
-        rows.sort(key=lambda r: (r.operation, r.size_bucket, r.backend.value))
+        rows = [_row(h, b, s) for h in self._keys.values() for b, s in h.arms.items()
+                if s.samples or s.failures]
+        rows.sort(key=lambda r: (r.operation, r.size_bucket, r.backend.value, r.variant))
         return rows
 
     def rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
@@ -409,9 +412,7 @@ class HistoryStore:
                 others = sum(c[0] for c in origins.values())
                 others_failed = sum(c[1] for c in origins.values())
                 origins[rank] = (max(s.samples - others, 0), max(s.failures - others_failed, 0))
-                rows.append((HistoryRecord(h.operation, h.bucket, b, s.samples,
-                                           s.mean_us if s.epoch_samples else math.nan,
-                                           s.failures, s.last_update, s.var_us2), origins))
+                rows.append((_row(h, b, s), origins))
         return rows
 
     def replace(self, rows: Iterable[tuple[HistoryRecord, Origins]]) -> None:
@@ -422,7 +423,7 @@ class HistoryStore:
         self.clear()
         for r, origins in rows:
             hist = self.key(r.operation, r.size_bucket)
-            stats = hist.arm(r.backend)
+            stats = hist.arm(r.choice)
             stats.samples = r.samples
             stats.failures = r.failures
             stats.mean_us = r.mean_us
@@ -444,7 +445,7 @@ class HistoryStore:
         """
         for r in records:
             hist = self.key(r.operation, r.size_bucket)
-            stats = hist.arm(r.backend)
+            stats = hist.arm(r.choice)
             if r.samples > 0 and not math.isnan(r.mean_us):
                 mine = stats.epoch_samples if not math.isnan(stats.mean_us) else 0
                 total = mine + r.samples
@@ -483,6 +484,13 @@ class HistoryStore:
         return list(read_history_file(path).records)
 
 
+def _row(key: KeyHistory, choice: Choice, stats: ArmStats) -> HistoryRecord:
+    """The record of ``choice`` on ``key``."""
+    return HistoryRecord(key.operation, key.bucket, choice.arm, stats.samples,
+                         stats.mean_us if stats.epoch_samples else math.nan, stats.failures,
+                         stats.last_update, stats.var_us2, choice.variant)
+
+
 # rank -> (samples, failures) first learned there (see HistoryStore.rank_rows)
 Origins = dict[int, tuple[int, int]]
 
@@ -501,13 +509,14 @@ def combine_rank_rows(
     variance pooled likewise; ``last_update`` is the latest. Keys and arms come in the order
     of first appearance, ranks in order.
     """
-    groups: dict[tuple[str, int, Backend], list[tuple[int, HistoryRecord, Origins]]] = {}
+    groups: dict[tuple[str, int, Backend, str],
+                 list[tuple[int, HistoryRecord, Origins]]] = {}
     for rank, rows in per_rank:
         for r, origins in rows:
-            groups.setdefault((r.operation, r.size_bucket, r.backend), []).append(
+            groups.setdefault((r.operation, r.size_bucket, r.backend, r.variant), []).append(
                 (rank, r, origins))
     out = []
-    for (operation, bucket, backend), items in groups.items():
+    for (operation, bucket, backend, variant), items in groups.items():
         known: dict[int, tuple[int, int]] = {}
         for _, _, origins in items:
             for o, (n, failed) in origins.items():
@@ -532,7 +541,8 @@ def combine_rank_rows(
         out.append((HistoryRecord(operation, bucket, backend,
                                   sum(n for n, _ in known.values()), mean,
                                   sum(f for _, f in known.values()),
-                                  max(r.last_update for _, r, _ in items), var), known))
+                                  max(r.last_update for _, r, _ in items), var, variant),
+                    known))
     return out
 
 
@@ -706,18 +716,18 @@ def read_history_file(path: str | os.PathLike[str]) -> HistoryFile:
         raise ValueError(f"history file {path!r} has no list of records: 'records' is "
                          f"{_brief(rows) if 'records' in doc else 'missing'}")
     records = []
-    seen: set[tuple[str, int, Backend]] = set()
+    seen: set[tuple[str, int, Choice]] = set()
     for i, row in enumerate(rows):
         try:
             record = record_from_json(row)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"history file {path!r} has a malformed record (#{i}): "
                              f"{exc!s:.300}") from None
-        key = (record.operation, record.size_bucket, record.backend)
+        key = (record.operation, record.size_bucket, record.choice)
         if key in seen:
             raise ValueError(f"history file {path!r} has a malformed record (#{i}): it repeats "
                              f"{_brief(record.operation)} bucket {record.size_bucket} "
-                             f"{record.backend.value}")
+                             f"{record.choice.value}")
         seen.add(key)
         records.append(record)
     return HistoryFile(path, fmt, fingerprint, tuple(records))
@@ -870,9 +880,13 @@ def move_aside(path: str | os.PathLike[str]) -> str:
 def record_to_json(r: HistoryRecord) -> dict[str, object]:
     """A record as a JSON object (what a history file holds per row)."""
     # (field by field: dataclasses.asdict deep-copies, and cost most of a large save)
-    return {"operation": r.operation, "size_bucket": r.size_bucket, "backend": r.backend.value,
-            "samples": r.samples, "mean_us": r.mean_us, "failures": r.failures,
-            "last_update": r.last_update, "variance_us2": r.variance_us2}
+    row: dict[str, object] = {
+        "operation": r.operation, "size_bucket": r.size_bucket, "backend": r.backend.value,
+        "samples": r.samples, "mean_us": r.mean_us, "failures": r.failures,
+        "last_update": r.last_update, "variance_us2": r.variance_us2}
+    if r.variant:  # (an arm's primary implementation: no field, as files before variants)
+        row["variant"] = r.variant
+    return row
 
 
 def _field(row: Mapping[str, object], name: str) -> object:
@@ -923,6 +937,10 @@ def record_from_json(row: object) -> HistoryRecord:
     backend = _field(row, "backend")
     if not isinstance(backend, str) or len(backend) > 20:
         raise ValueError(f"backend must be one of gpu, simd, scalar; got {_brief(backend)}")
+    variant = row.get("variant", "")
+    if not isinstance(variant, str) or (variant and not VARIANT_NAME.fullmatch(variant)):
+        raise ValueError(f"variant must be 1-64 letters, digits and _ . + -, got "
+                         f"{_brief(variant)}")
     samples = _count(row, "samples")
     failures = _count(row, "failures")
     try:
@@ -938,4 +956,4 @@ def record_from_json(row: object) -> HistoryRecord:
     return HistoryRecord(
         operation=operation, size_bucket=bucket, backend=Backend.parse(backend),
         samples=samples, mean_us=mean, failures=failures, last_update=last_update,
-        variance_us2=variance)
+        variance_us2=variance, variant=variant)

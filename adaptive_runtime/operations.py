@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._forks import renew_after_fork
-from .backend import Backend
+from .backend import VARIANT_NAME, Backend, Choice, Variant
 from .errors import RegistrationError, UnknownOperationError
 
 if TYPE_CHECKING:  # the owning runtime, only for the type of Operation._owner
@@ -129,7 +129,10 @@ def infer_kind(operation: str) -> Kind:
 
 @dataclass(frozen=True, slots=True)
 class Implementation:
-    """One arm's kernel for one operation.
+    """One kernel of one operation on one arm: the arm's primary implementation (registered
+    without a name), or a variant of the arm (registered under a ``name``). ``choice`` is
+    what the runtime learns it as: the arm for the primary one, else ``Variant(arm, name)``
+    (spans and metrics carry the name as ``adaptive.variant``).
 
     ``compile_count`` (optional) returns how many specialisations the kernel has compiled so
     far — for a numba dispatcher, ``len(fn.overloads)``. A call during which it grows paid for
@@ -172,10 +175,14 @@ class Implementation:
     surcharge_us: Callable[..., float] | None = None
     sync: Callable[[Any], None] | None = None
     device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None] | None = None
+    name: str = ""
+    choice: Choice = field(default=None, compare=False)  # type: ignore[assignment]
     # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
     plain: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.choice is None:
+            object.__setattr__(self, "choice", self.backend)
         object.__setattr__(self, "plain", self.compile_count is None and not self.warm_up
                            and self.surcharge_us is None and self.sync is None
                            and self.device_timing is None)
@@ -219,7 +226,9 @@ def _default_size_of(*args: Any, **_kwargs: Any) -> int:
 
 
 class Operation:
-    """A named operation with one implementation per arm.
+    """A named operation with implementations on one or more arms: on each arm a primary
+    one and, optionally, variants (named alternatives the runtime learns apart and chooses
+    among, as it does among arms).
 
     Created by :meth:`AdaptiveRuntime.register`; add arms with :meth:`implementation`. Calling
     the operation runs it through its runtime (``op(x)`` is ``rt.run(op.name, x)``).
@@ -241,36 +250,39 @@ class Operation:
         # (optional) the input family of a call ("" for the default one): calls of another
         # family are learned apart, with that family's implementations (see family_twin)
         self.family = family
-        self._impls: dict[Backend, Implementation] = {}  # the default family's
-        self._families: dict[str, dict[Backend, Implementation]] = {}
+        # by choice, in registration order: the default family's
+        self._impls: dict[Choice, Implementation] = {}
+        self._families: dict[str, dict[Choice, Implementation]] = {}
         self._untimed: dict[str, Callable[..., Any]] = {}
         self._owner = owner
-        # arms whose first call in this process has run (the runtime does not learn from it)
-        self.warmed: set[Backend] = set()
+        # implementations whose first call in this process has run (not learned from)
+        self.warmed: set[Choice] = set()
         # (the device family's twin) whether a CUDA graph is being captured now: its timed
         # calls then run untimed (see cuda_graph_capturing); None: never asked
         self.capturing: Callable[[], bool] | None = None
 
     def __repr__(self) -> str:
-        arms = ", ".join(b.value for b in self._impls) or "no implementations"
+        arms = ", ".join(c.value for c in self._impls) or "no implementations"
         return f"<Operation {self.name!r} kind={self.kind.value} arms=[{arms}]>"
 
-    def implementation(self, backend: Backend | str) -> Callable[[Callable[..., Any]],
-                                                                  Callable[..., Any]]:
-        """Decorator registering ``fn`` as this operation's kernel on ``backend``.
+    def implementation(self, backend: Backend | str, *, name: str = "",
+                       family: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator registering ``fn`` as a kernel of this operation on ``backend``: the
+        arm's primary implementation, or — given a ``name`` — a variant of the arm, which
+        the runtime times and chooses among as it does among arms.
 
         Returns ``fn`` unchanged, so the kernel stays callable on its own.
         """
         arm = _arm(backend, self.name)
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add_implementation(arm, fn)
+            self.add_implementation(arm, fn, name=name, family=family)
             return fn
 
         return register
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
-                           family: str = "",
+                           name: str = "", family: str = "",
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
@@ -278,9 +290,11 @@ class Operation:
                            sync: Callable[[Any], None] | None = None,
                            device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None]
                            | None = None) -> None:
-        """Register ``fn`` as the kernel for ``backend`` (see :meth:`implementation`);
-        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and
-        ``device_timing`` as in :class:`Implementation`.
+        """Register ``fn`` as a kernel on ``backend`` (see :meth:`implementation`): the
+        arm's primary implementation (one per arm), or a variant of the arm named ``name``
+        (letters, digits and ``_ . + -``, unique on the arm). ``compile_count``,
+        ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and ``device_timing`` as in
+        :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
         operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
@@ -297,20 +311,35 @@ class Operation:
             raise RegistrationError(f"implementation of {self.name!r} on {arm.value}{where} "
                                     f"must be callable, got {fn!r}")
         impls = self._impls if not family else self._families.setdefault(family, {})
-        if arm in impls:
-            raise RegistrationError(
-                f"operation {self.name!r} already has a {arm.value} implementation{where} "
-                f"({_describe(impls[arm].fn)}); register each arm once")
+        choice = self._new_choice(impls, arm, name, where)
         for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
                             ("sync", sync), ("device_timing", device_timing)):
             if value is not None and not callable(value):
                 raise RegistrationError(f"{hook} of {self.name!r} on {arm.value}{where} must "
                                         f"be callable, got {value!r}")
-        impls[arm] = Implementation(
+        impls[choice] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
-            floor_us, bool(warm_up), surcharge_us, sync, device_timing)
+            floor_us, bool(warm_up), surcharge_us, sync, device_timing,
+            name, choice)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
+
+    def _new_choice(self, impls: dict[Choice, Implementation], arm: Backend, name: str,
+                    where: str) -> Choice:
+        """The choice a new implementation on ``arm`` named ``name`` is learned as: the arm
+        (unnamed: its primary one, at most one) or a variant (named, each name once)."""
+        if not isinstance(name, str) or (name and not VARIANT_NAME.fullmatch(name)):
+            raise RegistrationError(
+                f"name of an implementation of {self.name!r} on {arm.value}{where} must be "
+                f"1-64 letters, digits and _ . + -, got {name!r}")
+        choice = Variant(arm, name) if name else arm
+        if choice in impls:
+            what = f"a {arm.value} variant named {name!r}" if name else \
+                f"a {arm.value} implementation ({_describe(impls[arm].fn)})"
+            raise RegistrationError(
+                f"operation {self.name!r} already has {what}{where}; register each once "
+                f"(another {arm.value} implementation is a variant: give it a name=)")
+        return choice
 
     def add_untimed(self, family: str, fn: Callable[..., Any]) -> None:
         """Run calls of input family ``family`` as ``fn(*args)``: no arm chosen, nothing timed,
@@ -337,6 +366,12 @@ class Operation:
     @property
     def backends(self) -> tuple[Backend, ...]:
         """Arms this operation has an implementation for (available here or not)."""
+        return tuple(dict.fromkeys(c.arm for c in self._impls))
+
+    @property
+    def choices(self) -> tuple[Choice, ...]:
+        """Every implementation's choice — each arm, and each variant — in registration
+        order (available here or not)."""
         return tuple(self._impls)
 
     @property
@@ -345,9 +380,17 @@ class Operation:
         included)."""
         return tuple(self._families)
 
-    def implementation_for(self, backend: Backend) -> Implementation | None:
-        """The implementation registered for ``backend``, or ``None``."""
-        return self._impls.get(backend)
+    def implementation_for(self, choice: Choice) -> Implementation | None:
+        """The implementation registered as ``choice`` (an arm: its primary one, else its
+        first variant), or ``None``."""
+        impl = self._impls.get(choice)
+        if impl is None and choice.__class__ is Backend:
+            impl = next((i for c, i in self._impls.items() if c.arm is choice), None)
+        return impl
+
+    def implementations(self) -> tuple[Implementation, ...]:
+        """The default family's implementations, in registration order."""
+        return tuple(self._impls.values())
 
     @property
     def device_name(self) -> str:
@@ -491,8 +534,8 @@ class DeviceProbe:
                     self._gpu = _probe_gpu()
         return self._gpu
 
-    def available(self, backend: Backend) -> bool:
-        return self.gpu_available if backend is Backend.GPU else True
+    def available(self, choice: Choice) -> bool:
+        return self.gpu_available if choice.arm is Backend.GPU else True
 
 
 def _device_probe(gpu: bool | None) -> DeviceProbe:

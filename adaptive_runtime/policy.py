@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
-from .backend import Backend
+from .backend import Backend, Choice
 from .history import ArmStats, KeyHistory
 from .operations import Kind
 
@@ -109,18 +109,21 @@ class Reason(str, enum.Enum):
         return self is Reason.EXPLOIT
 
 
-_EMPTY: Mapping[Backend, float] = MappingProxyType({})
+_EMPTY: Mapping[Choice, float] = MappingProxyType({})
 
 
 class Decision(NamedTuple):
-    """One selection: the arm, why, how sure, and the latency estimates it was based on.
+    """One selection: the implementation chosen (``choice``: an arm, or a variant of one),
+    why, how sure, and the latency estimates it was based on. ``backend`` is the arm it runs
+    on (``choice.arm``), ``variant`` the variant's name (``""``: the arm's primary
+    implementation).
 
     Immutable. A ``NamedTuple`` rather than a frozen dataclass because one is built on every
     exploring call, and a frozen dataclass costs ~4x as much to construct.
 
     ``confidence`` is in [0, 1]: 0 while guessing or exploring, 1 when forced; for exploit the
     probability (normal approximation) that the chosen arm really is faster than the runner-up.
-    ``estimates_us`` holds the expected latency of each arm with history (``inf`` for an arm
+    ``estimates_us`` holds the expected latency of each choice with history (``inf`` for an arm
     whose last attempt failed). ``plan``, on an exploring decision, lists the arms this round
     of exploration times next, in order (the runtime follows it without asking again).
     ``floors_us`` holds what arms with a known floor take at least here (the GPU arm of a
@@ -128,13 +131,23 @@ class Decision(NamedTuple):
     ``floor_ratio`` x the best measured estimate is not tried.
     """
 
-    backend: Backend
+    choice: Choice
     reason: Reason
     confidence: float = 0.0
-    estimates_us: Mapping[Backend, float] = _EMPTY
+    estimates_us: Mapping[Choice, float] = _EMPTY
     samples: int = 0
-    plan: tuple[Backend, ...] = ()
-    floors_us: Mapping[Backend, float] = _EMPTY
+    plan: tuple[Choice, ...] = ()
+    floors_us: Mapping[Choice, float] = _EMPTY
+
+    @property
+    def backend(self) -> Backend:
+        """The arm the chosen implementation runs on."""
+        return self.choice.arm
+
+    @property
+    def variant(self) -> str:
+        """The chosen variant's name; ``""`` for the arm's primary implementation."""
+        return self.choice.variant
 
     @property
     def has_history(self) -> bool:
@@ -143,11 +156,12 @@ class Decision(NamedTuple):
 
 # Decisions nobody will look at, built once: with no span sink, the runtime needs only the arm
 # and the reason (``Policy.explained`` fills in the rest when someone asks).
-_UNEXPLAINED_EXPLORE: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}
-_UNEXPLAINED_EXPLOIT = {b: Decision(b, Reason.EXPLOIT) for b in Backend}
+_UNEXPLAINED_EXPLORE: dict[tuple[Choice, tuple[Choice, ...]], Decision] = {}
+_UNEXPLAINED_EXPLOIT: dict[Choice, Decision] = {
+    b: Decision(b, Reason.EXPLOIT) for b in Backend}
 _EXPLOIT = Reason.EXPLOIT
 _RECHECK = Reason.RECHECK
-_HEURISTIC: dict[tuple[Backend, tuple[Backend, ...]], Decision] = {}  # no data: nothing to explain
+_HEURISTIC: dict[tuple[Choice, tuple[Choice, ...]], Decision] = {}  # no data: nothing to explain
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +222,11 @@ def heuristic_preference(kind: Kind, input_size: int) -> tuple[Backend, ...]:
 
 
 def heuristic_order(kind: Kind, input_size: int,
-                    candidates: Sequence[Backend]) -> tuple[Backend, ...]:
-    """``candidates`` in Trueno's cold-start preference order for this kind and size."""
-    return tuple(b for b in heuristic_preference(kind, input_size) if b in candidates)
+                    candidates: Sequence[Choice]) -> tuple[Choice, ...]:
+    """``candidates`` with their arms in Trueno's cold-start preference order for this kind
+    and size (an arm's variants after it, in the order given)."""
+    return tuple(c for b in heuristic_preference(kind, input_size)
+                 for c in candidates if c.arm is b)
 
 
 class Neighbours(Protocol):
@@ -239,7 +255,7 @@ class KeyState:
     :meth:`Policy.next`, :meth:`Policy.observe`, :meth:`Policy.observe_failure`, ...).
     """
 
-    incumbent: Backend | None = None  # the committed arm
+    incumbent: Choice | None = None  # the committed arm
     decisions: int = 0  # decisions made for the key (timed calls, selections)
     epoch: int = 0  # estimates measured afresh this many times (after drift alarms)
     epoch_start: int = 0  # decisions made when the current epoch began
@@ -254,19 +270,19 @@ class KeyState:
     memo_until: int = 0
     # the arm expected to win: the committed arm after a drift alarm; exploration times it
     # fully and the others once
-    prior: Backend | None = None
+    prior: Choice | None = None
     # what each arm takes here at least (an implementation's floor_us for the key's first
     # call, raised to what the arm takes on a smaller size bucket now): an arm whose floor is
     # well over another arm's measured time is not tried
-    floors: dict[Backend, float] | None = None
+    floors: dict[Choice, float] | None = None
     # the implementations' floors alone (set_floors), which the smaller buckets' raise
-    own_floors: dict[Backend, float] | None = None
+    own_floors: dict[Choice, float] | None = None
     # the arm the nearest size buckets measured around the key found fastest (None: none
     # measured, or they disagree): tried first on the key's first call
-    neighbours_best: Backend | None = None
+    neighbours_best: Choice | None = None
     # each arm's estimate when the current epoch began (at a drift alarm): what a timing of
     # it is expected to take until it is timed again, for the exploration budget
-    previous_us: dict[Backend, float] | None = None
+    previous_us: dict[Choice, float] | None = None
     # the exploring decisions still to come from the latest full evaluation's plan
     plan: tuple[Decision, ...] = ()
     # Page-Hinkley on the committed arm's timings relative to its estimate before each one
@@ -301,7 +317,7 @@ class _Round:
 
     __slots__ = ("best_seen", "confirmed", "key", "min_samples", "state", "usable", "waiting")
 
-    def __init__(self, state: KeyState, key: KeyHistory, usable: Sequence[Backend],
+    def __init__(self, state: KeyState, key: KeyHistory, usable: Sequence[Choice],
                  best_seen: float, waiting: bool, min_samples: int) -> None:
         self.state = state
         self.key = key
@@ -321,7 +337,7 @@ class Policy:
 
     # ------------------------------------------------------------------ transitions
 
-    def next(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+    def next(self, state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
              now_s: float, neighbours: Neighbours | None = None,
              explain: bool = True) -> tuple[Decision, Step]:
         """The decision for the key's next timed call, applied: the exploration plan's next
@@ -343,7 +359,7 @@ class Policy:
         state.plan = plan_steps(decision.plan) if decision.plan else ()
         return decision, Step.DECIDED
 
-    def step(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+    def step(self, state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
              now_s: float, neighbours: Neighbours | None = None,
              explain: bool = True) -> Decision:
         """One full evaluation, applied: look at the smaller buckets (the floors),
@@ -359,7 +375,7 @@ class Policy:
         return decision
 
     def apply(self, state: KeyState, key: KeyHistory, decision: Decision,
-              candidates: Sequence[Backend]) -> None:
+              candidates: Sequence[Choice]) -> None:
         """What ``decision`` (from :meth:`decide` on the same data) implies for the state:
         count it; an exploit commits (and is memoised); a re-check pushes the next one back;
         a drift alarm starts a new epoch with the arm that slowed as the prior."""
@@ -374,9 +390,9 @@ class Policy:
         state.decisions += 1
         reason = decision.reason
         if reason is _EXPLOIT:
-            if state.incumbent is not decision.backend:
-                _commit_to(state, key, decision.backend,
-                           self.first_recheck(key, decision.backend, candidates))
+            if state.incumbent is not decision.choice:
+                _commit_to(state, key, decision.choice,
+                           self.first_recheck(key, decision.choice, candidates))
             elif recheck_due:
                 # A re-check came due and decide() found no arm to look at (none plausible,
                 # or none within the exploration budget yet): the turn passes as if it had
@@ -402,7 +418,7 @@ class Policy:
             _start_epoch(state)
             state.prior = slowed
 
-    def forced(self, state: KeyState, key: KeyHistory | None, backend: Backend) -> Decision:
+    def forced(self, state: KeyState, key: KeyHistory | None, backend: Choice) -> Decision:
         """The decision when the runtime forces ``backend`` (counted; nothing learned)."""
         state.decisions += 1
         stats = key.arms.get(backend) if key is not None else None
@@ -410,7 +426,7 @@ class Policy:
                         {backend: stats.estimate_us} if stats else {},
                         stats.samples if stats else 0)
 
-    def observe(self, state: KeyState, backend: Backend, duration_us: float,
+    def observe(self, state: KeyState, backend: Choice, duration_us: float,
                 stats: ArmStats | None = None) -> None:
         """A timing of ``backend`` was learned (as the history learned it: at the key's
         reference size; ``stats``, the arm's statistics after it): the committed arm's drift
@@ -437,7 +453,7 @@ class Policy:
             if stats is not None:
                 _follow(state, stats, at_zero)
 
-    def observe_failure(self, state: KeyState, backend: Backend) -> None:
+    def observe_failure(self, state: KeyState, backend: Choice) -> None:
         """``backend`` raised (or answered wrongly): the memo and plan end; a committed arm
         is committed to no more (the key is re-decided from the remaining arms)."""
         state.memo = None
@@ -446,7 +462,7 @@ class Policy:
             state.incumbent = None
             _disarm(state)
 
-    def set_floors(self, state: KeyState, floors: dict[Backend, float] | None) -> None:
+    def set_floors(self, state: KeyState, floors: dict[Choice, float] | None) -> None:
         """Take ``floors``: what arms take at least on the key's first call, e.g. the GPU arm's
         copies of a host call. (:meth:`step` raises them to what the smaller size buckets
         measured, from the key's first decision on.)"""
@@ -467,10 +483,10 @@ class Policy:
         them, and it is re-timed before it may take over.)"""
         if decision.reason is not _RECHECK:
             return False
-        stats = key.arms.get(decision.backend)
+        stats = key.arms.get(decision.choice)
         return stats is not None and stats.epoch_samples >= _confirm_samples(self.config)
 
-    def _look_around(self, state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+    def _look_around(self, state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
                      neighbours: Neighbours) -> None:
         """Raise the floors to what the smaller buckets measured: at the checkpoints after
         the first and second round of timings, not only when the key is created (a workload
@@ -499,7 +515,7 @@ class Policy:
 
     # ------------------------------------------------------------------ the decision
 
-    def decide(self, state: KeyState, key: KeyHistory | None, candidates: Sequence[Backend],
+    def decide(self, state: KeyState, key: KeyHistory | None, candidates: Sequence[Choice],
                now_s: float, explain: bool = True) -> Decision:
         """Choose among ``candidates`` (available arms in heuristic order; never empty) from
         ``state`` and ``key``; changes nothing (:meth:`apply` carries the decision out).
@@ -529,19 +545,19 @@ class Policy:
         return _commit(cfg, round_, explain)
 
     def explained(self, decision: Decision, state: KeyState, key: KeyHistory,
-                  candidates: Sequence[Backend]) -> Decision:
+                  candidates: Sequence[Choice]) -> Decision:
         """``decision`` with its estimates (and an exploit's confidence) filled in from
         ``key``, if it was made with ``explain=False``."""
         if decision.estimates_us or not key.arms:
             return decision
         if decision.reason is Reason.EXPLOIT:
-            return _explained_exploit(decision.backend, candidates, key, state,
+            return _explained_exploit(decision.choice, candidates, key, state,
                                       self.config.noise_floor)
         return decision._replace(estimates_us=_estimates(key), samples=key.samples,
                                  floors_us=_floors_of(state))
 
-    def first_recheck(self, key: KeyHistory, chosen: Backend,
-                      candidates: Sequence[Backend]) -> int:
+    def first_recheck(self, key: KeyHistory, chosen: Choice,
+                      candidates: Sequence[Choice]) -> int:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
         ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
         arms = key.arms
@@ -556,15 +572,15 @@ class Policy:
             return interval
         return min(cfg.min_samples, interval)
 
-    def fallback(self, key: KeyHistory, candidates: Sequence[Backend],
-                 tried: Container[Backend]) -> Backend | None:
+    def fallback(self, key: KeyHistory, candidates: Sequence[Choice],
+                 tried: Container[Choice]) -> Choice | None:
         """Fallback: the next arm for a call whose arms in ``tried`` raised — the fastest
         known first, then in heuristic order; ``None`` when none is left."""
         left = [b for b in candidates if b not in tried]
         if not left:
             return None
 
-        def rank(b: Backend) -> tuple[float, int]:
+        def rank(b: Choice) -> tuple[float, int]:
             stats = key.arms.get(b)
             est = stats.estimate_us if stats is not None and stats.epoch_samples else math.nan
             return (est if not math.isnan(est) else math.inf, candidates.index(b))
@@ -576,7 +592,7 @@ class Policy:
 
 
 def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
-           usable: Sequence[Backend]) -> Decision | None:
+           usable: Sequence[Choice]) -> Decision | None:
     """Drift: the committed arm's Page-Hinkley statistic passed ``drift_threshold`` (it
     got slower than when it was chosen): re-explore, starting with the best other arm whose
     timing fits the exploration budget (its estimate over what the slowed arm takes now),
@@ -601,7 +617,7 @@ def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
 
 
 def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
-           usable: Sequence[Backend]) -> _Round:
+           usable: Sequence[Choice]) -> _Round:
     """The arms this evaluation considers: ``usable`` without those a floor or the
     exploration budget rules out, against the best estimate measured so far."""
     arms = key.arms
@@ -678,7 +694,7 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
         return None
     best_seen = r.best_seen
     prune_above = best_seen * cfg.prune_ratio
-    round_: list[tuple[int, Backend]] = []
+    round_: list[tuple[int, Choice]] = []
     for b in r.usable:
         stats = arms.get(b)
         if stats is None or stats.consecutive_failures:
@@ -711,7 +727,7 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     return explore_decision(pick, plan, key, explain, r.state)
 
 
-def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Backend]]) -> bool:
+def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Choice]]) -> bool:
     """Whether looking again between a round's timings can pay for itself: a look is a full
     evaluation (``_EVALUATION_US``), and it can save at most what the rest of the round
     costs (an arm never timed here counted at what ``_affordable`` expects of it). Where
@@ -756,7 +772,10 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
         if target is not None:
             return _explained(target, Reason.RECHECK, key, state)
     if not explain:
-        return _UNEXPLAINED_EXPLOIT[chosen]
+        decision = _UNEXPLAINED_EXPLOIT.get(chosen)
+        if decision is None:  # (a variant's: built once)
+            decision = _UNEXPLAINED_EXPLOIT[chosen] = Decision(chosen, _EXPLOIT)
+        return decision
     return _explained_exploit(chosen, usable, key, state, cfg.noise_floor)
 
 
@@ -782,7 +801,7 @@ def _left_on_first_timings(cfg: PolicyConfig, rival: ArmStats, chosen: ArmStats)
             and rival.mean_us > _IMPLAUSIBLE_LAG * chosen.mean_us)
 
 
-def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | None:
+def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Choice) -> Decision | None:
     """What comes before ``chosen`` takes over from the committed arm: a re-check of a
     challenger timed fewer than ``min_samples`` (at least three) times in this epoch (one
     lucky timing is not enough to leave the committed arm), or a re-measurement of both
@@ -803,8 +822,8 @@ def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Backend) -> Decision | 
     return None
 
 
-def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Backend],
-                best_seen: float) -> Sequence[Backend]:
+def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Choice],
+                best_seen: float) -> Sequence[Choice]:
     """``usable`` without the arms timed before a drift alarm whose re-trial does not fit
     the key's exploration allowance yet (see :class:`PolicyConfig`): a plain loop timed
     again on a million-element call costs as much as dozens of the vectorised calls it
@@ -831,7 +850,7 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
     return kept
 
 
-def _untried_us(cfg: PolicyConfig, floors: Mapping[Backend, float] | None, backend: Backend,
+def _untried_us(cfg: PolicyConfig, floors: Mapping[Choice, float] | None, backend: Choice,
                 best_us: float) -> float:
     """What a timing of ``backend``, never timed on the key, is expected to take: twice its
     floor (sizes double per bucket), else ``unknown_arm_ratio`` x the best measured."""
@@ -840,7 +859,7 @@ def _untried_us(cfg: PolicyConfig, floors: Mapping[Backend, float] | None, backe
     return 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_us
 
 
-def _explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Backend, ArmStats],
+def _explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Choice, ArmStats],
                     best_us: float) -> float:
     """What a timing of another arm may still cost over ``best_us`` on a key: its
     exploration allowance — ``explore_free_us``, or ``explore_share`` of the time the key's
@@ -859,7 +878,7 @@ def _explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Backend, A
 
 
 def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
-                 usable: Sequence[Backend]) -> tuple[Backend, ...]:
+                 usable: Sequence[Choice]) -> tuple[Choice, ...]:
     """Exploration done and nothing committed yet: when the two fastest arms are not told
     apart (under ``clear_confidence``), both are timed again, alternately, up to
     ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
@@ -885,7 +904,7 @@ def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
 
 
 def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
-                    usable: Sequence[Backend]) -> Backend | None:
+                    usable: Sequence[Choice]) -> Choice | None:
     """Re-check: the plausible other arm heard from least recently (every
     ``full_recheck_every``-th re-check, any other arm), each at what it is expected to take
     (``_expected_us``)."""
@@ -911,8 +930,8 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
     return min(others, key=lambda b: arms[b].last_update)
 
 
-def _expected_us(stats: ArmStats, floors: Mapping[Backend, float] | None,
-                 backend: Backend) -> float:
+def _expected_us(stats: ArmStats, floors: Mapping[Choice, float] | None,
+                 backend: Choice) -> float:
     """What a timing of ``backend`` is expected to take: its estimate, but where that rests
     on one timing, at most twice what it took on the next smaller size bucket (its floor:
     sizes double per bucket). One timing far over that is more likely a stall than the
@@ -980,8 +999,8 @@ def _reusable_memo(state: KeyState, key: KeyHistory, drift_threshold: float) -> 
     return memo
 
 
-def _out_of_quarantine(key: KeyHistory, candidates: Sequence[Backend],
-                       now_s: float) -> Sequence[Backend]:
+def _out_of_quarantine(key: KeyHistory, candidates: Sequence[Choice],
+                       now_s: float) -> Sequence[Choice]:
     if not key.failures:
         return candidates  # nothing ever failed here: nothing is quarantined
     arms = key.arms
@@ -989,14 +1008,14 @@ def _out_of_quarantine(key: KeyHistory, candidates: Sequence[Backend],
 
 
 def _all_quarantined(state: KeyState, key: KeyHistory,
-                     candidates: Sequence[Backend]) -> Decision:
+                     candidates: Sequence[Choice]) -> Decision:
     """Fallback: every arm is quarantined, yet something must run — the one released
     soonest."""
     soonest = min(candidates, key=lambda b: key.arms[b].quarantined_until_s)
     return _explained(soonest, Reason.FALLBACK, key, state)
 
 
-def _commit_to(state: KeyState, key: KeyHistory, backend: Backend, first_recheck: int) -> None:
+def _commit_to(state: KeyState, key: KeyHistory, backend: Choice, first_recheck: int) -> None:
     """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
     state.prior = None
     if state.incumbent is not None and state.incumbent is not backend:
@@ -1053,7 +1072,7 @@ def _uncommit(state: KeyState, merges: int) -> None:
     _disarm(state)
 
 
-def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend],
+def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
                   neighbours: Neighbours) -> None:
     """Raise the key's own floors (``set_floors``) to what each arm is estimated to take on
     the nearest smaller size bucket of the same operation where it was timed. A kernel does
@@ -1093,14 +1112,14 @@ def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Backend
 _FLOOR_LOOKBACK = 8
 
 
-def _neighbours_best(key: KeyHistory, candidates: Sequence[Backend],
-                     neighbours: Neighbours) -> Backend | None:
+def _neighbours_best(key: KeyHistory, candidates: Sequence[Choice],
+                     neighbours: Neighbours) -> Choice | None:
     """The fastest of ``candidates`` on the nearest size bucket below and the nearest above
     the key (within ``_NEIGHBOUR_REACH``) where two of them or more were measured, where the
     two sides agree (or one side only measured); ``None`` otherwise (a crossover lies between
     them, or nothing was measured)."""
     find, operation, bucket = neighbours.find, key.operation, key.bucket
-    found: Backend | None = None
+    found: Choice | None = None
     for direction in (-1, 1):
         for distance in range(1, _NEIGHBOUR_REACH + 1):
             other = find(operation, bucket + direction * distance)
@@ -1122,7 +1141,7 @@ def _neighbours_best(key: KeyHistory, candidates: Sequence[Backend],
 _NEIGHBOUR_REACH = 2
 
 
-def _prior_contradicted(key: KeyHistory, prior: Backend, backends: Sequence[Backend]) -> bool:
+def _prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choice]) -> bool:
     """Whether another of ``backends`` beat ``prior`` clearly in this epoch — by
     ``_CLEAR_MARGIN`` (the prior is wrong here)."""
     arms = key.arms
@@ -1137,8 +1156,8 @@ def _prior_contradicted(key: KeyHistory, prior: Backend, backends: Sequence[Back
     return False
 
 
-def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
-                min_samples: int) -> tuple[Backend, ...] | None:
+def _prior_plan(key: KeyHistory, usable: Sequence[Choice], prior: Choice,
+                min_samples: int) -> tuple[Choice, ...] | None:
     """Exploration when an arm is expected to win (after a drift alarm, the arm that
     slowed): ``min_samples`` timings of it, one of each other arm. ``None`` when an other arm
     beat it clearly (the prior is wrong here: the key is explored in full, and
@@ -1155,7 +1174,7 @@ def _prior_plan(key: KeyHistory, usable: Sequence[Backend], prior: Backend,
     return tuple(plan[:_MAX_PLAN])
 
 
-def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> Backend | None:
+def best_arm(backends: Sequence[Choice], arms: Mapping[Choice, ArmStats]) -> Choice | None:
     """The arm of ``backends`` with the lowest estimate in the current epoch, or ``None``."""
     best, best_us = None, math.inf
     for b in backends:
@@ -1168,8 +1187,8 @@ def best_arm(backends: Sequence[Backend], arms: Mapping[Backend, ArmStats]) -> B
     return best
 
 
-def _two_fastest(arms: Mapping[Backend, ArmStats],
-                 backends: Sequence[Backend]) -> tuple[Backend | None, Backend | None]:
+def _two_fastest(arms: Mapping[Choice, ArmStats],
+                 backends: Sequence[Choice]) -> tuple[Choice | None, Choice | None]:
     """The fastest and second-fastest of ``backends`` timed in this epoch and not failing."""
     best = runner = None
     best_us = runner_us = math.inf
@@ -1185,7 +1204,7 @@ def _two_fastest(arms: Mapping[Backend, ArmStats],
     return best, runner
 
 
-def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
+def _estimates(key: KeyHistory) -> Mapping[Choice, float]:
     # (ArmStats.estimate_us of each arm measured in this epoch or failing, without the
     # property's calls: this is built for every span of a traced runtime)
     return MappingProxyType({b: math.inf if s.consecutive_failures else s.mean_us
@@ -1193,18 +1212,18 @@ def _estimates(key: KeyHistory) -> Mapping[Backend, float]:
                              if s.epoch_samples or s.consecutive_failures})
 
 
-def _floors_of(state: KeyState) -> Mapping[Backend, float]:
+def _floors_of(state: KeyState) -> Mapping[Choice, float]:
     return MappingProxyType(state.floors) if state.floors else _EMPTY
 
 
-def _explained(backend: Backend, reason: Reason, key: KeyHistory, state: KeyState,
-               plan: tuple[Backend, ...] = ()) -> Decision:
+def _explained(backend: Choice, reason: Reason, key: KeyHistory, state: KeyState,
+               plan: tuple[Choice, ...] = ()) -> Decision:
     """A decision with what it was based on: the key's estimates, samples and floors."""
     return Decision(backend, reason, 0.0, _estimates(key), key.samples, plan,
                     _floors_of(state))
 
 
-def heuristic_decision(backend: Backend, plan: tuple[Backend, ...]) -> Decision:
+def heuristic_decision(backend: Choice, plan: tuple[Choice, ...]) -> Decision:
     """The cold-start decision for ``backend`` (nothing measured yet, nothing to explain)."""
     decision = _HEURISTIC.get((backend, plan))
     if decision is None:
@@ -1216,8 +1235,8 @@ _MAX_PLAN = 16
 
 
 @functools.lru_cache(maxsize=1024)  # few distinct rounds exist; this is per exploring call
-def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int,
-              checkpoints: bool = True) -> tuple[Backend, ...]:
+def _schedule(round_: tuple[tuple[int, Choice], ...], min_samples: int,
+              checkpoints: bool = True) -> tuple[Choice, ...]:
     """The order in which to time the arms owed timings (``(timings so far, arm)`` in
     heuristic order): round-robin, fewest timings first, up to one timing each — where one
     timing far behind rules an arm out, and the smaller buckets, exploring alongside, may
@@ -1228,7 +1247,7 @@ def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int,
     counts = [n for n, _b in round_]
     least = min(counts)
     target = min_samples if least >= 2 or not checkpoints else min(least + 1, min_samples)
-    schedule: list[Backend] = []
+    schedule: list[Choice] = []
     for level in range(least, target):
         schedule += [b for n, b in round_ if n <= level]
         if len(schedule) >= _MAX_PLAN:  # (min_samples may be up to 1,000)
@@ -1237,22 +1256,22 @@ def _schedule(round_: tuple[tuple[int, Backend], ...], min_samples: int,
 
 
 @functools.lru_cache(maxsize=64)
-def _alternate(first: Backend, first_times: int, second: Backend,
-               second_times: int) -> tuple[Backend, ...]:
+def _alternate(first: Choice, first_times: int, second: Choice,
+               second_times: int) -> tuple[Choice, ...]:
     """``first`` and ``second`` taking turns, ``first_times`` and ``second_times`` times."""
-    plan: list[Backend] = []
+    plan: list[Choice] = []
     for i in range(max(first_times, second_times)):
         plan += [b for b, times in ((first, first_times), (second, second_times)) if i < times]
     return tuple(plan)
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_steps(plan: tuple[Backend, ...]) -> tuple[Decision, ...]:
+def plan_steps(plan: tuple[Choice, ...]) -> tuple[Decision, ...]:
     """The exploring decisions that carry out ``plan``, one per call, built once per plan."""
     return tuple(Decision(b, Reason.EXPLORE, plan=plan[i + 1:]) for i, b in enumerate(plan))
 
 
-def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistory,
+def explore_decision(backend: Choice, plan: tuple[Choice, ...], key: KeyHistory,
                      explain: bool, state: KeyState) -> Decision:
     """An exploring decision for ``backend``, with the rest of its round in ``plan``."""
     if explain:
@@ -1264,15 +1283,15 @@ def explore_decision(backend: Backend, plan: tuple[Backend, ...], key: KeyHistor
     return decision
 
 
-def _explained_exploit(chosen: Backend, usable: Sequence[Backend], key: KeyHistory,
+def _explained_exploit(chosen: Choice, usable: Sequence[Choice], key: KeyHistory,
                        state: KeyState, noise_floor: float) -> Decision:
     # (built for every exploit span: one pass, no generator, positional fields)
     return Decision(chosen, _EXPLOIT, _confidence(chosen, usable, key.arms, noise_floor),
                     _estimates(key), key.samples, (), _floors_of(state))
 
 
-def _confidence(chosen: Backend, usable: Sequence[Backend],
-                arms: Mapping[Backend, ArmStats], noise_floor: float) -> float:
+def _confidence(chosen: Choice, usable: Sequence[Choice],
+                arms: Mapping[Choice, ArmStats], noise_floor: float) -> float:
     """P(chosen is faster than the runner-up: the fastest other of ``usable`` measured in
     this epoch, the first one on a tie), as ``_p_faster`` reads it."""
     runner = None

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .backend import Backend
+from .backend import Backend, Choice, choice_of, choice_order, parse_choice
 from .history import HistoryStore, KeyHistory
 from .keys import size_bucket
 from .operations import infer_kind
@@ -78,7 +78,7 @@ class CallTiming:
 
     operation: str
     size: int
-    arm: Backend
+    arm: Choice
     duration_us: float
     time_s: float
     calls: int = 1
@@ -100,13 +100,13 @@ class CallRecorder:
         self.written = 0
         self.dropped = 0
         self.error: OSError | None = None
-        self._pending: list[tuple[str, int, Backend, float, float, int]] = []
+        self._pending: list[tuple[str, int, Choice, float, float, int]] = []
         self._lock = threading.Lock()
         self._file: IO[str] | None = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
         self._file.write(json.dumps({"format": CALLS_FORMAT}) + "\n")
         self._detach: Any = None
 
-    def __call__(self, record: tuple[str, int, Backend, float, float, int]) -> None:
+    def __call__(self, record: tuple[str, int, Choice, float, float, int]) -> None:
         """One timed call: (operation, size, arm, duration_us, time_s, calls)."""
         with self._lock:  # (close() may run on another thread)
             if self.written + len(self._pending) >= self.max_calls or self._file is None:
@@ -202,7 +202,7 @@ def _call_from_json(row: Mapping[str, Any]) -> CallTiming:
     calls = int(row.get("calls", 1))
     if not (math.isfinite(duration_us) and duration_us >= 0.0) or calls < 1:
         raise ValueError("duration_us must be a finite time >= 0 and calls >= 1")
-    return CallTiming(str(row["operation"]), int(row["size"]), Backend.parse(row["arm"]),
+    return CallTiming(str(row["operation"]), int(row["size"]), parse_choice(row["arm"]),
                       duration_us, float(row["time_s"]), calls)
 
 
@@ -238,8 +238,9 @@ def _executes(tree: Mapping[str, Any], attributes: Any) -> Iterator[CallTiming]:
                     if select is None or "adaptive.duration_us" not in a:
                         continue
                     weight = float(select.get("adaptive.sampling.weight", 1.0))
+                    arm = Backend.parse(a["adaptive.backend"])
                     yield CallTiming(op, int(select["adaptive.input_size"]),
-                                     Backend.parse(a["adaptive.backend"]),
+                                     choice_of(arm, str(a.get("adaptive.variant", ""))),
                                      float(a["adaptive.duration_us"]),
                                      int(span["startTimeUnixNano"]) / 1e9,
                                      max(1, round(weight)))
@@ -257,11 +258,11 @@ class KeyReplay:
     calls: int  # calls the key's timings stand for
     cost_us: float  # what the replayed policy's choices cost
     recorded_us: float  # what the recorded run's choices cost
-    oracle: Backend  # the arm with the lowest mean recorded timing
+    oracle: Choice  # the arm with the lowest mean recorded timing
     oracle_us: float  # calls x that mean
     switches: int  # changes of the committed arm after the first commitment
     exploring_calls: int  # calls not run as a plain exploit
-    unevaluable_arms: tuple[Backend, ...]  # arms seen on the operation, never on this key
+    unevaluable_arms: tuple[Choice, ...]  # arms seen on the operation, never on this key
 
     @property
     def regret(self) -> float:
@@ -347,8 +348,8 @@ class _KeyRun:
     __slots__ = ("arms", "calls", "candidates", "cost_us", "exploring", "key", "last_exploit",
                  "means", "recorded_us", "state", "switches", "timings", "unevaluable")
 
-    def __init__(self, timings: dict[Backend, _Timings], means: dict[Backend, float],
-                 candidates: tuple[Backend, ...], unevaluable: tuple[Backend, ...]) -> None:
+    def __init__(self, timings: dict[Choice, _Timings], means: dict[Choice, float],
+                 candidates: tuple[Choice, ...], unevaluable: tuple[Choice, ...]) -> None:
         self.timings = timings
         self.means = means
         self.candidates = candidates
@@ -357,7 +358,7 @@ class _KeyRun:
         self.key: KeyHistory | None = None
         self.calls = self.exploring = self.switches = 0
         self.cost_us = self.recorded_us = 0.0
-        self.last_exploit: Backend | None = None
+        self.last_exploit: Choice | None = None
 
 
 def replay(calls: Iterable[CallTiming], config: PolicyConfig | None = None, *,
@@ -383,9 +384,9 @@ def replay(calls: Iterable[CallTiming], config: PolicyConfig | None = None, *,
 def _key_runs(ordered: Sequence[CallTiming], pick: str) -> dict[tuple[str, int], _KeyRun]:
     """Each key's recorded timings per arm, the oracle means, and its candidates: the arms
     it has timings of, in the cold-start order of its first call's size."""
-    timings: dict[tuple[str, int], dict[Backend, _Timings]] = defaultdict(dict)
+    timings: dict[tuple[str, int], dict[Choice, _Timings]] = defaultdict(dict)
     calls: dict[tuple[str, int], list[CallTiming]] = defaultdict(list)
-    arms_of_op: dict[str, set[Backend]] = defaultdict(set)
+    arms_of_op: dict[str, set[Choice]] = defaultdict(set)
     for c in ordered:
         key = (c.operation, size_bucket(c.size))
         calls[key].append(c)
@@ -398,12 +399,13 @@ def _key_runs(ordered: Sequence[CallTiming], pick: str) -> dict[tuple[str, int],
         means = {arm: _mean_us(t, calls[key], arm, pick) for arm, t in per_arm.items()}
         first_size = calls[key][0].size
         candidates = heuristic_order(infer_kind(key[0]), first_size, tuple(per_arm))
-        missing = tuple(b for b in Backend if b in arms_of_op[key[0]] and b not in per_arm)
+        missing = tuple(sorted((b for b in arms_of_op[key[0]] if b not in per_arm),
+                               key=choice_order))
         runs[key] = _KeyRun(per_arm, means, candidates, missing)
     return runs
 
 
-def _mean_us(timings: _Timings, calls: Sequence[CallTiming], arm: Backend, pick: str) -> float:
+def _mean_us(timings: _Timings, calls: Sequence[CallTiming], arm: Choice, pick: str) -> float:
     """What ``arm`` costs a call of the key on average, in hindsight. ``"nearest"``: over
     every call of the key, each answered as a replay answers it (the arm's timing recorded
     nearest before the call) — the log samples the arms unevenly over time (an arm that
@@ -432,7 +434,7 @@ def _replay_call(policy: Policy, store: HistoryStore, run: _KeyRun, call: CallTi
     key = run.key
     if how is Step.DECIDED and decision.reason is Reason.DRIFT:
         key.start_epoch()
-    arm = decision.backend
+    arm = decision.choice
     duration_us = run.timings[arm].answer(call.time_s, pick)
     rest = call.calls - 1
     rest_us = 0.0

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._dispatch import Dispatcher, SelectionKey
 from ._forks import after_fork_in_child, renew_after_fork
-from .backend import Backend
+from .backend import Backend, parse_choice
 from .config import RuntimeConfig
 from .errors import BackendUnavailableError
 from .gating import HotPathDetector, TraceGate
@@ -295,12 +295,15 @@ class AdaptiveRuntime:
         return self._dispatcher.select(_name(operation), input_size).backend
 
     def decide(self, operation: str, input_size: int) -> Decision:
-        """What :meth:`select` would choose now, explained; changes nothing."""
+        """What :meth:`select` would choose now, explained; changes nothing. Its
+        ``choice`` names the implementation (an arm, or a :class:`Variant` of one) and its
+        ``estimates_us`` hold each candidate's estimate."""
         return self._dispatcher.explain(_name(operation), input_size)
 
     def record_performance(self, operation: str, input_size: int, backend: Backend | str,
                            duration_us: float) -> None:
-        """Learn one timing of ``operation`` at ``input_size`` on ``backend``.
+        """Learn one timing of ``operation`` at ``input_size`` on ``backend`` (an arm: its
+        primary implementation; or a :class:`Variant`, or ``"<arm>:<variant>"``).
 
         Every sample counts (none is dropped for being short). Raises ``TypeError`` for an
         operation that is not a non-empty ``str``, a non-integer size or a non-numeric
@@ -310,7 +313,7 @@ class AdaptiveRuntime:
         """
         operation = _name(operation)
         size_bucket(input_size)  # validates
-        arm = Backend.parse(backend)
+        arm = parse_choice(backend)
         if isinstance(duration_us, bool) or not isinstance(duration_us, numbers.Real):
             raise TypeError(f"duration_us must be a number of microseconds, "
                             f"got {type(duration_us).__name__}: {duration_us!r}")
@@ -323,8 +326,10 @@ class AdaptiveRuntime:
         self._dispatcher.record(operation, input_size, arm, duration)
 
     def get_best_backend(self, operation: str, input_size: int) -> Backend | None:
-        """The fastest measured arm for this key, or ``None`` when it has no history yet."""
-        return self._dispatcher.best(_name(operation), input_size)
+        """The arm of the fastest measured implementation for this key, or ``None`` when it
+        has no history yet."""
+        best = self._dispatcher.best(_name(operation), input_size)
+        return best.arm if best is not None else None
 
     def is_hot_path(self, operation: str) -> bool:
         """Whether ``operation`` is called above ``hot_path_calls_per_sec`` (tracing off)."""
@@ -521,7 +526,8 @@ def _name(operation: object) -> str:
 # ---------------------------------------------------------------------------- pickling
 
 # (operation name, size_of, kind, on_device, family, implementations, untimed families), an
-# implementation being (family, arm, fn, compile_count, floor_us, warm_up, surcharge_us, sync)
+# implementation being (family, arm, fn, compile_count, floor_us, warm_up, surcharge_us, sync,
+# name), in registration order (an arm's first is its primary one)
 _OperationRecipe = tuple[str, Callable[..., int], str, Any, Any, list[tuple[Any, ...]],
                          dict[str, Callable[..., Any]]]
 
@@ -539,7 +545,7 @@ def _operation_recipe(op: Operation) -> _OperationRecipe:
             arm = impl.backend.value
             count = _carried_compile_count(impl)
             impls.append((family, arm, impl.fn, count, impl.floor_us, impl.warm_up,
-                          impl.surcharge_us, impl.sync))
+                          impl.surcharge_us, impl.sync, impl.name))
             parts += [(f"{arm} implementation{where}", impl.fn),
                       (f"compile_count of the {arm} arm{where}", count),
                       (f"floor_us of the {arm} arm{where}", impl.floor_us),
@@ -584,8 +590,10 @@ def _unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceP
         op = rt.register(name, size=size_of, kind=kind, on_device=on_device, family=family)
         for untimed_family, fn in untimed.items():
             op.add_untimed(untimed_family, fn)
-        for (impl_family, arm, fn, count, floor_us, warm_up, surcharge_us, sync) in impls:
-            op.add_implementation(arm, fn, family=impl_family, compile_count=count,
+        for (impl_family, arm, fn, count, floor_us, warm_up, surcharge_us, sync,
+             impl_name) in impls:
+            op.add_implementation(arm, fn, name=impl_name, family=impl_family,
+                                  compile_count=count,
                                   floor_us=floor_us, warm_up=warm_up,
                                   surcharge_us=surcharge_us, sync=sync)
     rt.merge_history([record_from_json(row) for row in history])

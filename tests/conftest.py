@@ -166,7 +166,8 @@ def make_runtime(clock: FakeClock, timer: FakeTimer) -> Callable[..., Harness]:
     """Factory: ``make_runtime({Backend.GPU: 50, ...}, kind=..., size=..., **config)``.
 
     Registers operation ``op`` (default ``"fakeop"``) with a fake kernel per arm in
-    ``latency_us``; the operation's size is its first argument (an int).
+    ``latency_us`` (a ``Variant`` key: a variant of its arm); the operation's size is its
+    first argument (an int).
     """
 
     def make(latency_us: dict[Backend, Any], *, op: str = "fakeop", kind: str = "vector",
@@ -176,7 +177,9 @@ def make_runtime(clock: FakeClock, timer: FakeTimer) -> Callable[..., Harness]:
         fake = FakeArms(timer, latency_us)
         operation = rt.register(op, size=lambda n, *_rest: n, kind=kind)
         for backend in (arms if arms is not None else latency_us):
-            operation.add_implementation(backend, fake.kernel(backend))
+            # (a Variant key registers a variant of its arm)
+            operation.add_implementation(backend.arm, fake.kernel(backend),
+                                         name=backend.variant)
         return Harness(rt, clock, timer, fake, op, size)
 
     return make

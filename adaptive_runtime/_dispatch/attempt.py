@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Choice
 from ..operations import DeviceTiming, Implementation, Operation
 from .checks import ResultChecks
 from .entry import Entry
@@ -16,7 +16,7 @@ from .entry import Entry
 Outcome = tuple[Any, int, int, float | None, Exception | None, DeviceTiming | None]
 
 
-def _warmed(op: Operation, backend: Backend) -> None:
+def _warmed(op: Operation, backend: Choice) -> None:
     """Mark ``backend`` warm on ``op`` after its first call (of an implementation registered
     with ``warm_up``), whose timing is not learned: it paid for what a library sets up on
     first use — dispatch caches, thread pools, allocator arenas, the first touch of its code
@@ -31,7 +31,7 @@ class Attempt:
         self._timer = timer
         self._check = checks.check
 
-    def run(self, op: Operation, entry: Entry, backend: Backend, args: tuple[Any, ...],
+    def run(self, op: Operation, entry: Entry, backend: Choice, args: tuple[Any, ...],
             ticket: int) -> Outcome:
         """Run ``backend``'s kernel on ``args`` (``ticket``: the call's, -1 for a fallback)."""
         impl = entry.impls[backend]
@@ -50,7 +50,7 @@ class Attempt:
             return result, start_ns, end_ns, None, wrong, None
         return result, start_ns, end_ns, (end_ns - start_ns) / 1000.0, None, None
 
-    def _run_hooked(self, op: Operation, entry: Entry, backend: Backend, impl: Implementation,
+    def _run_hooked(self, op: Operation, entry: Entry, backend: Choice, impl: Implementation,
                     args: tuple[Any, ...], ticket: int) -> Outcome:
         """:meth:`run` for an implementation with hooks (see ``Implementation``)."""
         timer = self._timer

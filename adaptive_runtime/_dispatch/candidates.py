@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Choice
 from ..errors import BackendUnavailableError, RegistrationError
 from ..operations import Implementation, Kind, Operation, infer_kind
 from ..policy import heuristic_order, heuristic_preference
@@ -17,11 +17,11 @@ from .entry import Arms, Route
 _log = logging.getLogger(__name__.rpartition(".")[0])
 
 
-def floors(operation: str, impls: Mapping[Backend, Implementation],
-           args: tuple[Any, ...]) -> dict[Backend, float] | None:
-    """Each arm's ``floor_us`` for a key's first call (``None``: no arm has one). A floor
-    that cannot be worked out is left out: it only ever spares an arm a trial."""
-    found: dict[Backend, float] = {}
+def floors(operation: str, impls: Mapping[Choice, Implementation],
+           args: tuple[Any, ...]) -> dict[Choice, float] | None:
+    """Each implementation's ``floor_us`` for a key's first call (``None``: none has one).
+    A floor that cannot be worked out is left out: it only ever spares an arm a trial."""
+    found: dict[Choice, float] = {}
     for backend, impl in impls.items():
         if impl.floor_us is not None:
             try:
@@ -32,12 +32,13 @@ def floors(operation: str, impls: Mapping[Backend, Implementation],
 
 
 class Candidates:
-    """Candidate arms of registered operations and of any other name."""
+    """Candidates — arms, and variants of arms — of registered operations and of any other
+    name."""
 
     def __init__(self, core: Core, routes: dict[str, Route]) -> None:
         self._core = core
         self._routes = routes
-        self._arms_cache: dict[tuple[str, tuple[Backend, ...]], Arms] = {}
+        self._arms_cache: dict[tuple[str, tuple[Choice, ...]], Arms] = {}
 
     def arms_of(self, op: Operation, n: int) -> Arms:
         """Candidates of ``op`` at size ``n`` and their kernels, cached per preference order
@@ -55,23 +56,26 @@ class Candidates:
         for cache_key in [k for k in self._arms_cache if k[0] == name]:
             del self._arms_cache[cache_key]
 
-    def of(self, op: Operation, n: int) -> tuple[Backend, ...]:
-        """Candidates of a registered operation at size ``n``, in heuristic order."""
-        backends = op.backends
+    def of(self, op: Operation, n: int) -> tuple[Choice, ...]:
+        """Candidates of a registered operation at size ``n``: its implementations on the
+        arms enabled and available here, in heuristic order; or the forced one."""
+        backends = op.choices
         if not backends:
             raise RegistrationError(
                 f"operation {op.name!r} has no implementation; add one with "
                 f"@op.implementation(Backend.SIMD) (or GPU / SCALAR)")
         forced = self._core.forced
         if forced is not None:
-            if forced not in backends:
+            impl = op.implementation_for(forced)  # (an arm: its primary one, else a variant)
+            if impl is None:
+                what = "implementation" if forced.variant else f"{forced.value} implementation"
                 raise BackendUnavailableError(
                     f"backend {forced.value!r} is forced but operation {op.name!r} has "
-                    f"no {forced.value} implementation "
-                    f"(it has: {', '.join(b.value for b in backends)})")
-            return (forced,)
+                    f"no {what} (it has: {', '.join(b.value for b in backends)})")
+            return (impl.choice,)
         core = self._core
-        usable = [b for b in backends if b in core.enabled and core.devices.available(b)]
+        usable = [b for b in backends
+                  if b.arm in core.enabled and core.devices.available(b)]
         if not usable:
             raise BackendUnavailableError(
                 f"operation {op.name!r} has implementations for "
@@ -79,7 +83,7 @@ class Candidates:
                 f"(enabled and available: {', '.join(core.available_arms()) or 'none'})")
         return heuristic_order(op.kind, n, usable)
 
-    def for_name(self, operation: str, n: int) -> tuple[Backend, ...]:
+    def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:
         """Candidate arms for any operation name (registered or not), in heuristic order."""
         core = self._core
         route = self._routes.get(operation)  # (a device twin is routed, not registered)

@@ -13,7 +13,7 @@ from .._results import (
     result_signature,
     signatures_agree,
 )
-from ..backend import Backend
+from ..backend import Choice
 from ..errors import ResultMismatchError
 from ..history import KeyHistory
 from ..operations import Operation
@@ -36,9 +36,9 @@ class ResultChecks:
     def __init__(self, core: Core, learner: Learner) -> None:
         self._core = core
         self._learner = learner
-        self._reported: set[tuple[str, Backend]] = set()  # wrong results logged (once each)
+        self._reported: set[tuple[str, Choice]] = set()  # wrong results logged (once each)
 
-    def check(self, op: Operation, entry: Entry, backend: Backend, args: tuple[Any, ...],
+    def check(self, op: Operation, entry: Entry, backend: Choice, args: tuple[Any, ...],
               result: Any, ticket: int) -> ResultMismatchError | None:
         """The error of a wrong result of ``backend`` on a timed call, else ``None``.
 
@@ -79,7 +79,7 @@ class ResultChecks:
             return self._validate(op, entry, backend, args, result)
         return None
 
-    def _on_trial(self, key: KeyHistory, backend: Backend) -> bool:
+    def _on_trial(self, key: KeyHistory, backend: Choice) -> bool:
         """Whether ``backend`` is still being tried on ``key`` (its first timings in this
         epoch, or its first call back from a quarantine): validation mode checks each such
         call, so an arm that comes back wrong is not committed to on its word."""
@@ -87,9 +87,9 @@ class ResultChecks:
         return (stats is None or stats.epoch_samples < self._core.min_samples
                 or stats.consecutive_failures > 0)
 
-    def _settle_signatures(self, op: Operation, entry: Entry, ran: Backend,
+    def _settle_signatures(self, op: Operation, entry: Entry, ran: Choice,
                            args: tuple[Any, ...], in_sig: Any, out_sig: tuple[Any, Any],
-                           seen: tuple[tuple[Any, Any], Backend]) -> ResultMismatchError | None:
+                           seen: tuple[tuple[Any, Any], Choice]) -> ResultMismatchError | None:
         """``ran`` answered with another signature than ``seen`` (the first answer to such
         inputs): a third arm, where one can run, says which is wrong; else the first answer
         stands (two arms alone cannot tell)."""
@@ -116,7 +116,7 @@ class ResultChecks:
             f"arm returned {describe_signature(ref_sig)} for inputs of the same shapes, dtypes "
             "and integer arguments"))
 
-    def _validate(self, op: Operation, entry: Entry, ran: Backend, args: tuple[Any, ...],
+    def _validate(self, op: Operation, entry: Entry, ran: Choice, args: tuple[Any, ...],
                   result: Any) -> ResultMismatchError | None:
         """Validation mode: re-run this call on another arm and compare the values. On a
         mismatch, the side with NaN the other has none of is wrong; otherwise a third arm
@@ -143,7 +143,7 @@ class ResultChecks:
             return None
         return self._reported_error(ResultMismatchError(op.name, ran, ref, mismatch.detail))
 
-    def _witness(self, entry: Entry, exclude: tuple[Backend, ...]) -> Backend | None:
+    def _witness(self, entry: Entry, exclude: tuple[Choice, ...]) -> Choice | None:
         """The arm to compare a result with: the fastest known candidate not in ``exclude``
         and not quarantined, or ``None``."""
         key = entry.key
@@ -156,7 +156,7 @@ class ResultChecks:
             return core.policy.fallback(key, entry.candidates, barred)
 
     @staticmethod
-    def _run_aside(entry: Entry, backend: Backend, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    def _run_aside(entry: Entry, backend: Choice, args: tuple[Any, ...]) -> tuple[bool, Any]:
         """Run ``backend`` on a call's arguments to compare results: untimed, not learned from,
         its failure only means there is nothing to compare with."""
         impl = entry.impls[backend]
@@ -174,7 +174,7 @@ class ResultChecks:
     def _quarantine(self, entry: Entry, error: ResultMismatchError) -> None:
         """An arm other than the one that ran this call was found wrong: count its failure
         (quarantine with back-off) as if it had raised."""
-        backend: Backend = error.backend  # type: ignore[assignment]
+        backend: Choice = error.backend  # type: ignore[assignment]
         with self._core.lock:
             self._learner.failed(entry, backend)
             self._learner.refresh(entry, entry.key)

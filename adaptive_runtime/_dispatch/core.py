@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from .._forks import renew_after_fork
-from ..backend import Backend
+from ..backend import Backend, Choice
 from ..config import RuntimeConfig
 from ..gating import HotPathDetector, TraceGate
 from ..history import HistoryStore
@@ -49,7 +49,8 @@ class Core:
         # (the history saver and the metric reader's callbacks take it on their threads: a
         # forked child gets a fresh one, see _forks)
         renew_after_fork(self, Core._renew_lock)
-        self.forced: Backend | None = config.force_backend
+        # the implementation every call runs: an arm (its primary one) or a variant
+        self.forced: Choice | None = config.force_backend
         self.min_samples = policy.config.min_samples
         self.enabled = tuple(b for b in Backend if b not in config.disabled_backends)
         # validation mode: calls whose ticket is a multiple of 2**k are re-run on another arm

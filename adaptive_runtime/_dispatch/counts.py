@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from ..backend import Backend
+from ..backend import Backend, Choice
 from ..policy import Reason
 from .core import Core
-from .entry import TALLY_LABELS, Entry, Route
+from .entry import Entry, Route
 
 MAX_SELECT_LABELS = 256
 RETIRED_ENTRIES = 1024
@@ -20,11 +20,14 @@ _EXPLOIT = Reason.EXPLOIT
 
 @dataclass(frozen=True, slots=True)
 class SelectionKey:
-    """Labels of one selection counter: bounded (registered names, three arms, seven reasons)."""
+    """Labels of one selection counter: bounded (registered names, three arms and the
+    registered variants, seven reasons). ``variant``: ``""`` for an arm's primary
+    implementation."""
 
     operation: str
     backend: Backend
     reason: Reason
+    variant: str = ""
 
 
 class Counts:
@@ -35,8 +38,8 @@ class Counts:
         self._core = core
         self._routes = routes  # the fast path's table (read: registered names, entries)
         # (operation, backend, reason) -> calls; plain tuples because this is counted per call
-        self.selections: Counter[tuple[str, Backend, Reason]] = Counter()
-        self.fallbacks: Counter[tuple[str, Backend, Backend]] = Counter()
+        self.selections: Counter[tuple[str, Choice, Reason]] = Counter()
+        self.fallbacks: Counter[tuple[str, Choice, Choice]] = Counter()
         self.select_labels: set[str] = set()
         self._retired: deque[tuple[str, Entry]] = deque(maxlen=RETIRED_ENTRIES)
 
@@ -58,7 +61,7 @@ class Counts:
         if any(tally):
             for slot, calls in enumerate(tally):
                 if calls:
-                    backend, reason = TALLY_LABELS[slot]
+                    backend, reason = entry.label(slot)
                     self.selections[(operation, backend, reason)] += calls
                     tally[slot] = 0
         fast = entry.fast_calls()
@@ -90,8 +93,14 @@ class Counts:
                     self.flush(operation, entry)
             for operation, entry in self._retired:
                 self.flush(operation, entry)
-            return {SelectionKey(*k): n for k, n in self.selections.items() if n}
+            return {SelectionKey(op, choice.arm, reason, choice.variant): n
+                    for (op, choice, reason), n in self.selections.items() if n}
 
     def fallback_counts(self) -> dict[tuple[str, Backend, Backend], int]:
+        """Fallbacks by (operation, arm that raised, arm that answered): a variant's
+        counted with its arm."""
         with self._core.lock:
-            return dict(self.fallbacks)
+            by_arm: Counter[tuple[str, Backend, Backend]] = Counter()
+            for (operation, failed, answered), n in self.fallbacks.items():
+                by_arm[(operation, failed.arm, answered.arm)] += n
+            return dict(by_arm)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Backend, Choice
 from ..config import RuntimeConfig
 from ..gating import HotPathDetector, OperationRate, TraceGate
 from ..history import HistoryStore
@@ -100,10 +100,10 @@ class Dispatcher:
     def explain(self, operation: str, n: int) -> Decision:
         return self._trueno.explain(operation, n)
 
-    def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
+    def record(self, operation: str, n: int, backend: Choice, duration_us: float) -> None:
         self._trueno.record(operation, n, backend, duration_us)
 
-    def best(self, operation: str, n: int) -> Backend | None:
+    def best(self, operation: str, n: int) -> Choice | None:
         return self._trueno.best(operation, n)
 
     def is_hot(self, operation: str) -> bool:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..backend import Backend
+from ..backend import Choice
 from ..gating import HotPathTransition, TraceVerdict
 from ..history import KeyHistory
 from ..policy import Decision
@@ -22,7 +22,7 @@ from .core import Core
 from .counts import Counts
 
 # (operation, size, arm, duration_us, time_s, calls) of every timing learned
-CallTiming = tuple[str, int, Backend, float, float, int]
+CallTiming = tuple[str, int, Choice, float, float, int]
 
 
 class CallRecord(NamedTuple):
@@ -33,12 +33,12 @@ class CallRecord(NamedTuple):
     input_size: int
     size_bucket: int
     decision: Decision
-    backend: Backend
+    backend: Choice
     select_start_ns: int
     start_ns: int
     end_ns: int
     error: BaseException | None
-    fallback_to: Backend | None
+    fallback_to: Choice | None
     verdict: TraceVerdict
     # the kernel's time measured on its device (CUDA events), where it was timed there: the
     # record is handed over once the events have completed
@@ -78,11 +78,11 @@ class Emission:
         self.timings = metrics.recording
         self.submit = spans.submit
         # (operation, backend, duration_us) of every timed call, for the duration histogram
-        self.duration: Callable[[tuple[str, Backend, float]], Any] = metrics.pending.append
+        self.duration: Callable[[tuple[str, Choice, float]], Any] = metrics.pending.append
 
-    def emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Backend,
+    def emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Choice,
              times: tuple[int, int, int], error: BaseException | None,
-             fallback_to: Backend | None, verdict: TraceVerdict,
+             fallback_to: Choice | None, verdict: TraceVerdict,
              device_us: float | None = None) -> None:
         """Hand an admitted call's record to the span sink; ``times``: select start, kernel
         start and end (timer nanoseconds); ``device_us``: the kernel's device time."""
@@ -97,7 +97,7 @@ class Emission:
         verdict = self._core.gate.admit(
             key.id, decision.reason, duration_us if learned else math.inf,  # type: ignore[arg-type]
             hot, key.samples + key.failures + learned <= 1, failed, calls, now,
-            decision.backend)
+            decision.choice)
         return verdict if verdict.export else None
 
     def failure_verdict(self, key: KeyHistory, decision: Decision) -> TraceVerdict | None:

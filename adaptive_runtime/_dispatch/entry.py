@@ -6,23 +6,23 @@ from collections.abc import Callable
 from typing import Any
 
 from .._counter import counter, issued
-from ..backend import Backend
+from ..backend import Choice
 from ..gating import TIMED_CALL_COST_US, OperationRate
 from ..history import KeyHistory
 from ..operations import Implementation, Operation
 from ..policy import Decision, KeyState, Reason
 
-# An operation's candidate arms for one cold-start preference, and their implementations.
-Arms = tuple[tuple[Backend, ...], dict[Backend, Implementation]]
+# An operation's candidates (arms and variants) for one cold-start preference, and their
+# implementations.
+Arms = tuple[tuple[Choice, ...], dict[Choice, Implementation]]
 
 
-# An entry's timed calls by (arm, reason), not yet in the dispatcher's counters: slot
-# TALLY_REASON[reason] + TALLY_ARM[arm] of ``Entry.tally``, whose (arm, reason) is
-# TALLY_LABELS[slot]. (A list slot, not a Counter keyed by a tuple built and hashed on every
+# An entry's timed calls by (choice, reason), not yet in the dispatcher's counters: slot
+# Entry.slots[choice] + TALLY_REASON[reason] of ``Entry.tally``, whose (choice, reason) is
+# Entry.label(slot). (A list slot, not a Counter keyed by a tuple built and hashed on every
 # timed call: a third of the cost; the counters fold it in when read, Counts.flush.)
-TALLY_ARM = {b: i for i, b in enumerate(Backend)}
-TALLY_REASON = {r: i * len(Backend) for i, r in enumerate(Reason)}
-TALLY_LABELS = tuple((b, r) for r in Reason for b in Backend)
+TALLY_REASONS = tuple(Reason)
+TALLY_REASON = {r: i for i, r in enumerate(TALLY_REASONS)}
 
 # The longest timing period a key can have (RuntimeConfig.max_measure_period's upper limit).
 MAX_PERIOD = 1 << 20
@@ -43,8 +43,8 @@ class Entry:
 
     __slots__ = ("backend", "bucket", "candidates", "commit_pending", "expected",
                  "fast_flushed", "fast_label", "impl", "impls", "key", "last_ticket",
-                 "last_timed_s", "mask", "max_period", "next", "rate", "size_of", "state",
-                 "tally", "ticks", "timed", "timed_exploits", "timing_cost_us",
+                 "last_timed_s", "mask", "max_period", "next", "rate", "size_of", "slots",
+                 "state", "tally", "ticks", "timed", "timed_exploits", "timing_cost_us",
                  "watch_fixed_ns", "watch_limit_ns", "watch_per_element_ns", "watch_tripped",
                  "watched")
 
@@ -74,7 +74,7 @@ class Entry:
         self.watched: tuple[Callable[..., Any], Callable[..., Any]] | None = None
         self.watch_fixed_ns = self.watch_per_element_ns = self.watch_limit_ns = 0.0
         self.watch_tripped = False
-        self.backend: Backend | None = None
+        self.backend: Choice | None = None  # the fast path's choice
         self.last_ticket = -1  # ticket of the latest timed call (for the call rate)
         self.last_timed_s: float | None = None  # ...and when it was learned from
         self.fast_flushed = 0  # fast calls already added to the counters
@@ -82,10 +82,11 @@ class Entry:
         # calls, not in the dispatcher's counter (one int here, not a dict update of a tuple
         # key: a timed call's bookkeeping is dominated by the memory it touches)
         self.timed_exploits = 0
-        self.fast_label: tuple[str, Backend, Reason] | None = None  # ...and where
-        # every other timed call, by (arm, reason), since the counters last folded it in
-        # (see TALLY_LABELS); counted under the lock
-        self.tally = [0] * len(TALLY_LABELS)
+        self.fast_label: tuple[str, Choice, Reason] | None = None  # ...and where
+        # every other timed call, by (choice, reason), since the counters last folded it in
+        # (see TALLY_REASON); counted under the lock
+        self.slots = {c: i * len(TALLY_REASONS) for i, c in enumerate(self.candidates)}
+        self.tally = [0] * (len(TALLY_REASONS) * len(self.candidates))
         # the decision for the key's next timed call, made when the previous one was learned
         # from (so a timed call takes the lock once); None: decide when the call comes
         self.next: Decision | None = None
@@ -95,7 +96,12 @@ class Entry:
         self.timing_cost_us = TIMED_CALL_COST_US
         # input signature -> (result signature, the arm that answered first): what every
         # arm must return for such inputs (see checks.ResultChecks.check)
-        self.expected: dict[Any, tuple[tuple[Any, Any], Backend]] = {}
+        self.expected: dict[Any, tuple[tuple[Any, Any], Choice]] = {}
+
+    def label(self, slot: int) -> tuple[Choice, Reason]:
+        """The (choice, reason) whose timed calls ``tally[slot]`` counts."""
+        position, reason = divmod(slot, len(TALLY_REASONS))
+        return self.candidates[position], TALLY_REASONS[reason]
 
     def next_ticket(self) -> int:
         """The ticket the next call will take."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Choice
 from ..errors import AllBackendsFailedError
 from ..history import ArmStats
 from ..operations import Operation
@@ -47,11 +47,11 @@ class Fallback:
                 times: tuple[int, int, int]) -> Any:
         """The chosen arm failed: record, quarantine, and run the next-best arm (repeatedly);
         ``times``: the failed run's select start, kernel start and end."""
-        errors: dict[Backend, BaseException] = {}
+        errors: dict[Choice, BaseException] = {}
         undo: _Undo = []
         emission = self._emission
         while True:
-            backend = decision.backend
+            backend = decision.choice
             errors[backend] = exc
             with self._core.lock:
                 nxt, span = self._failed(op, entry, n, decision, ticket, errors, undo)
@@ -80,12 +80,12 @@ class Fallback:
             return result
 
     def _failed(self, op: Operation, entry: Entry, n: int, decision: Decision, ticket: int,
-                errors: dict[Backend, BaseException],
-                undo: _Undo) -> tuple[Backend | None, Span | None]:
+                errors: dict[Choice, BaseException],
+                undo: _Undo) -> tuple[Choice | None, Span | None]:
         """Record ``decision``'s arm's failure; the arm to fall back to (``None``: every arm
         failed) and the failure's span, if exported. Lock held."""
         key = entry.key
-        backend = decision.backend
+        backend = decision.choice
         stats = key.arm(backend)
         undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
         self._learner.failed(entry, backend)

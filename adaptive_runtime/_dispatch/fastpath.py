@@ -222,7 +222,7 @@ class Router:
         family, on_device = op.family, op.on_device
         core = self._core
         if not (Backend.GPU in op.backends and Backend.GPU in core.enabled
-                and core.forced in (None, Backend.GPU)
+                and (core.forced is None or core.forced.arm is Backend.GPU)
                 and core.devices.available(Backend.GPU)):
             on_device = None
         if on_device is None:

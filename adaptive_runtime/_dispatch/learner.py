@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import Backend
+from ..backend import Choice
 from ..gating import (
     KEY_TIMING_SHARE,
     SLOW_CALL_MAX_PERIOD,
@@ -22,7 +22,7 @@ from .candidates import Candidates, floors
 from .core import Core
 from .counts import Counts
 from .emission import Emission
-from .entry import TALLY_ARM, TALLY_REASON, Entry
+from .entry import TALLY_REASON, Entry
 from .watch import WATCH_ABOVE_US, WATCHED_MAX_PERIOD, watch, watched_call
 
 # module globals: one dict lookup instead of two on the slow path
@@ -99,7 +99,7 @@ class Learner:
         """History dropped this key: drop the policy's state of it."""
         self._states.pop((operation, bucket), None)
 
-    def decide(self, key: KeyHistory, state: KeyState, candidates: tuple[Backend, ...],
+    def decide(self, key: KeyHistory, state: KeyState, candidates: tuple[Choice, ...],
                now: float) -> Decision:
         """A full decision for ``key``, applied."""
         core = self._core
@@ -172,11 +172,11 @@ class Learner:
                             or (2 * bound * elapsed <= window_calls
                                 and bound < self._longest_period)):
                         self._keep_visible(entry, window_calls / elapsed)
-        reason, backend = decision.reason, decision.backend
+        reason, backend = decision.reason, decision.choice
         if reason is _EXPLOIT and backend is entry.backend:
             entry.timed_exploits += 1  # (see Entry)
         else:  # (folded into the counters when they are read: Counts.flush)
-            entry.tally[TALLY_REASON[reason] + TALLY_ARM[backend]] += 1
+            entry.tally[entry.slots[backend] + TALLY_REASON[reason]] += 1
         emission = self._emission
         transition = entry.rate.add(calls, now, since)
         if transition is not None:
@@ -210,7 +210,7 @@ class Learner:
                n: int, now: float, calls: int) -> None:
         """Learn one timing of ``decision``'s arm into the key's history (replacing the
         arm's estimate where the policy re-measures it), then into the policy's state."""
-        backend = decision.backend
+        backend = decision.choice
         if self._policy.remeasures(key, decision):
             key.arms[backend].start_epoch()
         learned = self._history.record(key, backend, duration_us, n)
@@ -305,7 +305,7 @@ class Learner:
         become spans are explained. Lock held."""
         return self._core.policy.explained(decision, entry.state, entry.key, entry.candidates)
 
-    def failed(self, entry: Entry, backend: Backend) -> None:
+    def failed(self, entry: Entry, backend: Choice) -> None:
         """``backend`` failed on ``entry``'s key: its failure recorded (quarantine with
         back-off), the decision made before it dropped. (The caller moves the fast path.)"""
         self._core.history.record_failure(entry.key, backend, self._core.clock())

@@ -12,7 +12,7 @@ from ..policy import Decision, Reason
 from .attempt import Attempt
 from .core import Core
 from .emission import Emission
-from .entry import TALLY_ARM, TALLY_REASON, Entry
+from .entry import TALLY_REASON, Entry
 from .fallback import Fallback
 from .learner import Learner
 
@@ -57,7 +57,7 @@ class TimedCalls:
         capturing = op.capturing
         if capturing is not None and capturing():
             return self._captured(entry, decision, args)
-        backend = decision.backend
+        backend = decision.choice
         result, start_ns, end_ns, learn_us, error, device_timing = self._attempt(
             op, entry, backend, args, ticket)
         if error is not None:
@@ -102,8 +102,8 @@ class TimedCalls:
         impls = entry.impls
         backend = entry.state.incumbent
         if backend is None or backend not in impls:
-            backend = Backend.GPU if Backend.GPU in impls else decision.backend
+            backend = Backend.GPU if Backend.GPU in impls else decision.choice
         result = impls[backend].fn(*args)
         with self._core.lock:
-            entry.tally[TALLY_REASON[_EXPLOIT] + TALLY_ARM[backend]] += 1
+            entry.tally[entry.slots[backend] + TALLY_REASON[_EXPLOIT]] += 1
         return result

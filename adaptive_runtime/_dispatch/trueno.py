@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..backend import Backend
+from ..backend import Choice
 from ..history import KeyHistory
 from ..keys import size_bucket
 from ..policy import Decision, KeyState, Reason, best_arm
@@ -37,7 +37,7 @@ class TruenoApi:
             transition = core.hot.observe(operation, 1, now)
             decision = self._learner.decide(key, self._learner.state_of(key), candidates, now)
             label = self._counts.label(operation)
-            self._counts.selections[(label, decision.backend, decision.reason)] += 1
+            self._counts.selections[(label, decision.choice, decision.reason)] += 1
             self._reset_entry(operation, bucket, key)
         if transition is not None:
             self._emission.spans.submit_transition(
@@ -71,7 +71,7 @@ class TruenoApi:
             return self._explained_now(decision, state, key, candidates)
 
     def _explained_now(self, decision: Decision, state: KeyState, key: KeyHistory,
-                       candidates: tuple[Backend, ...]) -> Decision:
+                       candidates: tuple[Choice, ...]) -> Decision:
         """``decision`` explained from the history as it is now, not as it was when it was
         made (a memoised exploit, or a decision made before the latest timings): its
         estimates are left out, so that Policy.explained fills them in afresh."""
@@ -79,13 +79,13 @@ class TruenoApi:
                                            candidates)
 
     def _forced(self, key: KeyHistory | None) -> Decision:
-        forced: Backend = self._core.forced  # type: ignore[assignment]
+        forced: Choice = self._core.forced  # type: ignore[assignment]
         stats = key.arms.get(forced) if key is not None else None
         return Decision(forced, Reason.FORCED, 1.0,
                         {forced: stats.estimate_us} if stats else {},
                         stats.samples if stats else 0)
 
-    def record(self, operation: str, n: int, backend: Backend, duration_us: float) -> None:
+    def record(self, operation: str, n: int, backend: Choice, duration_us: float) -> None:
         bucket = size_bucket(n)
         core = self._core
         with core.lock:
@@ -96,7 +96,7 @@ class TruenoApi:
             self._emission.calls((operation, n, backend, duration_us, core.clock(), 1))
             self._reset_entry(operation, bucket, key)
 
-    def best(self, operation: str, n: int) -> Backend | None:
+    def best(self, operation: str, n: int) -> Choice | None:
         bucket = size_bucket(n)
         candidates = self._candidates.for_name(operation, n)
         with self._core.lock:

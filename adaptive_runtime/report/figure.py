@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..backend import Backend
+from ..backend import Backend, Choice, choice_order
 from .model import CLEAR_MARGIN, Crossover, DecisionEvent, KeyRow, Report, compact_size, crossovers
 
 if TYPE_CHECKING:
@@ -77,9 +77,9 @@ def _legend(fig: Figure, rows: Sequence[KeyRow], cross: Sequence[Crossover]) -> 
     operations, so a legend per panel would repeat itself and hide curves."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=ARM_COLORS[arm], marker="o", markersize=4, linewidth=1.6,
-                      label=arm.value)
-               for arm in Backend if any(arm in r.latency_us for r in rows)]
+    handles = [Line2D([], [], color=ARM_COLORS[arm.arm], marker="o", markersize=4,
+                      linewidth=1.6, linestyle=_line_style(arm), label=arm.value)
+               for arm in _choices(rows)]
     if any(r.chosen is not None for r in rows):
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=10,
                               markerfacecolor="none", markeredgecolor="black",
@@ -96,6 +96,16 @@ def _legend(fig: Figure, rows: Sequence[KeyRow], cross: Sequence[Crossover]) -> 
                    fontsize=9, frameon=False)
 
 
+def _choices(rows: Sequence[KeyRow]) -> list[Choice]:
+    """The arms and variants measured in ``rows``, in ``choice_order``."""
+    return sorted({b for r in rows for b in r.latency_us}, key=choice_order)
+
+
+def _line_style(choice: Choice) -> str:
+    """An arm's primary implementation solid, its variants dashed (in the arm's colour)."""
+    return "--" if choice.variant else "-"
+
+
 def save_png(fig: Figure, path: str | os.PathLike[str]) -> None:
     """Write ``fig`` to ``path`` as a PNG (``OSError`` if it cannot be written)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -109,7 +119,7 @@ def _latency_panel(ax: Axes, operation: str, rows: Sequence[KeyRow],
     ax.set_title(f"{operation}: learned latency per arm", fontsize=10, loc="left",
                  fontweight="bold")
     plotted = False
-    for arm in Backend:
+    for arm in _choices(rows):
         points = sorted((r.size_bucket, r.reference_size, r.latency_us[arm]) for r in rows
                         if arm in r.latency_us and _positive(r.latency_us[arm])
                         and r.reference_size > 0)
@@ -124,7 +134,8 @@ def _latency_panel(ax: Axes, operation: str, rows: Sequence[KeyRow],
                 ys.append(math.nan)
             xs.append(x)
             ys.append(y)
-        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, color=ARM_COLORS[arm])
+        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, color=ARM_COLORS[arm.arm],
+                linestyle=_line_style(arm))
         plotted = True
     chosen = [(r.reference_size, r.latency_us[r.chosen]) for r in rows
               if r.chosen is not None and r.chosen in r.latency_us

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..backend import Backend
+from ..backend import Choice, choice_order
 from ..keys import bucket_bounds, reference_size
 
 __all__ = ["CLEAR_MARGIN", "Crossover", "DecisionEvent", "KeyRow", "Report",
@@ -30,9 +30,9 @@ class KeyRow:
 
     operation: str
     size_bucket: int
-    latency_us: Mapping[Backend, float]
+    latency_us: Mapping[Choice, float]
     samples: int
-    chosen: Backend | None
+    chosen: Choice | None
     reason: str | None = None
     confidence: float | None = None
 
@@ -47,7 +47,7 @@ class KeyRow:
         return bucket_bounds(self.size_bucket)
 
     @property
-    def fastest(self) -> Backend | None:
+    def fastest(self) -> Choice | None:
         """The arm with the lowest finite learned latency (``None``: none measured)."""
         return fastest_arm(self.latency_us)
 
@@ -62,14 +62,12 @@ class KeyRow:
         return max(finite) / mine
 
 
-def fastest_arm(latency_us: Mapping[Backend, float]) -> Backend | None:
-    """The arm with the lowest finite latency in ``latency_us`` (``None`` if none is finite;
-    a tie goes to the first in ``Backend`` order, so the answer never depends on dict order)."""
-    finite = [(us, _ARM_ORDER[b], b) for b, us in latency_us.items() if math.isfinite(us)]
-    return min(finite)[2] if finite else None
-
-
-_ARM_ORDER = {b: i for i, b in enumerate(Backend)}
+def fastest_arm(latency_us: Mapping[Choice, float]) -> Choice | None:
+    """The arm (or variant) with the lowest finite latency in ``latency_us`` (``None`` if
+    none is finite; a tie goes to the first in ``choice_order``, so the answer never depends
+    on dict order)."""
+    finite = [(us, choice_order(b), b) for b, us in latency_us.items() if math.isfinite(us)]
+    return min(finite, key=lambda t: t[:2])[2] if finite else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +79,7 @@ class DecisionEvent:
     time_s: float
     operation: str
     input_size: int
-    backend: Backend
+    backend: Choice
     reason: str
     weight: float = 1.0
     commit: bool = False
@@ -102,8 +100,8 @@ class Crossover:
     operation: str
     lower_bucket: int
     upper_bucket: int
-    before: Backend
-    after: Backend
+    before: Choice
+    after: Choice
     # how clearly each arm wins on its side: the widest lead (runner-up / winner - 1) over
     # the stretch of buckets it wins, the smaller of the two (inf: one arm measured there)
     margin: float = math.inf
@@ -164,7 +162,7 @@ def crossovers(rows: Sequence[KeyRow]) -> list[Crossover]:
     for operation, measured in sorted(by_operation.items()):
         measured.sort(key=lambda r: r.size_bucket)
         # stretches of consecutive buckets won by one arm, with the widest lead in each
-        stretches: list[tuple[Backend, int, int, float]] = []  # arm, first, last, lead
+        stretches: list[tuple[Choice, int, int, float]] = []  # arm, first, last, lead
         for row in measured:
             arm, bucket, lead = row.fastest, row.size_bucket, _lead(row)
             assert arm is not None  # (rows without one were left out above)

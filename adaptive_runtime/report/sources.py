@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..backend import Backend
+from ..backend import Choice
 from ..history import HistoryRecord, read_history_file
 from ..keys import bucket_bounds
 from .model import KeyRow, Report, ReportInputError, fastest_arm
@@ -55,14 +55,14 @@ def from_history_file(path: str | os.PathLike[str]) -> Report:
 def rows_from_records(records: Iterable[HistoryRecord]) -> list[KeyRow]:
     """One row per (operation, size bucket) with a finite learned latency, sorted; the chosen
     arm is the fastest (see the module docstring)."""
-    latency: dict[tuple[str, int], dict[Backend, float]] = {}
+    latency: dict[tuple[str, int], dict[Choice, float]] = {}
     samples: dict[tuple[str, int], int] = {}
     for r in records:
         key = (r.operation, r.size_bucket)
         samples[key] = samples.get(key, 0) + r.samples
         # (NaN: the arm is being measured afresh, e.g. after drift; it has no estimate now)
         if r.samples and math.isfinite(r.mean_us):
-            latency.setdefault(key, {})[r.backend] = r.mean_us
+            latency.setdefault(key, {})[r.choice] = r.mean_us
     rows = []
     for (operation, bucket), arms in sorted(latency.items()):
         rows.append(KeyRow(operation, bucket, arms, samples[(operation, bucket)],
@@ -82,7 +82,7 @@ def from_runtime(rt: AdaptiveRuntime, operations: Iterable[str] | None = None) -
     for row in rows_from_records(records):
         decision = rt.decide(row.operation, bucket_bounds(row.size_bucket)[0])
         rows.append(KeyRow(row.operation, row.size_bucket, row.latency_us, row.samples,
-                           Backend(decision.backend), decision.reason.value,
+                           decision.choice, decision.reason.value,
                            float(decision.confidence)))
     return Report(tuple(rows), (), "this runtime", "the arm the runtime runs now (rt.decide)")
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..backend import Backend
+from ..backend import Backend, choice_order
 from .model import KeyRow
 
 __all__ = ["ARM_STYLES", "REASON_STYLES", "decision_table", "format_us", "make_console"]
@@ -42,7 +42,7 @@ def make_console(out: TextIO) -> Console:
 def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table:
     """The rows as a table, a blank line between operations. Reason and confidence columns
     appear only when some row has them; arm columns only for arms measured somewhere."""
-    arms = [b for b in Backend if any(b in r.latency_us for r in rows)]
+    arms = sorted({b for r in rows for b in r.latency_us}, key=choice_order)
     explained = any(r.reason is not None for r in rows)
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   title_justify="left", header_style="bold")
@@ -54,7 +54,7 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
         table.add_column("reason")
         table.add_column("conf", justify="right")
     for arm in arms:
-        table.add_column(f"{arm.value} µs", justify="right", style=ARM_STYLES[arm])
+        table.add_column(f"{arm.value} µs", justify="right", style=ARM_STYLES[arm.arm])
     table.add_column("samples", justify="right")
     table.add_column("speed-up", justify="right")
     for i, row in enumerate(rows):
@@ -62,7 +62,8 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
         chosen = row.chosen
         cells: list[Text] = [
             Text(row.operation), Text(str(row.size_bucket)), Text(f"{lo:,}-{hi:,}"),
-            Text(chosen.value, style=ARM_STYLES[chosen]) if chosen is not None else Text("-")]
+            Text(chosen.value, style=ARM_STYLES[chosen.arm]) if chosen is not None
+            else Text("-")]
         if explained:
             reason = row.reason or "-"
             cells += [Text(reason, style=REASON_STYLES.get(reason, "")),

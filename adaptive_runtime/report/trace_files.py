@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..backend import Backend
+from ..backend import Backend, Choice, choice_of, parse_choice
 from .model import DecisionEvent, KeyRow, Report, ReportInputError, fastest_arm
 
 __all__ = ["TRACES_FILE", "from_telemetry", "trace_files"]
@@ -50,12 +50,12 @@ class _Select(NamedTuple):
     operation: str
     input_size: int
     size_bucket: int
-    backend: Backend
+    backend: Choice
     reason: str
     confidence: float
     samples: int
     weight: float
-    estimates_us: Mapping[Backend, float]
+    estimates_us: Mapping[Choice, float]
     commit: bool  # the key committed to ``backend`` on this call (adaptive.commit)
 
 
@@ -164,13 +164,14 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                 if not str(span.get("name", "")).startswith(_SELECT):
                     continue
                 a = _attributes(span.get("attributes", ()))
-                estimates = {Backend.parse(k[len(_ESTIMATE):]): float(v)
+                estimates = {parse_choice(k[len(_ESTIMATE):]): float(v)
                              for k, v in a.items() if k.startswith(_ESTIMATE)}
                 yield _Select(
                     run, service, int(span["startTimeUnixNano"]),
                     str(a.get("adaptive.operation") or span["name"][len(_SELECT):]),
                     int(a["adaptive.input_size"]), int(a["adaptive.size_bucket"]),
-                    Backend.parse(a["adaptive.backend"]), str(a["adaptive.decision"]),
+                    choice_of(Backend.parse(a["adaptive.backend"]),
+                              str(a.get("adaptive.variant", ""))), str(a["adaptive.decision"]),
                     float(a.get("adaptive.confidence", 0.0)), int(a.get("adaptive.samples", 0)),
                     float(a.get("adaptive.sampling.weight", 1.0)), estimates,
                     a.get("adaptive.commit") is True)

@@ -10,6 +10,11 @@ Instruments (OTel names; the Prometheus exporter names are in parentheses):
 
 - ``adaptive.selection`` counter — calls by ``adaptive.operation``, ``adaptive.backend`` and
   ``adaptive.decision`` (``adaptive_selection_total``).
+
+Wherever a series names an arm (``adaptive.backend``), calls and estimates of a variant of
+the arm carry ``adaptive.variant`` too (its registered name); an arm's primary implementation
+carries none. Variants are registered names, a few per arm: the label stays bounded.
+
 - ``adaptive.fallback`` counter — calls re-routed after an arm raised, by
   ``adaptive.operation``, ``adaptive.backend`` (the arm that failed) and
   ``adaptive.fallback_to`` (``adaptive_fallback_total``).
@@ -77,6 +82,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from .._forks import after_fork_in_child, renew_after_fork
+from ..backend import VARIANT_SEPARATOR, choice_of
 from ..keys import reference_size
 from .instrumentation import records_metrics
 from .stats import export_losses
@@ -112,6 +118,8 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
 _SELECTION = ("adaptive.operation", "adaptive.backend", "adaptive.decision")
 _FALLBACK = ("adaptive.operation", "adaptive.backend", "adaptive.fallback_to")
 _REASON = ("adaptive.sampling.reason",)
+_KEY_LABELS = ("adaptive.operation", "adaptive.size_bucket", "adaptive.backend")
+_DURATION_LABELS = ("adaptive.operation", "adaptive.backend")
 
 # Marks the end of what a drain took from ``pending``; see RuntimeMetrics._drain.
 _MARK: Any = object()
@@ -161,12 +169,24 @@ class KeySource(Protocol):
 
 
 def _label(value: object) -> str:
-    # Backend and Reason are str enums; their ``value`` is the bounded label.
+    # Backend, Variant and Reason have a ``value``: the bounded label ("simd:numpy" for a
+    # variant, split into two attributes by _attributes).
     return str(getattr(value, "value", value))
 
 
+def _attributes(keys: tuple[str, ...], labels: tuple[Any, ...]) -> dict[str, Any]:
+    """The attributes of one series: ``keys`` and ``labels`` paired, an arm's variant
+    ("<arm>:<variant>") split into ``adaptive.backend`` and ``adaptive.variant``."""
+    attrs = dict(zip(keys, labels, strict=True))
+    arm = attrs.get("adaptive.backend")
+    if isinstance(arm, str) and VARIANT_SEPARATOR in arm:
+        attrs["adaptive.backend"], _, attrs["adaptive.variant"] = arm.partition(
+            VARIANT_SEPARATOR)
+    return attrs
+
+
 def _selections(source: MetricsSource) -> _Counts:
-    return {(key.operation, _label(key.backend), _label(key.reason)): n
+    return {(key.operation, _label(choice_of(key.backend, key.variant)), _label(key.reason)): n
             for key, n in source.selection_counts().items()}
 
 
@@ -391,7 +411,7 @@ class _Hub:
                     for reason, lost in export_losses().items():
                         if lost:
                             totals[(reason,)] += lost
-                return [Observation(n, dict(zip(keys, labels, strict=True)))
+                return [Observation(n, _attributes(keys, labels))
                         for labels, n in totals.items()]
             except Exception:  # never let observability break a collection
                 self._log_once(name, "adaptive_runtime metrics: %s callback failed", name)
@@ -470,9 +490,8 @@ class _Hub:
                 return []
             try:
                 values: dict[tuple[str, int, str], float] = getattr(self._key_view(fresh), name)
-                return [Observation(v, {"adaptive.operation": op, "adaptive.size_bucket": bucket,
-                                        "adaptive.backend": arm})
-                        for (op, bucket, arm), v in values.items()]
+                return [Observation(v, _attributes(_KEY_LABELS, key))
+                        for key, v in values.items()]
             except Exception:
                 self._log_once(f"keys {name}", "adaptive_runtime metrics: %s callback failed",
                                name)
@@ -515,7 +534,7 @@ class _Hub:
                     row = mine[(r.operation, r.size_bucket)] = [r.last_update, {}]
                 elif r.last_update > row[0]:
                     row[0] = r.last_update
-                row[1][_label(r.backend)] = r.mean_us
+                row[1][_label(r.choice)] = r.mean_us
             for key, (stamp, arms) in mine.items():
                 held = keys.get(key)
                 # a key two runtimes share: the one that learned on it last speaks for it
@@ -538,7 +557,7 @@ class _Hub:
                 continue
             reason = _label(decision.reason)
             if reason in _COMMITTED_REASONS:
-                chosen: str | None = _label(decision.backend)
+                chosen: str | None = _label(decision.choice)
             elif reason == _RECHECK:
                 # A re-check times another arm while the commitment holds; which arm is
                 # committed, the decision does not say: the one reported before, if any.
@@ -617,8 +636,8 @@ class _Hub:
                 if labels is None:
                     if len(attrs) >= _MAX_DURATION_ATTRS:
                         attrs.clear()
-                    labels = attrs[key] = {"adaptive.operation": str(operation),
-                                           "adaptive.backend": _label(backend)}
+                    labels = attrs[key] = _attributes(_DURATION_LABELS,
+                                                      (str(operation), _label(backend)))
                 record(duration_us / 1e6, labels)
             except Exception:  # a malformed item, or the SDK refused it: skip it
                 self._log_once("record", "adaptive_runtime metrics: could not record a "

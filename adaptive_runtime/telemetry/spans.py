@@ -43,7 +43,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from .._counter import counter, issued
-from ..backend import Backend
+from ..backend import Choice
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
 
@@ -156,7 +156,7 @@ class SpanRecorder:
         # the span attributes saying a forked child made the spans (none in the first process)
         self._process_attrs: dict[str, int] = {}
         # (operation, size bucket) -> arm -> the latest execute span made for it (worker only)
-        self._evidence: OrderedDict[tuple[str, int], dict[Backend, trace.SpanContext]] = (
+        self._evidence: OrderedDict[tuple[str, int], dict[Choice, trace.SpanContext]] = (
             OrderedDict())
         _track(self)
 
@@ -370,6 +370,9 @@ class SpanRecorder:
             "adaptive.sampling.weight": float(record.verdict.weight),
             **self._rank_attrs,
         }
+        variant = decision.choice.variant
+        if variant:  # (an arm's primary implementation has none)
+            select_attrs["adaptive.variant"] = variant
         verdict = record.verdict
         if verdict.reason == _COMMIT:
             # (searchable in Jaeger: adaptive.commit=true; a switch also names the arm left)
@@ -389,6 +392,7 @@ class SpanRecorder:
             links = [trace.Link(evidence[arm], {"adaptive.backend": arm.value,
                                                 "adaptive.estimate_us": float(estimate)})
                      for arm, estimate in decision.estimates_us.items() if arm in evidence]
+            # (a variant is named "<arm>:<variant>" here, as in the estimate attributes)
         select = tracer.start_span(f"adaptive.select {operation}", context=ctx,
                                    attributes=select_attrs, start_time=select_start,
                                    links=links)
@@ -402,10 +406,12 @@ class SpanRecorder:
         device_us = record.device_us
         exec_attrs: dict[str, Any] = {
             "adaptive.operation": operation,
-            "adaptive.backend": record.backend.value,
+            "adaptive.backend": record.backend.arm.value,
             "adaptive.duration_us": launch_us if device_us is None else device_us,
             **self._rank_attrs,
         }
+        if record.backend.variant:
+            exec_attrs["adaptive.variant"] = record.backend.variant
         end_ns = record.end_ns
         if device_us is not None:
             # Timed on the device (CUDA events): the kernel's time is the device's; the host
@@ -430,7 +436,7 @@ class SpanRecorder:
         if self._on_materialized is not None:
             self._on_materialized(record)
 
-    def _remember(self, key: tuple[str, int], arm: Backend,
+    def _remember(self, key: tuple[str, int], arm: Choice,
                   span_context: trace.SpanContext) -> None:
         """Keep ``span_context`` as the latest evidence for ``arm`` at ``key``."""
         evidence = self._evidence

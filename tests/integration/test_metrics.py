@@ -506,6 +506,49 @@ def test_key_gauges_report_learned_latency_and_the_committed_arm(otlp: OtlpMetri
     metrics.close()
 
 
+def test_a_variant_is_its_own_series_labelled_by_arm_and_variant(otlp: OtlpMetrics) -> None:
+    """A variant of an arm (here a SIMD kernel 4x cheaper than the primary one) is counted,
+    timed and learned apart: its series carry ``adaptive.backend`` and ``adaptive.variant``;
+    the primary implementation's carry no variant."""
+    timer = SpentTimer()
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False,
+                            devices=DeviceProbe(gpu=False), clock=ManualClock(), timer=timer)
+    op = rt.register("scale", size=lambda n: n, kind="vector")
+    for backend, scale, name in ((SIMD, 1.0, ""), (SCALAR, 1.0, ""), (SIMD, 0.25, "fast")):
+        op.add_implementation(backend, _timed_kernel(timer, backend, scale, False), name=name)
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    wire(rt, metrics)
+    for _ in range(300):
+        rt.run("scale", reference_size(14))
+    decision = rt.decide("scale", reference_size(14))
+    assert (decision.backend, decision.variant) == (SIMD, "fast")
+
+    data = otlp.collect()
+
+    variant = ar.Variant(SIMD, "fast")
+    learned = {tuple(sorted(p.attributes.items())): p.value
+               for p in data["adaptive.learned.latency"]}
+    base = (("adaptive.operation", "scale"), ("adaptive.size_bucket", 14))
+    fast = tuple(sorted((*base, ("adaptive.backend", "simd"), ("adaptive.variant", "fast"))))
+    primary = tuple(sorted((*base, ("adaptive.backend", "simd"))))
+    assert fast in learned and primary in learned
+    assert math.isclose(learned[fast] * 1e6, linear_us(SIMD, reference_size(14), 0.25),
+                        rel_tol=1e-4)  # (the timer counts whole nanoseconds)
+    committed = {tuple(sorted(p.attributes.items())): p.value
+                 for p in data["adaptive.committed"]}
+    assert committed[fast] == 1 and committed[primary] == 0
+    selections = [p for p in data["adaptive.selection"]
+                  if p.attributes.get("adaptive.variant") == "fast"]
+    assert {p.attributes["adaptive.backend"] for p in selections} == {"simd"}
+    assert total(selections) == sum(n for k, n in rt.selection_counts().items()
+                                    if k.variant == "fast") >= 250
+    durations = [p for p in data["adaptive.op.duration"]
+                 if p.attributes.get("adaptive.variant") == "fast"]
+    assert durations and durations[0].attributes["adaptive.backend"] == "simd"
+    assert any(r.choice is variant for r in rt.history_snapshot())
+    metrics.close()
+
+
 def test_a_failing_arm_is_reported_quarantined_and_the_other_committed(
         otlp: OtlpMetrics) -> None:
     rt, _clock = timed_runtime({"shift": 1.0}, failing=(SIMD,))

@@ -250,6 +250,28 @@ def test_select_and_execute_spans_carry_every_contract_attribute(tracing: Tracin
     assert {s.attributes["adaptive.decision"] for s, _ in pairs} & {"explore", "heuristic"}
 
 
+def test_spans_name_the_variant_that_ran_and_estimate_every_candidate(tracing: Tracing) -> None:
+    """A variant's calls carry ``adaptive.backend`` (its arm) and ``adaptive.variant`` (its
+    name); the primary implementation's carry no variant; a select span estimates each
+    candidate, a variant as ``adaptive.estimate_us.<arm>:<variant>``."""
+    rt = make_runtime(EXPORT_ALL)
+    op = two_arms(rt)
+    op.add_implementation(SIMD, lambda n, *_rest: ("plain", n), name="plain")
+    tracing.attach(rt)
+    ran = {rt.run("scale", 4096)[0] for _ in range(40)}
+    assert "plain" in ran
+    pairs = pair_up(tracing.flush())
+    by_variant = {}
+    for select, execute in pairs:
+        ran_variant = execute.attributes.get("adaptive.variant")
+        assert select.attributes.get("adaptive.variant") == ran_variant
+        by_variant.setdefault(ran_variant, execute.attributes["adaptive.backend"])
+    assert by_variant == {None: by_variant[None], "plain": "simd"}
+    assert by_variant[None] in {"simd", "scalar"}
+    assert any({f"{ESTIMATE_PREFIX}simd", f"{ESTIMATE_PREFIX}simd:plain",
+                f"{ESTIMATE_PREFIX}scalar"} <= set(s.attributes) for s, _e in pairs)
+
+
 def test_select_spans_of_a_device_call_show_the_gpu_arms_floor_with_fake_gpu_arm(
         tracing: Tracing) -> None:
     """A GPU arm whose copies would lose is not tried, and the select span says why: its

@@ -104,3 +104,21 @@ def test_while_exploring_the_chosen_arm_is_the_fastest_estimate_so_far(
     events = from_telemetry(tmp_path).events
     assert [(e.time_s, e.reason, e.backend) for e in events] == [
         (0.0, "exploit", SIMD), (1.0, "recheck", SIMD)]
+
+
+def test_variants_of_an_arm_are_columns_and_winners_of_their_own() -> None:
+    from adaptive_runtime.backend import Variant
+    from adaptive_runtime.history import HistoryRecord
+    from adaptive_runtime.report.sources import rows_from_records
+    from adaptive_runtime.report.table import decision_table
+
+    numpy = Variant(SIMD, "numpy")
+    found = rows_from_records([HistoryRecord("op", 4, SIMD, 5, 9.0, 0, 1.0),
+                               HistoryRecord("op", 4, SIMD, 5, 2.0, 0, 1.0, variant="numpy"),
+                               HistoryRecord("op", 6, SIMD, 5, 3.0, 0, 1.0),
+                               HistoryRecord("op", 6, SIMD, 5, 8.0, 0, 1.0, variant="numpy")])
+    assert [r.latency_us for r in found] == [{SIMD: 9.0, numpy: 2.0}, {SIMD: 3.0, numpy: 8.0}]
+    assert [r.chosen for r in found] == [numpy, SIMD]
+    assert [c.label for c in crossovers(found)] == ["simd:numpy→simd ≈22"]
+    table = decision_table(found)
+    assert [c.header for c in table.columns][4:6] == ["simd µs", "simd:numpy µs"]
