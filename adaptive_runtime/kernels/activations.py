@@ -140,6 +140,11 @@ def _gelu_gpu(x: Any) -> Any:
     return sys.modules["torch"].nn.functional.gelu(x)
 
 
+def _relu_numpy(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0))  # (NaN stays NaN, as on the SCALAR arm)
+
+
+relu_numpy = host_arm(_relu_numpy)
 gelu_through_torch = host_arm(numpy_through_torch(aten_gelu))
 relu_gpu = gpu_arm(RELU, _relu_gpu, result_bytes=nbytes, numba_kernel=_relu_numba)
 gelu_gpu = gpu_arm(GELU, _gelu_gpu, result_bytes=nbytes)
@@ -153,12 +158,18 @@ def register(rt: AdaptiveRuntime) -> None:
     relu.add_implementation(Backend.SCALAR, relu_scalar, compile_count=compile_count(_relu_loop))
     relu.add_implementation(Backend.SIMD, relu_simd,
                             compile_count=compile_count(_relu_parallel))
+    # numpy's own: no threads to start, it wins at ~1e3 (see the table above); the threaded
+    # loop is 4-8x faster from 1e5 up
+    relu.add_implementation(Backend.SIMD, relu_numpy, name="numpy", warm_up=True)
     gelu = rt.register(GELU, size=array_size(GELU), kind="elementwise",
                      on_device=inputs_on_device,
                      family=input_family)
     gelu.add_implementation(Backend.SCALAR, gelu_scalar, compile_count=compile_count(_gelu_loop))
     if torch_installed():  # ATen's vectorised erf on the array's memory (see the docstring)
         gelu.add_implementation(Backend.SIMD, gelu_through_torch, warm_up=True)
+        # (the threaded libm loop ties ATen at ~1e3 and loses 20x at 1e6: timed, not guessed)
+        gelu.add_implementation(Backend.SIMD, gelu_simd, name="numba",
+                                compile_count=compile_count(_gelu_parallel))
     else:
         gelu.add_implementation(Backend.SIMD, gelu_simd,
                                 compile_count=compile_count(_gelu_parallel))

@@ -68,8 +68,15 @@ def _scale_simd(alpha: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return _apply(_scale_parallel, alpha, x, y)
 
 
+def _scale_numpy(alpha: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out = x * x.dtype.type(alpha)
+    out += y
+    return out
+
+
 scale_scalar = host_arm(_scale_scalar, template=1)
 scale_simd = host_arm(_scale_simd, template=1)
+scale_numpy = host_arm(_scale_numpy, template=1)
 
 
 def _scale_gpu(alpha: Any, x: Any, y: Any) -> Any:
@@ -92,4 +99,6 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
     op.add_implementation(Backend.SIMD, scale_simd,
                           compile_count=compile_count(_scale_parallel))
+    # numpy's own: no threads to start, it wins at ~1e3 (see the table above)
+    op.add_implementation(Backend.SIMD, scale_numpy, name="numpy", warm_up=True)
     add_gpu_arm(op, scale_gpu)

@@ -108,6 +108,7 @@ def register(rt: AdaptiveRuntime) -> None:
                           compile_count=compile_count(_softmax_rows))
     if torch_installed():  # ATen's one-pass softmax on the array's memory (see the docstring)
         op.add_implementation(Backend.SIMD, softmax_through_torch, warm_up=True)
+        op.add_implementation(Backend.SIMD, softmax_simd, name="numba")
     else:
         op.add_implementation(Backend.SIMD, softmax_simd)
     add_gpu_arm(op, softmax_gpu)

@@ -66,6 +66,7 @@ def _sum_simd(x: np.ndarray) -> Any:
 
 sum_scalar = host_arm(_sum_scalar)
 sum_simd = host_arm(_sum_simd)
+sum_numpy = host_arm(np.sum)  # (pairwise, in the input's dtype)
 
 
 def _sum_gpu(x: Any) -> Any:
@@ -81,4 +82,5 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, sum_scalar, compile_count=compile_count(_sum_loop))
     op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel))
+    op.add_implementation(Backend.SIMD, sum_numpy, name="numpy", warm_up=True)
     add_gpu_arm(op, sum_gpu)

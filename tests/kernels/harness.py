@@ -65,11 +65,16 @@ def check_result(case: OpCase, args: tuple[Any, ...], kind: str, got: Any) -> No
     np.testing.assert_allclose(value, expected, rtol=rtol, atol=atol)
 
 
-def check_every_arm(runtimes: dict[ar.Backend, ar.AdaptiveRuntime], case: OpCase, n: int,
+def check_every_arm(runtimes: dict[Any, ar.AdaptiveRuntime], case: OpCase, n: int,
                     dtype: Any, kind: str, seed: int) -> None:
     args = case.make(np.random.default_rng(seed), n, dtype)
     for arm, rt in runtimes.items():
-        got = rt.run(case.name, *as_kind(args, kind))
+        try:
+            got = rt.run(case.name, *as_kind(args, kind))
+        except ar.BackendUnavailableError:
+            if arm.variant:  # (a variant this operation, or this input family, lacks)
+                continue
+            raise
         try:
             check_result(case, args, kind, got)
         except AssertionError as exc:

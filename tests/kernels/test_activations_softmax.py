@@ -61,8 +61,8 @@ SOFTMAX = OpCase("softmax", _softmax_args, _torch64(lambda t: torch.softmax(t, d
 @pytest.mark.parametrize("case", [RELU, GELU, SOFTMAX], ids=lambda c: c.name)
 @given(n=SIZES, dtype=st.sampled_from(DTYPES), kind=st.sampled_from(["numpy", "torch"]),
        seed=st.integers(0, 2**16))
-def test_every_cpu_arm_matches_the_reference(arm_runtimes, case, n, dtype, kind, seed) -> None:
-    check_every_arm(arm_runtimes, case, n, dtype, kind, seed)
+def test_every_cpu_arm_matches_the_reference(choice_runtimes, case, n, dtype, kind, seed) -> None:
+    check_every_arm(choice_runtimes, case, n, dtype, kind, seed)
 
 
 def test_softmax_rows_sum_to_one_and_keep_their_order(arm_runtimes) -> None:

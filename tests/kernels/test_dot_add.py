@@ -22,8 +22,8 @@ ADD = OpCase("add", lambda rng, n, dt: (rng.standard_normal((n, 3)).astype(dt),
 @pytest.mark.parametrize("case", [DOT, ADD], ids=lambda c: c.name)
 @given(n=SIZES, dtype=st.sampled_from(DTYPES), kind=st.sampled_from(["numpy", "torch"]),
        seed=st.integers(0, 2**16))
-def test_every_cpu_arm_matches_numpy(arm_runtimes, case, n, dtype, kind, seed) -> None:
-    check_every_arm(arm_runtimes, case, n, dtype, kind, seed)
+def test_every_cpu_arm_matches_numpy(choice_runtimes, case, n, dtype, kind, seed) -> None:
+    check_every_arm(choice_runtimes, case, n, dtype, kind, seed)
 
 
 @pytest.mark.parametrize(("op", "args", "message"), [

@@ -40,8 +40,8 @@ LAYER_NORM = OpCase("layer_norm", _args, _reference)
 
 @given(n=SIZES, dtype=st.sampled_from(DTYPES), kind=st.sampled_from(["numpy", "torch"]),
        seed=st.integers(0, 2**16))
-def test_every_cpu_arm_matches_numpy(arm_runtimes, n, dtype, kind, seed) -> None:
-    check_every_arm(arm_runtimes, LAYER_NORM, n, dtype, kind, seed)
+def test_every_cpu_arm_matches_numpy(choice_runtimes, n, dtype, kind, seed) -> None:
+    check_every_arm(choice_runtimes, LAYER_NORM, n, dtype, kind, seed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -60,16 +60,16 @@ CONV1D = OpCase("conv1d", _conv1d_args, _correlate, terms=lambda args: args[1].s
 @pytest.mark.parametrize("case", [MATMUL, CONV1D], ids=lambda c: c.name)
 @given(n=SIZES, dtype=st.sampled_from(DTYPES), kind=st.sampled_from(["numpy", "torch"]),
        seed=st.integers(0, 2**16))
-def test_every_cpu_arm_matches_numpy(arm_runtimes, case, n, dtype, kind, seed) -> None:
-    check_every_arm(arm_runtimes, case, n, dtype, kind, seed)
+def test_every_cpu_arm_matches_numpy(choice_runtimes, case, n, dtype, kind, seed) -> None:
+    check_every_arm(choice_runtimes, case, n, dtype, kind, seed)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 50, 1), (40, 1, 30), (64, 64, 64), (3, 100, 70),
                                    (65, 33, 1)])
-def test_matmul_fixed_shapes(arm_runtimes, shape, dtype, kind) -> None:
-    check_every_arm(arm_runtimes, _fixed_matmul(*shape), 0, dtype, kind, seed=sum(shape))
+def test_matmul_fixed_shapes(choice_runtimes, shape, dtype, kind) -> None:
+    check_every_arm(choice_runtimes, _fixed_matmul(*shape), 0, dtype, kind, seed=sum(shape))
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
@@ -79,8 +79,8 @@ def test_matmul_fixed_shapes(arm_runtimes, shape, dtype, kind) -> None:
                                     lambda n: min(n, 5), lambda n: min(n, 16),
                                     lambda n: (n + 1) // 2],
                          ids=["k=1", "k=n", "k=2", "k=5", "k=16", "k=n/2"])
-def test_conv1d_kernel_lengths(arm_runtimes, k_of_n, n, dtype, kind) -> None:
-    check_every_arm(arm_runtimes, _fixed_conv1d(k_of_n), n, dtype, kind, seed=n)
+def test_conv1d_kernel_lengths(choice_runtimes, k_of_n, n, dtype, kind) -> None:
+    check_every_arm(choice_runtimes, _fixed_conv1d(k_of_n), n, dtype, kind, seed=n)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
