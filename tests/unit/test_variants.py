@@ -159,8 +159,8 @@ def test_history_files_keep_variants_and_a_reload_commits_at_once(make_runtime, 
     assert fresh.rt.decide(fresh.op, fresh.size).choice is NUMPY
 
 
-def test_a_pickled_runtime_keeps_the_variants_of_its_operations(clock, timer) -> None:
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False, clock=clock, timer=timer)
+def test_a_pickled_runtime_keeps_the_variants_of_its_operations() -> None:
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(), builtin_ops=False)
     op = rt.register("double", size=len)
     op.add_implementation("simd", sorted)
     op.add_implementation("simd", list, name="plain")
