@@ -16,15 +16,19 @@ mode alike:
   the counters between calls slows the next call: on keys of 8 to 512 elements ~5 us a call
   in the mean (median call 1.7x a direct kernel call against 1.4x unread), ~0.6 % of the
   workload, a cost no user's loop pays; the twin's total is printed beside it;
-- each fixed arm: its kernel called directly (no runtime, no dispatch cost);
+- each fixed implementation: each arm's primary kernel, and each variant a built-in operation
+  registers (an arm's other implementations: numpy's own call, a numba loop beside ATen;
+  an operation without that variant runs its arm's primary kernel), called directly (no
+  runtime, no dispatch cost);
 - the static size-threshold rule of Trueno and hpfracc — under 1,000 elements SCALAR, else
   SIMD, matrix-like work over 10,000 elements GPU (where there is one) — its size rule and then
   the kernel called directly;
 - without a target, what the figures are read against: an adaptive runtime trained on the same
   calls first, in the same process (what exploration costs is the gap between the two).
 
-The oracle, the best arm per (operation, size bucket) in hindsight (the one with the lower
-median call over every round), costs per key that arm's total in the round. Identical code
+The oracle, the best implementation per (operation, size bucket) in hindsight — of the arms'
+primary kernels and the operation's own variants, the one with the lower median call over
+every round — costs per key that implementation's total in the round. Identical code
 runs a few % apart from one process to the next on a shared machine, more than the margins
 judged here, so the modes run in ``ROUNDS`` rounds, taking turns within each (above), and
 every ratio is taken within a round and printed as the median over the rounds with its
@@ -34,13 +38,18 @@ each kernel first, calling the kernels directly at each operation's smallest and
 before the call; the cyclic garbage collector runs every ``GC_EVERY`` calls, outside the
 timings. Two tables judge the same runs: the learning phase (the workload's first quarter,
 about 30 calls per key) and the whole workload. Targets: adaptive <= 1.05x the oracle,
-<= 1.00x the best fixed arm and <= 1.00x the static rule; at most 5 % of its calls exploring
+<= 1.00x the best fixed implementation and <= 1.00x the static rule; at most 5 % of its calls
+exploring
 or re-checking in the learning phase (an explore, re-check or drift
 decision, or a key's first call on an arm other than the one the key commits to: a first call
 must run some arm, and costs learning only when its arm loses; the share with every first call
-counted is printed beside it). Then, per operation, the
-crossover sizes this machine shows (the best arm per size bucket), and the keys where the
-adaptive runtime lost most.
+counted is printed beside it). The whole workload's time is dominated by its large calls, so
+a third table weighs every call alike: each call's time over the median call of its key's
+oracle implementation, averaged over the calls. Then per key (with at least
+``PER_KEY_MIN_CALLS`` calls): adaptive <= 1.10x the fastest implementation forced on that key
+(its lower total), the keys that miss; per operation, the crossover sizes this machine shows
+(the best implementation per size bucket), and the keys where the adaptive runtime lost
+most.
 
 The adaptive runtime against the plain library call (numpy, torch, JAX) is
 ``plain_calls.py``.
@@ -72,6 +81,7 @@ import numpy as np
 from _table import print_table, verdict
 
 import adaptive_runtime as ar
+from adaptive_runtime.backend import Choice, choice_of, choice_order, parse_choice
 from adaptive_runtime.keys import size_bucket
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.replay import CALLS_FORMAT
@@ -92,6 +102,8 @@ ORACLE_TARGET = 1.05
 BEST_FIXED_TARGET = 1.00
 STATIC_TARGET = 1.00
 EXPLORING_SHARE_TARGET = 0.05
+PER_KEY_TARGET = 1.10
+PER_KEY_MIN_CALLS = 100
 STATIC_SCALAR_BELOW = 1_000
 STATIC_GPU_ABOVE = 10_000
 # a file to write the fixed arms' timings to, for adaptive_runtime.replay (unset: none)
@@ -169,7 +181,7 @@ def workload(operations: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
     return [calls[i] for i in order]
 
 
-def static_arm(op: ar.Operation, n: int, arms: list[Backend]) -> Backend:
+def static_arm(op: ar.Operation, n: int, arms: list[Choice]) -> Backend:
     """The Trueno/hpfracc-style rule: by size and kind only, never learning."""
     if op.kind.matrix_like and n > STATIC_GPU_ABOVE and Backend.GPU in arms:
         return Backend.GPU
@@ -179,19 +191,26 @@ def static_arm(op: ar.Operation, n: int, arms: list[Backend]) -> Backend:
 Strategy = Callable[[str, tuple[Any, ...]], Any]
 
 
-def strategy(mode: str, rt: ar.AdaptiveRuntime, arms: list[Backend]) -> Strategy:
+def fixed_kernel(op: ar.Operation, choice: Choice) -> Callable[..., Any]:
+    """What the fixed implementation ``choice`` runs for ``op``: the operation's own
+    ``choice``, else (a variant it lacks) its arm's primary kernel."""
+    impl = op.implementation_for(choice) if choice in op.choices else None
+    return (impl or op.implementation_for(choice.arm)).fn  # type: ignore[union-attr]
+
+
+def strategy(mode: str, rt: ar.AdaptiveRuntime, choices: list[Choice]) -> Strategy:
     """A function running one call ``mode``'s way."""
-    kernels = {name: {arm: rt.operation(name).implementation_for(arm).fn for arm in arms}
+    kernels = {name: {c: fixed_kernel(rt.operation(name), c) for c in choices}
                for name in rt.operations}
     if mode in (ADAPTIVE, OBSERVED, TRAINED):
         return lambda name, args: rt.run(name, *args)
     if mode == STATIC:
         def static(name: str, args: tuple[Any, ...]) -> Any:
             op = rt.operation(name)
-            return kernels[name][static_arm(op, op.size_of(*args), arms)](*args)
+            return kernels[name][static_arm(op, op.size_of(*args), choices)](*args)
         return static
-    arm = Backend(mode)
-    return lambda name, args: kernels[name][arm](*args)
+    choice = parse_choice(mode)
+    return lambda name, args: kernels[name][choice](*args)
 
 
 def touch(args: tuple[Any, ...]) -> None:
@@ -203,26 +222,37 @@ def touch(args: tuple[Any, ...]) -> None:
             a.sum()
 
 
-def compiled_signatures(rt: ar.AdaptiveRuntime, arms: list[Backend]) -> int:
-    """Kernel specialisations compiled so far, over every numba arm."""
+def compiled_signatures(rt: ar.AdaptiveRuntime) -> int:
+    """Kernel specialisations compiled so far, over every numba kernel."""
     total = 0
     for name in rt.operations:
-        for arm in arms:
-            count = rt.operation(name).implementation_for(arm).compile_count
-            total += count() if count is not None else 0
+        for impl in rt.operation(name).implementations():
+            total += impl.compile_count() if impl.compile_count is not None else 0
     return total
 
 
-def available_arms() -> list[Backend]:
+def available_choices(rt: ar.AdaptiveRuntime, operations: list[str]) -> list[Choice]:
+    """The arms that run here, and every variant of them the operations register."""
     devices = DeviceProbe()
-    return [b for b in (Backend.GPU, Backend.SIMD, Backend.SCALAR) if devices.available(b)]
+    found = {c for name in operations for c in rt.operation(name).choices}
+    found |= {b for b in Backend if b is not Backend.GPU}
+    return sorted((c for c in found if devices.available(c)), key=choice_order)
+
+
+def offered(rt: ar.AdaptiveRuntime, operations: list[str]) -> dict[str, list[str]]:
+    """Each operation's own implementations (by mode name): the fixed modes the oracle
+    chooses among for its keys (a mode running an arm's primary kernel in place of a
+    variant the operation lacks would only time that kernel twice)."""
+    devices = DeviceProbe()
+    return {name: [c.value for c in rt.operation(name).choices if devices.available(c)]
+            for name in operations}
 
 
 def _reasons(rt: ar.AdaptiveRuntime) -> Counter[tuple[str, str]]:
-    """The runtime's decisions so far, by (reason, arm)."""
+    """The runtime's decisions so far, by (reason, implementation: an arm or a variant)."""
     counts: Counter[tuple[str, str]] = Counter()
     for k, n in rt.selection_counts().items():
-        counts[(k.reason.value, k.backend.value)] += n
+        counts[(k.reason.value, choice_of(k.backend, k.variant).value)] += n
     return counts
 
 
@@ -259,7 +289,7 @@ def run_mode(mode: str, turn: Callable[[], None] = lambda: None) -> dict[str, An
     process's turn comes (see :func:`measure`)."""
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     operations = [name for name in WORKLOAD if name in rt.operations]
-    arms = available_arms()
+    choices = available_choices(rt, operations)
     calls = workload(operations)
     # Compile every numba kernel first, calling the kernels directly: the first call of a
     # kernel would otherwise time the compiler. SIMD kernels have a serial and a parallel
@@ -268,15 +298,16 @@ def run_mode(mode: str, turn: Callable[[], None] = lambda: None) -> dict[str, An
         sized = sorted((rt.operation(name).size_of(*args), i)
                        for i, (op_name, args) in enumerate(calls) if op_name == name)
         for _size, i in (sized[0], sized[-1]):
-            for arm in arms:
-                rt.operation(name).implementation_for(arm).fn(*calls[i][1])
-    run = strategy(mode, rt, arms)
+            for impl in rt.operation(name).implementations():
+                if impl.backend in choices:
+                    impl.fn(*calls[i][1])
+    run = strategy(mode, rt, choices)
     if mode == TRAINED:
         for name, args in calls:
             run(name, args)
     learning = mode in (ADAPTIVE, OBSERVED, TRAINED)
     observed = mode == OBSERVED
-    compiled_before = compiled_signatures(rt, arms)
+    compiled_before = compiled_signatures(rt)
     seconds = [0.0] * len(calls)
     decided: list[list[list[str]]] = [[] for _ in calls]  # per call: [reason, arm] decisions
     clock = time.perf_counter
@@ -311,7 +342,8 @@ def run_mode(mode: str, turn: Callable[[], None] = lambda: None) -> dict[str, An
                      for name, args in calls],
             "sizes": [rt.operation(name).size_of(*args) for name, args in calls],
             "reasons": dict(reasons),
-            "compiled": compiled_signatures(rt, arms) - compiled_before}
+            "compiled": compiled_signatures(rt) - compiled_before,
+            "offered": offered(rt, operations)}
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -320,20 +352,21 @@ def spread(values: list[float], fmt: str) -> str:
             f"[{format(min(values), fmt)}-{format(max(values), fmt)}]")
 
 
-def record_fixed_arms(path: str, first_round: dict[str, dict[str, Any]],
-                      arms: list[Backend]) -> None:
-    """Write the fixed arms' timings as a recorded-calls file for ``adaptive-runtime replay``:
-    call i with arm ``arms[i % len(arms)]`` at time i. Every arm was timed on every call, so
-    unlike a runtime's own recording this log answers any arm a replayed policy picks, with a
-    timing of the same size bucket from a nearby call."""
-    some = first_round[arms[0].value]
+def record_fixed_arms(path: str, first_round: dict[str, dict[str, Any]]) -> None:
+    """Write the fixed implementations' timings as a recorded-calls file for
+    ``adaptive-runtime replay``: call i with the i-th of its operation's own implementations
+    in turn, at time i. Every implementation was timed on every call, so unlike a runtime's
+    own recording this log answers any one a replayed policy picks, with a timing of the same
+    size bucket from a nearby call."""
+    some = first_round[ADAPTIVE]
+    own = some["offered"]
     with open(path, "w", encoding="utf-8") as out:
         out.write(json.dumps({"format": CALLS_FORMAT}) + "\n")
         for i, ((name, _bucket), size) in enumerate(zip(some["keys"], some["sizes"],
                                                        strict=True)):
-            arm = arms[i % len(arms)]
-            out.write(json.dumps({"operation": name, "size": size, "arm": arm.value,
-                                  "duration_us": first_round[arm.value]["seconds"][i] * 1e6,
+            choice = own[name][i % len(own[name])]
+            out.write(json.dumps({"operation": name, "size": size, "arm": choice,
+                                  "duration_us": first_round[choice]["seconds"][i] * 1e6,
                                   "time_s": float(i), "calls": 1}) + "\n")
 
 
@@ -402,10 +435,11 @@ def _take_turns() -> None:
 def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
           title: str) -> None:
     """Print the strategies' table over the workload's first ``upto`` calls (the oracle's
-    arms are chosen on the whole run's calls)."""
+    implementations are chosen on the whole run's calls)."""
     keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
     modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED]
     oracle_arm = oracle_arms(rounds, fixed)
+    own = rounds[0][ADAPTIVE]["offered"]
 
     def key_totals(result: dict[str, Any]) -> dict[tuple[str, int], float]:
         totals: dict[tuple[str, int], float] = defaultdict(float)
@@ -420,7 +454,7 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
         by_arm = {arm: key_totals(results[arm]) for arm in fixed}
         ran = by_arm[fixed[0]]
         oracle.append(sum(by_arm[oracle_arm[key]][key] for key in ran))
-        luckiest.append(sum(min(by_arm[arm][key] for arm in fixed) for key in ran))
+        luckiest.append(sum(min(by_arm[arm][key] for arm in own[key[0]]) for key in ran))
     best = min(fixed, key=lambda arm: statistics.median(total[arm]))
     # What trying every arm once per key costs at least: each losing arm's median call over
     # the winner's, once per key that ran in these calls (a policy that never times a losing
@@ -433,10 +467,11 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
                 calls_of[key][arm].append(took)
     floor = sum(max(0.0, statistics.median(times[arm])
                     - statistics.median(times[oracle_arm[key]]))
-                for key, times in calls_of.items() for arm in fixed if arm != oracle_arm[key])
+                for key, times in calls_of.items() for arm in own[key[0]]
+                if arm != oracle_arm[key])
 
     def ratios(mode: str, against: list[float]) -> list[float]:
-        return [m / a for m, a in zip(total[mode], against, strict=True)]
+        return ratios_of(total[mode], against)
 
     vs_oracle = ratios(ADAPTIVE, oracle)
     vs_best = ratios(ADAPTIVE, total[best])
@@ -459,7 +494,7 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
     rows = [
         row("adaptive runtime (exploration included)", total[ADAPTIVE], vs_oracle,
             f"<= {ORACLE_TARGET:.2f}x oracle", statistics.median(vs_oracle) <= ORACLE_TARGET),
-        row(f"  vs best fixed arm ({best})", total[ADAPTIVE], vs_best,
+        row(f"  vs best fixed implementation ({best})", total[ADAPTIVE], vs_best,
             f"<= {BEST_FIXED_TARGET:.2f}x", statistics.median(vs_best) <= BEST_FIXED_TARGET),
         row("  vs static rule", total[ADAPTIVE], vs_static, f"<= {STATIC_TARGET:.2f}x",
             statistics.median(vs_static) <= STATIC_TARGET),
@@ -470,23 +505,31 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
          "-", "-"],
         ["  their share of its time", spread(time_share, ".1%"), "-", "-", "-"],
         row("  (its twin, counters read after every call)", total[OBSERVED]),
-        row("oracle (best arm per key in hindsight)", oracle),
+        row("oracle (best implementation per key in hindsight)", oracle),
+        row(f"  vs best fixed implementation ({best}): the headroom", oracle,
+            ratios_of(oracle, total[best])),
         row("  (lower total per key, noise-favoured)", luckiest),
         row("  + one timing of each losing arm per key", [o + floor for o in oracle]),
         row("adaptive runtime trained on these calls first", total[TRAINED]),
         row("static size-threshold rule", total[STATIC]),
-        *[row(f"fixed arm: {arm}", total[arm]) for arm in fixed],
+        *[row(f"fixed: {arm}", total[arm]) for arm in fixed],
     ]
     print_table(f"{title}: {upto:,} calls, about {upto / len(oracle_arm):.0f} per key",
                 ["strategy", "total", "vs oracle", "target", "verdict"], rows)
 
 
+def ratios_of(totals: list[float], against: list[float]) -> list[float]:
+    """Round by round, ``totals`` over ``against``."""
+    return [m / a for m, a in zip(totals, against, strict=True)]
+
+
 def oracle_arms(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]
                 ) -> dict[tuple[str, int], str]:
-    """The oracle's arm per key: the one with the lower median call over every round.
-    (Choosing by the lower total would also pick whichever arm dodged the machine's hiccups,
-    an optimistic bias that grows with the number of keys; the oracle's cost is that arm's
-    total, stalls included.)"""
+    """The oracle's implementation per key, of its operation's own: the one with the lower
+    median call over every round. (Choosing by the lower total would also pick whichever
+    dodged the machine's hiccups, an optimistic bias that grows with the number of keys; the
+    oracle's cost is that implementation's total, stalls included.)"""
+    own = rounds[0][ADAPTIVE]["offered"]
     keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
     per_key: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
@@ -494,8 +537,82 @@ def oracle_arms(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]
         for arm in fixed:
             for key, took in zip(keys, results[arm]["seconds"], strict=True):
                 per_key[key][arm].append(took)
-    return {key: min(fixed, key=lambda a, times=times: statistics.median(times[a]))
+    return {key: min(own[key[0]], key=lambda a, times=times: statistics.median(times[a]))
             for key, times in per_key.items()}
+
+
+def judge_per_call(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
+    """The whole workload with every call weighed alike: each call's time over the median
+    call of its key's oracle implementation (over every round), averaged over the calls — so
+    a call of 8 elements counts as much as one of 4·10^6, and what the choice at small sizes
+    gains or loses shows."""
+    keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
+    oracle_arm = oracle_arms(rounds, fixed)
+    times: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for results in rounds:
+        for i, key in enumerate(keys):
+            times[key].append(results[oracle_arm[key]]["seconds"][i])
+    unit = [statistics.median(times[key]) for key in keys]
+
+    def weighted(seconds: list[float]) -> float:
+        return sum(t / u for t, u in zip(seconds, unit, strict=True)) / len(keys)
+
+    modes = [*fixed, STATIC, ADAPTIVE, TRAINED]
+    mean = {mode: [weighted(r[mode]["seconds"]) for r in rounds] for mode in modes}
+    oracle = [weighted([r[oracle_arm[key]]["seconds"][i] for i, key in enumerate(keys)])
+              for r in rounds]
+    best = min(fixed, key=lambda mode: statistics.median(mean[mode]))
+
+    def row(name: str, values: list[float], against: list[float]) -> list[str]:
+        return [name, spread(values, ".3f"), spread(ratios_of(values, against), ".3f") + "x"]
+
+    print_table(f"every call weighed alike: {len(keys):,} calls, each as its time over its "
+                "key's oracle median call (1.0: the oracle's typical call)",
+                ["strategy", "mean per call", "vs oracle"],
+                [row("adaptive runtime (exploration included)", mean[ADAPTIVE], oracle),
+                 [f"  vs best fixed implementation ({best})", "-",
+                  spread(ratios_of(mean[ADAPTIVE], mean[best]), ".3f") + "x"],
+                 ["  vs static rule", "-",
+                  spread(ratios_of(mean[ADAPTIVE], mean[STATIC]), ".3f") + "x"],
+                 row("oracle (best implementation per key in hindsight)", oracle, oracle),
+                 [f"  vs best fixed implementation ({best}): the headroom", "-",
+                  spread(ratios_of(oracle, mean[best]), ".3f") + "x"],
+                 row("adaptive runtime trained on these calls first", mean[TRAINED], oracle),
+                 row("static size-threshold rule", mean[STATIC], oracle),
+                 *[row(f"fixed: {mode}", mean[mode], oracle) for mode in fixed]])
+
+
+def judge_per_key(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
+    """Per key with at least ``PER_KEY_MIN_CALLS`` calls: the adaptive runtime's total over
+    the total of the key's oracle implementation (the fastest one forced on it), per round;
+    the median over the rounds against ``PER_KEY_TARGET``, and the keys that miss it."""
+    keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
+    oracle_arm = oracle_arms(rounds, fixed)
+    count = Counter(keys)
+    judged = [key for key in count if count[key] >= PER_KEY_MIN_CALLS]
+    ratio: dict[tuple[str, int], float] = {}
+    for key in judged:
+        per_round = []
+        for results in rounds:
+            mine = sum(t for k, t in zip(keys, results[ADAPTIVE]["seconds"], strict=True)
+                       if k == key)
+            best = sum(t for k, t in zip(keys, results[oracle_arm[key]]["seconds"],
+                                         strict=True) if k == key)
+            per_round.append(mine / best)
+        ratio[key] = statistics.median(per_round)
+    met = [key for key in judged if ratio[key] <= PER_KEY_TARGET]
+    rows = [[f"keys with >= {PER_KEY_MIN_CALLS} calls", f"{len(judged)}", "-", "-"],
+            [f"  adaptive <= {PER_KEY_TARGET:.2f}x the key's fastest implementation",
+             f"{len(met)} of {len(judged)}",
+             f"median {statistics.median(ratio.values()):.3f}x" if ratio else "-",
+             verdict(len(met) == len(judged))]]
+    for key in sorted(judged, key=lambda k: -ratio[k])[:8]:
+        if ratio[key] > PER_KEY_TARGET:
+            rows.append([f"    misses: {key[0]} bucket {key[1]} ({count[key]} calls)",
+                         f"{ratio[key]:.3f}x", f"fastest: {oracle_arm[key]}", "-"])
+    print_table(f"per key: adaptive over the fastest implementation forced on the key "
+                f"(totals within a round, median of {len(rounds)} rounds; target "
+                f"<= {PER_KEY_TARGET:.2f}x)", ["", "keys", "ratio", "verdict"], rows)
 
 
 def report(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
@@ -510,6 +627,8 @@ def report(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
     judge(rounds, fixed, calls // LEARNING_PHASE, "the learning phase, the workload's "
           f"first 1/{LEARNING_PHASE}")
     judge(rounds, fixed, calls, "the whole workload")
+    judge_per_call(rounds, fixed)
+    judge_per_key(rounds, fixed)
     oracle_arm = oracle_arms(rounds, fixed)
 
     print("\ncrossovers on this machine (the oracle's arm per size bucket):")
@@ -551,14 +670,15 @@ def report(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> None:
 
 def main() -> None:
     began = time.perf_counter()
-    arms = available_arms()
-    fixed = [arm.value for arm in arms]
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    fixed = [c.value for c in available_choices(
+        rt, [name for name in WORKLOAD if name in rt.operations])]
     modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED]
     print(f"decision quality: {ROUNDS} rounds of {len(modes)} processes "
           f"({', '.join(modes)})", flush=True)
     rounds = measure(modes)
     if os.environ.get(RECORD_ENV):
-        record_fixed_arms(os.environ[RECORD_ENV], rounds[0], arms)
+        record_fixed_arms(os.environ[RECORD_ENV], rounds[0])
     report(rounds, fixed)
     print(f"total benchmark time {time.perf_counter() - began:.1f} s")
 
