@@ -5,7 +5,9 @@ dtype (float32, float64), a workload of every built-in operation runs through a 
 runtime and as the plain library call (numpy / ``torch`` / jitted ``jax.numpy``; numpy's gelu is
 scipy's ``erf``), side by side in a random order per call. Target: adaptive <= 1.02x the plain
 call per input type and dtype, exploration included (goal: under 1x, from the arms that beat
-it); then the operations and sizes where an adaptive arm beats the plain call, and by how much.
+it); per size bucket with at least 100 calls, adaptive <= 1.10x the plain call or at most the
+dispatch overhead's target (0.35 us) above it a call, and the buckets that miss; then the
+operations and sizes where an adaptive arm beats the plain call, and by how much.
 
 What a competent user's baseline looks like, and so what this compares:
 
@@ -46,9 +48,15 @@ from adaptive_runtime.operations import DeviceProbe
 
 SEED = 0
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
-PLAIN_CALLS_PER_OP = int(os.environ.get("PLAIN_CALLS_PER_OP", "120"))
+PLAIN_CALLS_PER_OP = int(os.environ.get("PLAIN_CALLS_PER_OP", "600"))
 PLAIN_MAX_ELEMENTS = 1_000_000
 PLAIN_TARGET = 1.02
+# per (operation, size bucket) with at least PER_BUCKET_MIN_CALLS calls: adaptive <= 1.10x the
+# plain call, or at most the converged dispatch overhead's target above it a call (the
+# smallest sizes, where a call of a microsecond cannot absorb the runtime's own cost)
+PER_BUCKET_MIN_CALLS = 100
+PER_BUCKET_TARGET = 1.10
+PER_BUCKET_OVERHEAD_US = 0.35
 BEATEN_ROWS = 6
 PLAIN_LINEAR_MAX = 512 * 64 * 64  # multiply-adds (rows of 64 inputs, 64 outputs)
 # the fixed shapes each operation is called with (log-spaced sizes): a training loop's few
@@ -258,9 +266,8 @@ def warm_up(rt: ar.AdaptiveRuntime, plain_calls: dict[str, Callable[..., Any]],
         plain_s += time.perf_counter() - start
         family_op, _entries, _size = rt._dispatcher.route(name, args)
         start = time.perf_counter()
-        for arm in family_op.backends:
-            impl = family_op.implementation_for(arm)
-            if impl is not None and probe.available(arm):
+        for impl in family_op.implementations():  # (every arm's, and every variant)
+            if probe.available(impl.backend):
                 for _ in range(WARM_CALLS):
                     sync(impl.fn(*args))
         adaptive_s += time.perf_counter() - start
@@ -275,6 +282,8 @@ def versus_plain_calls() -> None:
     if "jax" in probe.operation("gelu").families:  # (JAX arms registered)
         libraries["jax"] = jax_calls
     rows, warm_rows, wins = [], [], []
+    bucket_summary: list[list[str]] = []
+    bucket_misses: list[list[str]] = []
     for library, make_calls in libraries.items():
         plain_calls = make_calls()
         for dtype in (np.float32, np.float64):
@@ -296,6 +305,9 @@ def versus_plain_calls() -> None:
             warm_rows.append([label, run["shapes"], f"{plain_warm:.3f} s",
                               f"{adaptive_warm:.3f} s", compiles])
             wins += [[label, *row] for row in run["beaten"]]
+            summary, worst = bucket_rows(label, run["buckets"])
+            bucket_summary.append(summary)
+            bucket_misses += worst
     print_table(f"adaptive vs the plain library call: {PLAIN_CALLS_PER_OP} calls per "
                 f"operation over {SHAPES_PER_OP} fixed shapes each (8..{PLAIN_MAX_ELEMENTS:,} "
                 "elements), shuffled, both sides warmed on every shape and synced alike, "
@@ -305,6 +317,13 @@ def versus_plain_calls() -> None:
                 f"{WARM_CALLS} calls per shape, the plain call and every adaptive arm's kernel)",
                 ["inputs", "shapes", "plain call", "adaptive arms",
                  "XLA compiles in timed calls (plain / adaptive)"], warm_rows)
+    print_table(f"per size bucket with >= {PER_BUCKET_MIN_CALLS} calls: adaptive <= "
+                f"{PER_BUCKET_TARGET:.2f}x the plain call, or at most "
+                f"{PER_BUCKET_OVERHEAD_US} us above it a call (the dispatch overhead's target)",
+                ["inputs", "buckets meeting", "median ratio", "verdict"], bucket_summary)
+    print_table(f"buckets that miss (the {BEATEN_ROWS} worst per input type; per call)",
+                ["inputs", "operation", "calls", "plain", "adaptive", "ratio", "over plain"],
+                bucket_misses or [["(none)", "", "", "", "", "", ""]])
     print_table("where an adaptive arm beats the plain call (per operation and size bucket, "
                 "totals of the same calls; at least 10% faster; the "
                 f"{BEATEN_ROWS} largest savings per input type)",
@@ -324,7 +343,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
     warm = warm_up(rt, plain_calls, inputs, sync)
     adaptive_s = plain_s = 0.0
     compiles = [0, 0]  # (plain, adaptive) XLA compilations during the timed calls
-    per_key: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    per_key: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     order = np.random.default_rng(SEED + 2)
     clock = time.perf_counter
     run = rt.run
@@ -334,6 +353,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
             touch_any(args)
             sync(args)  # (JAX inputs computed before either side's timer starts)
             key = (name, size_bucket(rt.operation(name).size_of(*args)))
+            per_key[key][2] += 1
             for first in order.permutation(2):
                 before = COMPILES.count
                 if first:
@@ -353,7 +373,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
                 gc.collect()
     finally:
         gc.enable()
-    losses = sorted(((adaptive - plain, key) for key, (plain, adaptive) in per_key.items()),
+    losses = sorted(((adaptive - plain, key) for key, (plain, adaptive, _n) in per_key.items()),
                     reverse=True)[:5]
     print(f"  {library} {np.dtype(dtype).name}: largest losses vs the plain call: " + "; ".join(
         f"{name} bucket {bucket} {loss * 1e3:+.1f} ms" for loss, (name, bucket) in losses),
@@ -361,7 +381,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
     beaten = []
     # (the largest savings first, at most BEATEN_ROWS per input type)
     by_saving = sorted(per_key.items(), key=lambda item: item[1][1] - item[1][0])
-    for (name, bucket), (plain, adaptive) in by_saving[:BEATEN_ROWS]:
+    for (name, bucket), (plain, adaptive, _n) in by_saving[:BEATEN_ROWS]:
         if adaptive < 0.9 * plain:
             lo, hi = 1 << (bucket - 1), (1 << bucket) - 1
             args = next(a for n, a in calls if n == name
@@ -371,7 +391,36 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
             beaten.append([name, f"{lo:,}-{hi:,}", arm, f"{plain * 1e3:.2f} ms",
                            f"{adaptive * 1e3:.2f} ms", f"{plain / adaptive:.2f}x"])
     return {"timed": (plain_s, adaptive_s), "warm": warm, "compiles": compiles,
-            "shapes": len(inputs), "beaten": beaten}
+            "shapes": len(inputs), "beaten": beaten,
+            "buckets": {key: tuple(v) for key, v in per_key.items()}}
+
+
+def bucket_rows(label: str, buckets: dict[tuple[str, int], tuple[float, float, int]]
+                ) -> tuple[list[str], list[list[str]]]:
+    """The per-bucket verdict of one input type and dtype — buckets with at least
+    ``PER_BUCKET_MIN_CALLS`` calls: adaptive <= ``PER_BUCKET_TARGET``x the plain call, or at
+    most ``PER_BUCKET_OVERHEAD_US`` above it a call — and its worst buckets."""
+    judged = {key: v for key, v in buckets.items() if v[2] >= PER_BUCKET_MIN_CALLS}
+
+    def ok(v: tuple[float, float, int]) -> bool:
+        plain, adaptive, n = v
+        return adaptive <= PER_BUCKET_TARGET * plain or (
+            (adaptive - plain) / n * 1e6 <= PER_BUCKET_OVERHEAD_US)
+
+    met = [key for key, v in judged.items() if ok(v)]
+    ratios = sorted(v[1] / v[0] for v in judged.values())
+    summary = [label, f"{len(met)} of {len(judged)}",
+               f"{ratios[len(ratios) // 2]:.3f}x" if ratios else "-",
+               verdict(len(met) == len(judged))]
+    worst = []
+    for key, (plain, adaptive, n) in sorted(judged.items(), key=lambda kv: -kv[1][1] / kv[1][0]):
+        if ok((plain, adaptive, n)):
+            continue
+        lo = 1 << (key[1] - 1) if key[1] else 0
+        worst.append([label, f"{key[0]} from {lo:,}", f"{n}", f"{plain / n * 1e6:.2f} us",
+                      f"{adaptive / n * 1e6:.2f} us", f"{adaptive / plain:.2f}x",
+                      f"{(adaptive - plain) / n * 1e6:+.2f} us"])
+    return summary, worst[:BEATEN_ROWS]
 
 
 def touch_any(args: tuple[Any, ...]) -> None:
