@@ -280,6 +280,9 @@ class KeyState:
     # the arm the nearest size buckets measured around the key found fastest (None: none
     # measured, or they disagree): tried first on the key's first call
     neighbours_best: Choice | None = None
+    # how far each arm was behind the fastest there (its estimate over the fastest's, the
+    # lesser of the two sides): one far behind starts behind here (see _affordable)
+    behind: dict[Choice, float] | None = None
     # each arm's estimate when the current epoch began (at a drift alarm): what a timing of
     # it is expected to take until it is timed again, for the exploration budget
     previous_us: dict[Choice, float] | None = None
@@ -499,8 +502,9 @@ class Policy:
         +5.99 %.)
 
         On a key's first call, also the arm the neighbouring buckets measured fastest
-        (``_neighbours_best``), which goes first. It is no prior and rules no arm out: every
-        arm is still timed. (Replayed over seven recordings of
+        (``_neighbours_measured``), which goes first. It is no prior and rules no arm out:
+        every arm is still timed — one far behind there only later, as the key's exploration
+        allowance affords it (``_affordable``). (Replayed over seven recordings of
         ``benchmarks/decision_quality.py``: first calls on an arm the key did not commit to,
         538 -> 456; regret +6.48 / +6.51 %, the same. A prior timed in full and the others
         once cost regret in an earlier replay, 17.5% without against 19.0% with it, as
@@ -510,8 +514,9 @@ class Policy:
                 or any(b not in key.arms or key.arms[b].epoch_samples < 2
                        for b in candidates)):
             _raise_floors(state, key, candidates, neighbours)
+            best, state.behind = _neighbours_measured(key, candidates, neighbours)
             if not key.samples:
-                state.neighbours_best = _neighbours_best(key, candidates, neighbours)
+                state.neighbours_best = best
 
     # ------------------------------------------------------------------ the decision
 
@@ -824,18 +829,26 @@ def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Choice) -> Decision | N
 
 def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Choice],
                 best_seen: float) -> Sequence[Choice]:
-    """``usable`` without the arms timed before a drift alarm whose re-trial does not fit
-    the key's exploration allowance yet (see :class:`PolicyConfig`): a plain loop timed
-    again on a million-element call costs as much as dozens of the vectorised calls it
-    would not beat. Each is expected to take what it took before the alarm. An arm never
-    timed on the key is kept: tried at once."""
+    """``usable`` without the arms whose trial does not fit the key's exploration allowance
+    yet (see :class:`PolicyConfig`): those timed before a drift alarm, each expected to take
+    what it took before it — a plain loop timed again on a million-element call costs as
+    much as dozens of the vectorised calls it would not beat — and those never timed here
+    that the neighbouring sizes measured at least ``_BEHIND`` x behind their fastest, each
+    expected that far behind the best here (a variant 3x slower at the sizes around starts
+    behind: on a key of 10 ms calls its trial waits until the key has run 1 s). Any other
+    arm never timed on the key is kept: tried at once."""
     arms = key.arms
     previous = state.previous_us
+    behind = state.behind
     budget = -1.0
     kept = []
     for b in usable:
         stats = arms.get(b)
         guess = previous.get(b) if previous and stats is not None else None
+        if (guess is None and behind and (stats is None or not stats.samples)
+                and behind.get(b, 0.0) >= _BEHIND):
+            guess = best_seen * behind[b]
+            stats = stats or _UNTIMED
         if guess is None or stats.epoch_samples or stats.failures:  # type: ignore[union-attr]
             # Measured in this epoch, or failed: its own estimate decides. Never timed on
             # the key: tried whatever it is guessed to cost (the cold-start order is a
@@ -1112,33 +1125,47 @@ def _raise_floors(state: KeyState, key: KeyHistory, candidates: Sequence[Choice]
 _FLOOR_LOOKBACK = 8
 
 
-def _neighbours_best(key: KeyHistory, candidates: Sequence[Choice],
-                     neighbours: Neighbours) -> Choice | None:
-    """The fastest of ``candidates`` on the nearest size bucket below and the nearest above
-    the key (within ``_NEIGHBOUR_REACH``) where two of them or more were measured, where the
-    two sides agree (or one side only measured); ``None`` otherwise (a crossover lies between
-    them, or nothing was measured)."""
+def _neighbours_measured(key: KeyHistory, candidates: Sequence[Choice],
+                         neighbours: Neighbours) -> tuple[Choice | None, dict[Choice, float]]:
+    """What the nearest size bucket below and the nearest above the key (within
+    ``_NEIGHBOUR_REACH``) where two of ``candidates`` or more were measured say: the fastest
+    of them, where the two sides agree (or one side only measured; ``None`` otherwise: a
+    crossover lies between them, or nothing was measured), and how far each was behind the
+    fastest there (its estimate over the fastest's; of two sides, the lesser)."""
     find, operation, bucket = neighbours.find, key.operation, key.bucket
     found: Choice | None = None
+    agree = True
+    behind: dict[Choice, float] = {}
     for direction in (-1, 1):
         for distance in range(1, _NEIGHBOUR_REACH + 1):
             other = find(operation, bucket + direction * distance)
             if other is None:
                 continue
-            measured = [b for b in candidates if b in other.arms
-                        and other.arms[b].epoch_samples and not other.arms[b].consecutive_failures]
+            arms = other.arms
+            measured = [b for b in candidates if b in arms
+                        and arms[b].epoch_samples and not arms[b].consecutive_failures]
             if len(measured) < 2:
                 continue
-            fastest = best_arm(measured, other.arms)
+            fastest = best_arm(measured, arms)
+            fastest_us = arms[fastest].estimate_us  # type: ignore[index]
+            for b in measured:
+                ratio = arms[b].estimate_us / fastest_us if fastest_us > 0.0 else 1.0
+                if ratio < behind.get(b, math.inf):
+                    behind[b] = ratio
             if found is not None and fastest is not found:
-                return None
+                agree = False
             found = fastest
             break  # (the nearest measured bucket on this side only)
-    return found
+    return (found if agree else None), behind
 
 
-# Size buckets on either side of a key looked at for its first call's arm (_neighbours_best).
+# Size buckets on either side of a key looked at for its first call's arm and for how far
+# behind each arm starts (_neighbours_measured).
 _NEIGHBOUR_REACH = 2
+# An arm never timed on a key whose neighbouring sizes measured it this many times slower than
+# their fastest waits for the key's exploration allowance before its trial (_affordable).
+_BEHIND = 2.0
+_UNTIMED = ArmStats()
 
 
 def _prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choice]) -> bool:

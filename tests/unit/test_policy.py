@@ -16,6 +16,7 @@ import pytest
 import adaptive_runtime as ar
 from adaptive_runtime.backend import Backend
 from adaptive_runtime.history import ArmStats, HistoryStore, KeyHistory
+from adaptive_runtime.keys import reference_size
 from adaptive_runtime.operations import DeviceProbe, Kind
 from adaptive_runtime.policy import (
     Decision,
@@ -648,3 +649,44 @@ def test_select_on_an_unregistered_name_beside_measured_buckets_does_not_fail() 
     # fastest (the cold-start order, 2,048 elements, would put SIMD first)
     assert rt.decide("custom", 1 << 11).reason is Reason.HEURISTIC
     assert rt.select("custom", 1 << 11) is GPU
+
+
+def _run_three(neighbours: HistoryStore | None, key: KeyHistory,
+               here: Mapping[object, float], calls: int) -> tuple[list[object], KeyState]:
+    """``calls`` full evaluations of ``key`` (SIMD, its numpy variant, SCALAR), each timing
+    what it chose at ``here``; the choices made, in order, and the state."""
+    numpy = ar.Variant(SIMD, "numpy")
+    policy, state, ran = Policy(), KeyState(), []
+    recorder = neighbours or HistoryStore(4)
+    for _ in range(calls):
+        d = policy.step(state, key, (SIMD, numpy, SCALAR), NOW_S, neighbours=neighbours)
+        ran.append(d.choice)
+        recorder.record(key, d.choice, here[d.choice], reference_size(key.bucket))
+        policy.observe(state, d.choice, here[d.choice], key.arms[d.choice])
+    return ran, state
+
+
+def test_an_arm_far_behind_at_the_neighbouring_sizes_waits_for_the_allowance() -> None:
+    """A variant 2.5x slower than the fastest on the smaller bucket (not so slow that its
+    floor rules it out: 25 ms there, 20 ms the best here) is not tried on a key of 20 ms calls
+    until 3 % of the key's time affords what its trial is expected to cost over the best (2.5x
+    20 ms: 30 ms more), about 50 calls in; without the neighbour's word, it is tried at once."""
+    numpy = ar.Variant(SIMD, "numpy")
+    # (SCALAR, 1.5x behind around, is tried at once; 3x behind here, it is not re-checked
+    # soon, which would spend the allowance first)
+    here = {SIMD: 20_000.0, numpy: 40_000.0, SCALAR: 60_000.0}
+    store, key = _neighbours({SIMD: 10_000.0, numpy: 25_000.0, SCALAR: 15_000.0}, None)
+    ran, state = _run_three(store, key, here, 70)
+    assert ran[:2] == [SIMD, SCALAR] and state.incumbent is SIMD
+    assert state.behind == {SIMD: 1.0, numpy: 2.5, SCALAR: 1.5}
+    assert 40 <= ran.index(numpy) <= 60, ran.index(numpy)
+    ran, _state = _run_three(None, KeyHistory("op", 10), here, 5)
+    assert numpy in ran[:3]
+
+
+def test_an_arm_behind_on_one_side_only_is_tried_at_once() -> None:
+    # a crossover: 3x behind below, the fastest above: the lesser ratio, 1.0, decides
+    numpy = ar.Variant(SIMD, "numpy")
+    store, key = _neighbours({SIMD: 100.0, numpy: 300.0}, {SIMD: 600.0, numpy: 200.0})
+    ran, state = _run_three(store, key, {SIMD: 400.0, numpy: 450.0, SCALAR: 900.0}, 3)
+    assert numpy in ran and state.behind[numpy] == 1.0
