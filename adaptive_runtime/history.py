@@ -283,8 +283,9 @@ class HistoryRecord:
 class HistoryStore:
     """All keys' history, least recently used evicted beyond ``max_keys``.
 
-    Memory is bounded by ``max_keys`` keys of at most three arms each (a few hundred bytes a
-    key), whatever the number of distinct operations and sizes seen.
+    Memory is bounded by ``max_keys`` keys of at most one entry per registered implementation
+    (an arm or a variant of one: a few hundred bytes a key), whatever the number of distinct
+    operations and sizes seen.
     """
 
     def __init__(self, max_keys: int, *, wall_clock: Callable[[], float] = time.time,

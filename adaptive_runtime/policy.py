@@ -833,10 +833,8 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
     yet (see :class:`PolicyConfig`): those timed before a drift alarm, each expected to take
     what it took before it — a plain loop timed again on a million-element call costs as
     much as dozens of the vectorised calls it would not beat — and those never timed here
-    that the neighbouring sizes measured at least ``_BEHIND`` x behind their fastest, each
-    expected that far behind the best here (a variant 3x slower at the sizes around starts
-    behind: on a key of 10 ms calls its trial waits until the key has run 1 s). Any other
-    arm never timed on the key is kept: tried at once."""
+    whose first trial is priced (``_first_trial_us``). Any other arm never timed on the key
+    is kept: tried at once."""
     arms = key.arms
     previous = state.previous_us
     behind = state.behind
@@ -845,10 +843,10 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
     for b in usable:
         stats = arms.get(b)
         guess = previous.get(b) if previous and stats is not None else None
-        if (guess is None and behind and (stats is None or not stats.samples)
-                and behind.get(b, 0.0) >= _BEHIND):
-            guess = best_seen * behind[b]
-            stats = stats or _UNTIMED
+        if guess is None and (stats is None or not stats.samples):
+            guess = _first_trial_us(cfg, behind, b, best_seen)
+            if guess is not None:
+                stats = stats or _UNTIMED
         if guess is None or stats.epoch_samples or stats.failures:  # type: ignore[union-attr]
             # Measured in this epoch, or failed: its own estimate decides. Never timed on
             # the key: tried whatever it is guessed to cost (the cold-start order is a
@@ -861,6 +859,25 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
         if guess - best_seen <= budget:  # (what it took before the alarm)
             kept.append(b)
     return kept
+
+
+def _first_trial_us(cfg: PolicyConfig, behind: Mapping[Choice, float] | None, choice: Choice,
+                    best_us: float) -> float | None:
+    """What the first trial of ``choice`` on a key is expected to take, where it waits for
+    the key's exploration allowance; ``None`` where it is tried at once. An arm the
+    neighbouring sizes measured at least ``_BEHIND`` x behind their fastest: that far behind
+    ``best_us`` (a variant 3x slower at the sizes around: on a key of 10 ms calls its trial
+    waits until the key has run 1 s); measured closer there, tried at once. A variant not
+    measured around: ``unknown_arm_ratio`` x ``best_us`` — an alternative to its arm's primary
+    kernel is tried at once where a trial costs little (calls under ~0.5 ms: the free
+    allowance), later on a key of costly calls. Any other arm: at once (the cold-start order
+    is a guess; an arm it put last can be the fastest)."""
+    ratio = behind.get(choice) if behind else None
+    if ratio is not None:
+        return best_us * ratio if ratio >= _BEHIND else None
+    if choice.variant:
+        return best_us * cfg.unknown_arm_ratio
+    return None
 
 
 def _untried_us(cfg: PolicyConfig, floors: Mapping[Choice, float] | None, backend: Choice,

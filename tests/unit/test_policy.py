@@ -670,7 +670,7 @@ def test_an_arm_far_behind_at_the_neighbouring_sizes_waits_for_the_allowance() -
     """A variant 2.5x slower than the fastest on the smaller bucket (not so slow that its
     floor rules it out: 25 ms there, 20 ms the best here) is not tried on a key of 20 ms calls
     until 3 % of the key's time affords what its trial is expected to cost over the best (2.5x
-    20 ms: 30 ms more), about 50 calls in; without the neighbour's word, it is tried at once."""
+    20 ms: 30 ms more), about 50 calls in; measured close there, it is tried at once."""
     numpy = ar.Variant(SIMD, "numpy")
     # (SCALAR, 1.5x behind around, is tried at once; 3x behind here, it is not re-checked
     # soon, which would spend the allowance first)
@@ -680,7 +680,8 @@ def test_an_arm_far_behind_at_the_neighbouring_sizes_waits_for_the_allowance() -
     assert ran[:2] == [SIMD, SCALAR] and state.incumbent is SIMD
     assert state.behind == {SIMD: 1.0, numpy: 2.5, SCALAR: 1.5}
     assert 40 <= ran.index(numpy) <= 60, ran.index(numpy)
-    ran, _state = _run_three(None, KeyHistory("op", 10), here, 5)
+    store, key = _neighbours({SIMD: 10_000.0, numpy: 12_000.0, SCALAR: 15_000.0}, None)
+    ran, _state = _run_three(store, key, here, 5)
     assert numpy in ran[:3]
 
 
@@ -690,3 +691,16 @@ def test_an_arm_behind_on_one_side_only_is_tried_at_once() -> None:
     store, key = _neighbours({SIMD: 100.0, numpy: 300.0}, {SIMD: 600.0, numpy: 200.0})
     ran, state = _run_three(store, key, {SIMD: 400.0, numpy: 450.0, SCALAR: 900.0}, 3)
     assert numpy in ran and state.behind[numpy] == 1.0
+
+
+def test_a_variant_measured_nowhere_waits_on_costly_calls_and_not_on_cheap_ones() -> None:
+    """Nothing measured around: an arm's variant is an alternative to its primary kernel,
+    priced at 3x the best here — tried at once where that fits the free allowance (calls of
+    100 us), later on a key of 20 ms calls; another arm (SCALAR) is tried at once either way."""
+    numpy = ar.Variant(SIMD, "numpy")
+    costly = {SIMD: 20_000.0, numpy: 30_000.0, SCALAR: 60_000.0}
+    ran, _state = _run_three(None, KeyHistory("op", 10), costly, 30)
+    assert ran[:2] == [SIMD, SCALAR] and numpy not in ran[:20]
+    cheap = {b: us / 200 for b, us in costly.items()}
+    ran, _state = _run_three(None, KeyHistory("op", 10), cheap, 3)
+    assert set(ran) == {SIMD, numpy, SCALAR}
