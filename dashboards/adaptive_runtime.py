@@ -70,6 +70,17 @@ _KEYS = f"{_SERVICE}, {_OP}, {_ARM}"
 _LEARNING = 'adaptive_decision=~"heuristic|explore|recheck|drift"'
 # Size buckets are labels ("4", "17"): zero-padded here so that sorting the text sorts sizes.
 _PAD_BUCKET = '"adaptive_size_bucket", "0$1", "adaptive_size_bucket", "([0-9])"'
+# An arm's implementation, one label: "simd" (its primary one: no adaptive_variant) or
+# "simd:numpy" (a variant); wrapped around a query that keeps both labels.
+_IMPLEMENTATION = "adaptive_implementation"
+
+
+def _by_implementation(expr: str) -> str:
+    joined = (f'label_join({expr}, "{_IMPLEMENTATION}", ":", "adaptive_backend", '
+              f'"adaptive_variant")')
+    return f'label_replace({joined}, "{_IMPLEMENTATION}", "$1", "{_IMPLEMENTATION}", "(.*):")'
+
+
 _BUCKET_HELP = ("Size bucket k holds inputs of 2^(k-1) to 2^k - 1 elements (bucket 11: "
                 "1,024-2,047); a latency is learned at the bucket's geometric middle.")
 
@@ -243,35 +254,39 @@ def build() -> Dashboard:
             .scale_distribution(_log_scale()))
 
     # ---------------------------------------------------------------- crossovers
-    learned = (f"max by (adaptive_size_bucket, adaptive_backend) "
-               f"(adaptive_learned_latency_seconds{{{_KEYS}}})")
-    committed = (f"max by (adaptive_operation, adaptive_size_bucket, adaptive_backend) "
-                 f"(adaptive_committed{{{_KEYS}}}) == 1")
+    learned = _by_implementation(
+        f"max by (adaptive_size_bucket, adaptive_backend, adaptive_variant) "
+        f"(adaptive_learned_latency_seconds{{{_KEYS}}})")
+    committed = _by_implementation(
+        f"max by (adaptive_operation, adaptive_size_bucket, adaptive_backend, "
+        f"adaptive_variant) (adaptive_committed{{{_KEYS}}}) == 1")
     dashboard = (
         dashboard.with_row(Row("What it learned: latency vs size, and the arm chosen")
                            .id(next(ids)))
         .with_panel(
             table_panel("Committed arm by size bucket",
-                        "The arm each (operation, size bucket) is committed to now; a key "
-                        "still exploring has none. Why: the panel's links open each key's "
+                        "The arm each (operation, size bucket) is committed to now (a variant "
+                        "of an arm as arm:variant, simd:numpy); a key still exploring has "
+                        "none. Why: the panel's links open each key's "
                         "commitment span in Jaeger. " + _BUCKET_HELP)
             .with_target(_query(f"label_replace({committed}, {_PAD_BUCKET})", instant=True))
             .with_transformation(_transform("sortBy",
                                             {"sort": [{"field": "adaptive_size_bucket"}]}))
             .with_transformation(_transform("groupingToMatrix", {
                 "columnField": "adaptive_size_bucket", "rowField": "adaptive_operation",
-                "valueField": "adaptive_backend"}))
+                "valueField": _IMPLEMENTATION}))
             .no_value("no key committed yet").links(_jaeger_links()).span(24))
         .with_panel(
             barchart.Panel().id(next(ids)).title("Learned latency by size bucket: $operation")
-            .description("What each arm was learned to take at each size bucket (log scale): "
-                         "where the bars cross, the best arm changes. " + _BUCKET_HELP)
+            .description("What each arm (and each variant of one, arm:variant) was learned to "
+                         "take at each size bucket (log scale): where the bars cross, the "
+                         "best arm changes. " + _BUCKET_HELP)
             .datasource(_DS).unit("s").repeat("operation").repeat_direction("h")
             .with_target(_query(f"label_replace({learned}, {_PAD_BUCKET})", instant=True))
             .with_transformation(_transform("sortBy",
                                             {"sort": [{"field": "adaptive_size_bucket"}]}))
             .with_transformation(_transform("groupingToMatrix", {
-                "columnField": "adaptive_backend", "rowField": "adaptive_size_bucket",
+                "columnField": _IMPLEMENTATION, "rowField": "adaptive_size_bucket",
                 "valueField": "Value"}))
             .scale_distribution(_log_scale()).legend(_legend().calcs([]))
             .height(9).span(12))

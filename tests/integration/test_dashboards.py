@@ -186,7 +186,8 @@ class Workload(threading.Thread):
     showing it while Prometheus scrapes:
 
     - ``scale`` over eleven size buckets, a linear SCALAR arm against a constant-time SIMD one
-      (learned latencies that cross);
+      (learned latencies that cross), and a SIMD variant cheaper than both (committed as
+      ``simd:direct``);
     - ``shift``, whose SIMD arm raises: fallbacks, quarantined arms;
     - ``hot``, called in bursts far above the hot-path rate (10,000 calls/s): a hot path, its
       spans suppressed; the other operations stay far below that rate;
@@ -244,6 +245,8 @@ def register_operations(rt: ar.AdaptiveRuntime) -> None:
         op = rt.register(name, size=size, kind="vector")
         op.add_implementation(SIMD, simd)
         op.add_implementation(SCALAR, scalar)
+    # a variant of an arm that wins at every size: its commitments show as "simd:direct"
+    rt.operation("scale").add_implementation(SIMD, lambda n: n * (n - 1) // 2, name="direct")
 
 
 def finite(result: list[dict[str, Any]]) -> list[float]:
@@ -342,6 +345,9 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
                  for s in results[("Committed arm by size bucket", "A")]}
     assert ("shift", "scalar") in committed and ("shift", "simd") not in committed
     assert {"scale", "hot", "grow"} <= {op for op, _arm in committed}
+    implementations = {(s["metric"]["adaptive_operation"], s["metric"]["adaptive_implementation"])
+                       for s in results[("Committed arm by size bucket", "A")]}
+    assert ("scale", "simd:direct") in implementations and ("shift", "scalar") in implementations
     assert {(s["metric"]["adaptive_operation"], s["metric"]["adaptive_backend"],
              s["metric"]["adaptive_fallback_to"])
             for s in results[("Fallbacks/s", "A")]} == {("shift", "simd", "scalar")}
