@@ -34,7 +34,7 @@ from rich.table import Table
 
 from . import __version__
 from ._progress import progress, status
-from .backend import Backend
+from .backend import choice_order
 from .errors import BackendUnavailableError, ConfigError
 from .keys import size_bucket
 from .operations import DeviceProbe
@@ -285,7 +285,8 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
     console.print()
     console.print(decision_table(report.rows))
     chosen = Counter(row.chosen for row in report.rows if row.chosen is not None)
-    by_arm = ", ".join(f"{arm.value} {chosen[arm]}" for arm in Backend if chosen[arm])
+    by_arm = ", ".join(f"{choice.value} {chosen[choice]}"
+                       for choice in sorted(chosen, key=choice_order))
     keys = len({(op, size_bucket(n)) for op in DEMO_OPERATIONS for n in sizes})
     console.print(f"\n{calls} calls in {elapsed_s:.2f} s; {len(report.rows)} of {keys} keys "
                   f"(operation x size bucket) measured; chosen arm: {by_arm or 'none'}",
