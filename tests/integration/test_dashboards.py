@@ -81,7 +81,8 @@ def queries(dashboard: dict[str, Any]) -> list[tuple[str, str, str]]:
 def substitute(expr: str) -> str:
     for variable, value in SUBSTITUTIONS.items():
         expr = expr.replace(variable, value)
-    assert "$" not in expr.replace('"0$1"', ""), f"a variable left unsubstituted: {expr}"
+    # (label_replace's replacements, "$1" and "0$1", are regex group references, not variables)
+    assert "$" not in re.sub(r'"0?\$\d"', "", expr), f"a variable left unsubstituted: {expr}"
     return expr
 
 
