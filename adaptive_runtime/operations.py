@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._forks import renew_after_fork
-from .backend import VARIANT_NAME, Backend, Choice, Variant
+from .backend import VARIANT_NAME, Backend, Choice, Variant, choice_of
 from .errors import RegistrationError, UnknownOperationError
 
 if TYPE_CHECKING:  # the owning runtime, only for the type of Operation._owner
@@ -182,7 +182,7 @@ class Implementation:
 
     def __post_init__(self) -> None:
         if self.choice is None:
-            object.__setattr__(self, "choice", self.backend)
+            object.__setattr__(self, "choice", choice_of(self.backend, self.name))
         object.__setattr__(self, "plain", self.compile_count is None and not self.warm_up
                            and self.surcharge_us is None and self.sync is None
                            and self.device_timing is None)
