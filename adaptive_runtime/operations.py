@@ -320,7 +320,7 @@ class Operation:
         impls[choice] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
             floor_us, bool(warm_up), surcharge_us, sync, device_timing,
-            name, choice)
+            name)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

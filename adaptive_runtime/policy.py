@@ -842,16 +842,16 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
     kept = []
     for b in usable:
         stats = arms.get(b)
-        guess = previous.get(b) if previous and stats is not None else None
-        if guess is None and (stats is None or not stats.samples):
+        if stats is None or not (stats.samples or stats.failures):  # never tried on the key
             guess = _first_trial_us(cfg, behind, b, best_seen)
-            if guess is not None:
-                stats = stats or _UNTIMED
-        if guess is None or stats.epoch_samples or stats.failures:  # type: ignore[union-attr]
-            # Measured in this epoch, or failed: its own estimate decides. Never timed on
-            # the key: tried whatever it is guessed to cost (the cold-start order is a
-            # guess, which orders the arms but rules none out: an arm the heuristic put last
-            # that was 3x faster waited tens of calls for the budget).
+        elif stats.epoch_samples or stats.failures or not previous:
+            guess = None  # measured in this epoch, or failed: its own estimate decides
+        else:
+            guess = previous.get(b)  # timed before the drift alarm
+        if guess is None:
+            # (an arm never timed here whose trial is not priced is tried at once: the
+            # cold-start order is a guess, which orders the arms but rules none out; an arm
+            # the heuristic put last that was 3x faster waited tens of calls for the budget)
             kept.append(b)
             continue
         if budget < 0.0:
@@ -1182,7 +1182,6 @@ _NEIGHBOUR_REACH = 2
 # An arm never timed on a key whose neighbouring sizes measured it this many times slower than
 # their fastest waits for the key's exploration allowance before its trial (_affordable).
 _BEHIND = 2.0
-_UNTIMED = ArmStats()
 
 
 def _prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choice]) -> bool:
