@@ -14,11 +14,13 @@ field is not compared):
 - ``gpu`` and ``gpu_driver``: the NVIDIA GPU models and driver version from
   ``/proc/driver/nvidia`` (Linux, no CUDA call), else from torch when it is already imported
   and CUDA already initialised; ``"none"`` on a Linux machine with no GPU driver loaded;
-- ``numba_threads`` and ``torch_threads``: the threads numba's and torch's parallel kernels
-  run on, where the library is already imported (a threaded kernel's learned cost is what it
-  costs with that many threads: ``NUMBA_NUM_THREADS``, ``torch.set_num_threads``). Recorded,
-  not compared: a DataLoader worker runs torch on one thread, and must still load the file
-  its parent saved.
+- ``numba_threads``, ``torch_threads`` and ``blas_threads``: the threads numba's, torch's
+  and numpy's BLAS's parallel kernels run on, where the library is already imported (BLAS's
+  read through threadpoolctl; a threaded kernel's learned cost is what it costs with that
+  many threads: ``NUMBA_NUM_THREADS``, ``torch.set_num_threads``, ``OPENBLAS_NUM_THREADS``).
+  Recorded, not compared: a DataLoader worker runs torch on one thread, and must still load
+  the file its parent saved. (While a program runs, a change of a pool's size has the
+  implementations on it measured afresh: see :mod:`adaptive_runtime.threads`.)
 
 Computed once per process (the GPU fields again only while still unknown; the thread counts
 at every call: a program may change them).
@@ -26,6 +28,7 @@ at every call: a program may change them).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.metadata
 import os
@@ -35,6 +38,7 @@ import threading
 from collections.abc import Mapping
 
 from ._forks import after_fork_in_child
+from .threads import thread_counts
 
 __all__ = ["FINGERPRINT_LABELS", "differences", "hardware_fingerprint"]
 
@@ -119,19 +123,17 @@ def _static_fields() -> Fingerprint:
 
 
 def _thread_fields() -> Fingerprint:
-    """The parallel kernels' thread counts of numba and torch, where already imported (never
-    importing either, nor starting numba's thread pool)."""
+    """The thread counts of the pools the kernels run on (:mod:`adaptive_runtime.threads`):
+    numba's (its configured count until its threading layer is up), torch's where imported,
+    the BLAS library's through threadpoolctl — never importing a library, nor starting
+    numba's threading layer."""
+    counts = thread_counts()
     numba = sys.modules.get("numba")
-    torch = sys.modules.get("torch")
-    fields: Fingerprint = {"numba_threads": None, "torch_threads": None}
-    try:
-        if numba is not None:
-            fields["numba_threads"] = int(numba.config.NUMBA_NUM_THREADS)
-        if torch is not None:
-            fields["torch_threads"] = int(torch.get_num_threads())
-    except Exception:  # (a partial import or an odd build: unknown, not compared)
-        pass
-    return fields
+    if counts["numba"] is None and numba is not None:
+        # (a partial import or an odd build: unknown, not compared)
+        with contextlib.suppress(Exception):
+            counts["numba"] = int(numba.config.NUMBA_NUM_THREADS)
+    return {f"{pool}_threads": count for pool, count in counts.items()}
 
 
 def _cpu_model() -> str | None:

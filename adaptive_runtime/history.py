@@ -240,8 +240,9 @@ class KeyHistory:
         self.arms: dict[Choice, ArmStats] = {}
         self.samples = 0  # timings of all arms, lifetime
         self.failures = 0
-        # estimates merged in from elsewhere this many times (HistoryStore.merge): the policy
-        # commits again from the merged numbers
+        # estimates replaced from outside the policy this many times — merged in from
+        # elsewhere (HistoryStore.merge), or restarted (restart): the policy commits again
+        # from the numbers as they are
         self.merges = 0
         # arm estimates that started again from faster timings (ArmStats.add_sample)
         self.restarts = 0
@@ -257,6 +258,20 @@ class KeyHistory:
         forgotten, lifetime counts kept."""
         for stats in self.arms.values():
             stats.start_epoch()
+
+    def restart(self, choices: Iterable[Choice]) -> int:
+        """Measure ``choices`` afresh, from outside the policy (what they cost changed: their
+        thread pool's size, say): their estimates are forgotten, lifetime counts kept, and
+        the policy commits again. Returns how many had an estimate to forget."""
+        restarted = 0
+        for choice in choices:
+            stats = self.arms.get(choice)
+            if stats is not None and stats.epoch_samples:
+                stats.start_epoch()
+                restarted += 1
+        if restarted:
+            self.merges += 1
+        return restarted
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._forks import renew_after_fork
 from .backend import VARIANT_NAME, Backend, Choice, Variant, choice_of
 from .errors import RegistrationError, UnknownOperationError
+from .threads import POOLS
 
 if TYPE_CHECKING:  # the owning runtime, only for the type of Operation._owner
     from .runtime import AdaptiveRuntime
@@ -55,6 +56,7 @@ def cuda_graph_capturing() -> bool:
         return False
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
+_THREAD_POOLS = ("", *POOLS)
 
 
 # Operation names are identifiers: a longer one is a mistake (a tensor's repr passed as a name,
@@ -165,6 +167,11 @@ class Implementation:
     timed there (host inputs: it is timed on the host, through ``sync``). A call timed on the
     device neither waits for it nor is timed on the host: the runtime learns the elapsed
     device time once the timing is ready, looked at (never waited for) on later timed calls.
+
+    ``threads``: the thread pool the kernel runs on (``"numba"``, ``"torch"``, ``"blas"``;
+    ``""``: serial, or a pool the runtime does not read). When that pool's thread count
+    changes while the program runs, what was learned of the implementation is measured
+    afresh (see :mod:`adaptive_runtime.threads`).
     """
 
     backend: Backend
@@ -176,6 +183,7 @@ class Implementation:
     sync: Callable[[Any], None] | None = None
     device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None] | None = None
     name: str = ""
+    threads: str = ""
     choice: Choice = field(default=None, compare=False)  # type: ignore[assignment]
     # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
     plain: bool = field(init=False, repr=False, compare=False)
@@ -265,24 +273,25 @@ class Operation:
         arms = ", ".join(c.value for c in self._impls) or "no implementations"
         return f"<Operation {self.name!r} kind={self.kind.value} arms=[{arms}]>"
 
-    def implementation(self, backend: Backend | str, *, name: str = "",
-                       family: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def implementation(self, backend: Backend | str, *, name: str = "", family: str = "",
+                       threads: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator registering ``fn`` as a kernel of this operation on ``backend``: the
         arm's primary implementation, or — given a ``name`` — a variant of the arm, which
-        the runtime times and chooses among as it does among arms.
+        the runtime times and chooses among as it does among arms. ``threads`` names the
+        thread pool it runs on (see :meth:`add_implementation`).
 
         Returns ``fn`` unchanged, so the kernel stays callable on its own.
         """
         arm = _arm(backend, self.name)
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add_implementation(arm, fn, name=name, family=family)
+            self.add_implementation(arm, fn, name=name, family=family, threads=threads)
             return fn
 
         return register
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
-                           name: str = "", family: str = "",
+                           name: str = "", family: str = "", threads: str = "",
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
@@ -292,7 +301,7 @@ class Operation:
                            | None = None) -> None:
         """Register ``fn`` as a kernel on ``backend`` (see :meth:`implementation`): the
         arm's primary implementation (one per arm), or a variant of the arm named ``name``
-        (letters, digits and ``_ . + -``, unique on the arm). ``compile_count``,
+        (letters, digits and ``_ . + -``, unique on the arm). ``threads``, ``compile_count``,
         ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and ``device_timing`` as in
         :class:`Implementation`.
 
@@ -310,6 +319,11 @@ class Operation:
         if not callable(fn):
             raise RegistrationError(f"implementation of {self.name!r} on {arm.value}{where} "
                                     f"must be callable, got {fn!r}")
+        if threads not in _THREAD_POOLS:
+            raise RegistrationError(
+                f"threads of an implementation of {self.name!r} on {arm.value}{where} must "
+                f"name the thread pool it runs on, one of {', '.join(map(repr, POOLS))} "
+                f"(\"\" for none), got {threads!r}")
         impls = self._impls if not family else self._families.setdefault(family, {})
         choice = self._new_choice(impls, arm, name, where)
         for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
@@ -320,7 +334,7 @@ class Operation:
         impls[choice] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
             floor_us, bool(warm_up), surcharge_us, sync, device_timing,
-            name)
+            name, threads)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

@@ -47,7 +47,7 @@ class Dispatcher:
         counts = self._counts = Counts(core, routes)
         emission = self._emission = Emission(core, counts)
         candidates = Candidates(core, routes)
-        learner = self._learner = Learner(core, counts, emission, candidates, rates)
+        learner = self._learner = Learner(core, counts, emission, candidates, rates, routes)
         attempt = Attempt(timer, ResultChecks(core, learner))
         fallback = Fallback(core, learner, counts, emission, attempt)
         timed = TimedCalls(core, learner, emission, attempt, fallback)

@@ -4,6 +4,7 @@ and set the key's measurement period (the fast path's arm, timed 1-in-N)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..backend import Choice
@@ -18,12 +19,15 @@ from ..gating import (
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import Decision, KeyState, Reason, Step
+from ..threads import ThreadWatch
 from .candidates import Candidates, floors
 from .core import Core
 from .counts import Counts
 from .emission import Emission
-from .entry import TALLY_REASON, Entry
+from .entry import TALLY_REASON, Entry, Route
 from .watch import WATCH_ABOVE_US, WATCHED_MAX_PERIOD, watch, watched_call
+
+_log = logging.getLogger(__name__)
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -63,7 +67,8 @@ class Learner:
     :meth:`first_decision` needs the lock held."""
 
     def __init__(self, core: Core, counts: Counts, emission: Emission,
-                 candidates: Candidates, rates: dict[str, OperationRate]) -> None:
+                 candidates: Candidates, rates: dict[str, OperationRate],
+                 routes: dict[str, Route], threads: ThreadWatch | None = None) -> None:
         self._core = core
         # (never replaced: read here once, not through the core on every timed call)
         self._clock = core.clock
@@ -74,6 +79,10 @@ class Learner:
         self._emission = emission
         self._candidates = candidates
         self._rates = rates  # registered operations' call-rate state (see Router)
+        self._routes = routes  # the route table (see Router): every key's implementations
+        # the thread pools' sizes, read every second or so from timed calls (see
+        # _threads_changed)
+        self._threads = threads if threads is not None else ThreadWatch()
         # the policy's state of each key: key id -> (the key's history, its state), dropped
         # with the key (forget); a key made anew gets a new state
         self._states: dict[tuple[str, int], tuple[KeyHistory, KeyState]] = {}
@@ -149,6 +158,8 @@ class Learner:
         is held until then, to carry the device time."""
         # (one function, not four: every exploring call comes through here)
         now = self._clock()
+        if now >= self._threads.due_s:
+            self._threads_changed(self._threads.poll(now))
         calls = 1
         since = None
         if ticket >= 0:
@@ -205,6 +216,26 @@ class Learner:
             pending.append((entry, decision, device_timing, n, calls, held))
         self._next(entry, key, state, now)
         return span
+
+    def _threads_changed(self, changed: dict[str, tuple[int, int]]) -> None:
+        """Thread pools whose size changed (``torch.set_num_threads``, say): what was learned
+        of the implementations that run on them dates from the old size, and is measured
+        afresh on every key (``KeyHistory.restart``), the policy committing again; the other
+        implementations keep their estimates."""
+        if not changed:
+            return
+        keys = implementations = 0
+        for _size_of, entries, _op, _families in self._routes.values():
+            for entry in entries.values():
+                choices = [c for c, impl in entry.impls.items() if impl.threads in changed]
+                restarted = entry.key.restart(choices) if choices else 0
+                if restarted:
+                    keys += 1
+                    implementations += restarted
+                    self.reset_entry(entry, entry.key)
+        _log.info("thread pool size changed (%s): %d estimates on %d keys measured afresh",
+                  ", ".join(f"{pool} {old} -> {new}" for pool, (old, new) in changed.items()),
+                  implementations, keys)
 
     def _learn(self, key: KeyHistory, state: KeyState, decision: Decision, duration_us: float,
                n: int, now: float, calls: int) -> None:

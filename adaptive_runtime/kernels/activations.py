@@ -156,7 +156,7 @@ def register(rt: AdaptiveRuntime) -> None:
                      on_device=inputs_on_device,
                      family=input_family)
     relu.add_implementation(Backend.SCALAR, relu_scalar, compile_count=compile_count(_relu_loop))
-    relu.add_implementation(Backend.SIMD, relu_simd,
+    relu.add_implementation(Backend.SIMD, relu_simd, threads="numba",
                             compile_count=compile_count(_relu_parallel))
     # numpy's own: no threads to start, it wins at ~1e3 (see the table above); the threaded
     # loop is 4-8x faster from 1e5 up
@@ -166,12 +166,12 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     gelu.add_implementation(Backend.SCALAR, gelu_scalar, compile_count=compile_count(_gelu_loop))
     if torch_installed():  # ATen's vectorised erf on the array's memory (see the docstring)
-        gelu.add_implementation(Backend.SIMD, gelu_through_torch, warm_up=True)
+        gelu.add_implementation(Backend.SIMD, gelu_through_torch, warm_up=True, threads="torch")
         # (the threaded libm loop ties ATen at ~1e3 and loses 20x at 1e6: timed, not guessed)
-        gelu.add_implementation(Backend.SIMD, gelu_simd, name="numba",
+        gelu.add_implementation(Backend.SIMD, gelu_simd, name="numba", threads="numba",
                                 compile_count=compile_count(_gelu_parallel))
     else:
-        gelu.add_implementation(Backend.SIMD, gelu_simd,
+        gelu.add_implementation(Backend.SIMD, gelu_simd, threads="numba",
                                 compile_count=compile_count(_gelu_parallel))
     add_gpu_arm(relu, relu_gpu)
     add_gpu_arm(gelu, gelu_gpu)

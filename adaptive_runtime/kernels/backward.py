@@ -186,4 +186,5 @@ def register(rt: AdaptiveRuntime) -> None:
         scalar_kernel, simd_kernel = kernels
         op.add_implementation(Backend.SCALAR, scalar, compile_count=compile_count(scalar_kernel))
         op.add_implementation(Backend.SIMD, simd, compile_count=compile_count(simd_kernel)
-                              if simd_kernel is not None else None)
+                              if simd_kernel is not None else None,
+                              threads="numba" if simd_kernel is not None else "")

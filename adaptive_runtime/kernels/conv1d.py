@@ -186,7 +186,7 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, conv1d_scalar,
                           compile_count=_both(compile_count(_conv1d_loop),
                                               compile_count(_conv1d_batched_loop)))
-    op.add_implementation(Backend.SIMD, conv1d_simd,
+    op.add_implementation(Backend.SIMD, conv1d_simd, threads="numba",
                           compile_count=compile_count(_conv1d_chunks))
     add_gpu_arm(op, conv1d_gpu)
 

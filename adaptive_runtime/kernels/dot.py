@@ -52,5 +52,5 @@ def register(rt: AdaptiveRuntime) -> None:
                      on_device=inputs_on_device,
                      family=input_family)
     op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
-    op.add_implementation(Backend.SIMD, dot_simd)
+    op.add_implementation(Backend.SIMD, dot_simd, threads="blas")
     add_gpu_arm(op, dot_gpu)

@@ -126,6 +126,6 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, layer_norm_scalar,
                           compile_count=compile_count(_layer_norm_rows))
-    op.add_implementation(Backend.SIMD, layer_norm_simd,
+    op.add_implementation(Backend.SIMD, layer_norm_simd, threads="numba",
                           compile_count=compile_count(_layer_norm_rows_parallel))
     add_gpu_arm(op, layer_norm_gpu)

@@ -78,5 +78,5 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, linear_scalar,
                           compile_count=compile_count(_linear_rows))
-    op.add_implementation(Backend.SIMD, linear_simd)
+    op.add_implementation(Backend.SIMD, linear_simd, threads="blas")
     add_gpu_arm(op, linear_gpu)

@@ -76,5 +76,5 @@ def register(rt: AdaptiveRuntime) -> None:
                      family=input_family)
     op.add_implementation(Backend.SCALAR, matmul_scalar,
                           compile_count=compile_count(_matmul_loop))
-    op.add_implementation(Backend.SIMD, matmul_simd)
+    op.add_implementation(Backend.SIMD, matmul_simd, threads="blas")
     add_gpu_arm(op, matmul_gpu)

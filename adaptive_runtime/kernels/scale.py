@@ -97,7 +97,7 @@ def register(rt: AdaptiveRuntime) -> None:
     op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device,
                      family=input_family)
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
-    op.add_implementation(Backend.SIMD, scale_simd,
+    op.add_implementation(Backend.SIMD, scale_simd, threads="numba",
                           compile_count=compile_count(_scale_parallel))
     # numpy's own: no threads to start, it wins at ~1e3 (see the table above)
     op.add_implementation(Backend.SIMD, scale_numpy, name="numpy", warm_up=True)

@@ -107,8 +107,10 @@ def register(rt: AdaptiveRuntime) -> None:
     op.add_implementation(Backend.SCALAR, softmax_scalar,
                           compile_count=compile_count(_softmax_rows))
     if torch_installed():  # ATen's one-pass softmax on the array's memory (see the docstring)
-        op.add_implementation(Backend.SIMD, softmax_through_torch, warm_up=True)
-        op.add_implementation(Backend.SIMD, softmax_simd, name="numba")
+        op.add_implementation(Backend.SIMD, softmax_through_torch, warm_up=True,
+                              threads="torch")
+        # (numpy's four passes: ahead of ATen on small rows, where ATen's call costs more)
+        op.add_implementation(Backend.SIMD, softmax_simd, name="numpy")
     else:
         op.add_implementation(Backend.SIMD, softmax_simd)
     add_gpu_arm(op, softmax_gpu)

@@ -81,6 +81,7 @@ def register(rt: AdaptiveRuntime) -> None:
                      on_device=inputs_on_device,
                      family=input_family)
     op.add_implementation(Backend.SCALAR, sum_scalar, compile_count=compile_count(_sum_loop))
-    op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel))
+    op.add_implementation(Backend.SIMD, sum_simd, compile_count=compile_count(_sum_parallel),
+                          threads="numba")
     op.add_implementation(Backend.SIMD, sum_numpy, name="numpy", warm_up=True)
     add_gpu_arm(op, sum_gpu)

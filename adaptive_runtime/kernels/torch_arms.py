@@ -305,7 +305,8 @@ def register(rt: AdaptiveRuntime) -> None:
         is_backward = name in backward.NAMES
         for family in torch_families():
             grad = family.endswith(GRAD)
-            op.add_implementation(Backend.SIMD, aten, family=family, warm_up=True)
+            op.add_implementation(Backend.SIMD, aten, family=family, warm_up=True,
+                                  threads="torch")
             if gpu is not None:
                 add_gpu_arm(op, gpu.fn, family)
             if scalar is None or family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
