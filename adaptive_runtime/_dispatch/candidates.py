@@ -66,12 +66,15 @@ class Candidates:
                 f"@op.implementation(Backend.SIMD) (or GPU / SCALAR)")
         forced = self._core.forced
         if forced is not None:
-            impl = op.implementation_for(forced)  # (an arm: its primary one, else a variant)
+            # (an arm: its primary implementation, else its first variant; a variant the
+            # operation lacks: its arm's — a variant refines the device class forced, and a
+            # model's other operations, their backward ones among them, may not have it)
+            impl = op.implementation_for(forced) or op.implementation_for(forced.arm)
             if impl is None:
-                what = "implementation" if forced.variant else f"{forced.value} implementation"
                 raise BackendUnavailableError(
                     f"backend {forced.value!r} is forced but operation {op.name!r} has "
-                    f"no {what} (it has: {', '.join(b.value for b in backends)})")
+                    f"no {forced.arm.value} implementation (it has: "
+                    f"{', '.join(b.value for b in backends)})")
             return (impl.choice,)
         core = self._core
         usable = [b for b in backends

@@ -112,8 +112,8 @@ class Learner:
                now: float) -> Decision:
         """A full decision for ``key``, applied."""
         core = self._core
-        if core.forced is not None:
-            return core.policy.forced(state, key, core.forced)
+        if core.forced is not None:  # (its one candidate: the forced choice, resolved)
+            return core.policy.forced(state, key, candidates[0])
         decision = core.policy.step(state, key, candidates, now, core.history, explain=False)
         self._after_step(key, decision)
         return decision
@@ -299,7 +299,7 @@ class Learner:
     def _next(self, entry: Entry, key: KeyHistory, state: KeyState, now: float) -> None:
         """Decide the key's next timed call and, where that changed it, its fast path."""
         if self._forced is not None:
-            entry.next = self._policy.forced(state, key, self._forced)
+            entry.next = self._policy.forced(state, key, entry.candidates[0])
             self.refresh(entry, key)  # (a forced arm is never committed: a fast path too)
             return
         # (unexplained, whoever listens: explained() fills in what a span or rt.decide() shows)
@@ -348,7 +348,7 @@ class Learner:
         entry.watch_tripped = False
         state = entry.state
         core = self._core
-        target = core.forced if core.forced is not None else state.incumbent
+        target = entry.candidates[0] if core.forced is not None else state.incumbent
         stats = key.arms.get(target) if target is not None else None
         if stats is None or not stats.epoch_samples or stats.consecutive_failures:
             entry.mask = 0

@@ -57,7 +57,7 @@ class TruenoApi:
         with core.lock:
             key = core.history.find(operation, bucket)
             if core.forced is not None:
-                return self._forced(key)
+                return self._forced(key, candidates[0])
             entry = self._router.entry(operation, bucket)
             state = self._learner.state_of(key) if key is not None else KeyState()
             if entry is not None and key is not None and entry.key is key:
@@ -78,8 +78,9 @@ class TruenoApi:
         return self._core.policy.explained(decision._replace(estimates_us={}), state, key,
                                            candidates)
 
-    def _forced(self, key: KeyHistory | None) -> Decision:
-        forced: Choice = self._core.forced  # type: ignore[assignment]
+    def _forced(self, key: KeyHistory | None, forced: Choice) -> Decision:
+        """The forced decision: ``forced`` is the choice forced, as the operation has it (a
+        variant it lacks: its arm)."""
         stats = key.arms.get(forced) if key is not None else None
         return Decision(forced, Reason.FORCED, 1.0,
                         {forced: stats.estimate_us} if stats else {},

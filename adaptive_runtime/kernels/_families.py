@@ -22,12 +22,17 @@ can run. Neither torch nor JAX is imported here (see ``_arrays``).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..backend import Backend
+
+if TYPE_CHECKING:
+    from ..operations import Implementation, Operation
+
 __all__ = ["GRAD", "JAX", "JAX_TRACED", "TORCH", "input_family", "jax_families",
-           "torch_families"]
+           "numba_arms", "torch_families"]
 
 TORCH = "torch"
 JAX = "jax"
@@ -96,3 +101,22 @@ def _torch_family(torch: Any, first: Any, args: tuple[Any, ...]) -> str:
             if isinstance(a, torch.Tensor) and a.requires_grad:
                 return base + GRAD
     return base
+
+
+def numba_arms(op: Operation) -> list[tuple[Backend, str, Implementation]]:
+    """The numba kernels of ``op``'s default (numpy) family that the torch and JAX families
+    run too, on views of their arrays: the SCALAR loop as their SCALAR arm, and the threaded
+    loop (``threads="numba"``, where the operation has one) as their SIMD variant ``numba``,
+    beside their library's own call — which of the two wins depends on the size and the
+    machine (numba's threaded relu was 4-8x numpy's from 10^5 elements; see
+    ``benchmarks/variants.py``)."""
+    arms: list[tuple[Backend, str, Implementation]] = []
+    scalar = op.implementation_for(Backend.SCALAR)
+    if scalar is not None:
+        arms.append((Backend.SCALAR, "", scalar))
+    threaded = next((i for i in op.implementations()
+                     if i.backend is Backend.SIMD and i.threads == "numba"), None)
+    if threaded is not None:
+        arms.append((Backend.SIMD, "numba", threaded))
+    return arms
+

@@ -102,7 +102,7 @@ from typing import TYPE_CHECKING, Any
 from ..backend import Backend
 from . import backward
 from ._arrays import is_jax, jax_host, to_jax
-from ._families import JAX, JAX_TRACED, jax_families
+from ._families import JAX, JAX_TRACED, jax_families, numba_arms
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
@@ -389,9 +389,10 @@ def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
     return call
 
 
-def _scalar_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The SCALAR arm: the default family's numba arm ``fn`` on numpy views of the arrays,
-    its result (or results) handed back as JAX arrays on the input's device."""
+def _numba_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A numba arm (the SCALAR loop, the threaded SIMD variant): the default family's numba
+    kernel ``fn`` on numpy views of the arrays, its result (or results) handed back as JAX
+    arrays on the input's device."""
     template = _TEMPLATE.get(name, 0)
     plain = PLAIN[name]
 
@@ -466,7 +467,7 @@ def register(rt: AdaptiveRuntime) -> None:
     gpu = _jax_gpu_possible()
     for name, plain in PLAIN.items():
         op = rt.operation(name)
-        scalar = op.implementation_for(Backend.SCALAR)
+        shared = numba_arms(op)
         jit = _jits.get(name)
         if jit is None:  # (one per operation, shared by every runtime: compiled once)
             jit = _jits[name] = _Jit(plain, static=(3,) if name == "conv1d" else ())
@@ -479,10 +480,13 @@ def register(rt: AdaptiveRuntime) -> None:
             if gpu:
                 op.add_implementation(Backend.GPU, on_gpu, family=family, warm_up=True,
                                       compile_count=jit.compiled, sync=block)
-            if scalar is not None and family == JAX:  # (numba: no float16/bfloat16)
-                count = scalar.compile_count
+            if family != JAX:  # (numba: no float16/bfloat16)
+                continue
+            for arm, variant, impl in shared:
+                count = impl.compile_count
                 op.add_implementation(
-                    Backend.SCALAR, _scalar_arm(name, scalar.fn), family=family, warm_up=True,
+                    arm, _numba_arm(name, impl.fn), name=variant, family=family, warm_up=True,
+                    threads=impl.threads,
                     compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
                     else (lambda: _compilations[0]))
         op.add_untimed(JAX_TRACED, plain)

@@ -32,7 +32,7 @@ import numpy as np
 from ..backend import Backend
 from . import backward
 from ._autograd import Backward, autograd_arm
-from ._families import GRAD, TORCH, torch_families
+from ._families import GRAD, TORCH, numba_arms, torch_families
 from ._gpu import add_gpu_arm
 from .layer_norm import EPS
 
@@ -300,21 +300,25 @@ def register(rt: AdaptiveRuntime) -> None:
     for name, aten in ATEN.items():
         aten = _builtin(name) or aten
         op = rt.operation(name)
-        scalar = op.implementation_for(Backend.SCALAR)
         gpu = op.implementation_for(Backend.GPU)
         is_backward = name in backward.NAMES
+        shared = numba_arms(op)
         for family in torch_families():
             grad = family.endswith(GRAD)
             op.add_implementation(Backend.SIMD, aten, family=family, warm_up=True,
                                   threads="torch")
             if gpu is not None:
                 add_gpu_arm(op, gpu.fn, family)
-            if scalar is None or family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
+            if family not in (TORCH, TORCH + GRAD) or (grad and is_backward):
                 continue  # numba has no half precision; a double backward stays with ATen
-            fn, surcharge = scalar.fn, None
-            if grad:
-                fn = autograd_arm(name, fn, gradients[name], save_output=name in _SAVES_OUTPUT)
-                surcharge = fn.surcharge_us  # type: ignore[attr-defined]
-            op.add_implementation(Backend.SCALAR, fn, family=family,
-                                  compile_count=scalar.compile_count, surcharge_us=surcharge)
+            for arm, variant, impl in shared:
+                fn, surcharge = impl.fn, None
+                if grad:
+                    fn = autograd_arm(name, fn, gradients[name],
+                                      save_output=name in _SAVES_OUTPUT)
+                    surcharge = fn.surcharge_us  # type: ignore[attr-defined]
+                op.add_implementation(arm, fn, name=variant, family=family,
+                                      threads=impl.threads, compile_count=impl.compile_count,
+                                      surcharge_us=surcharge)
+
 

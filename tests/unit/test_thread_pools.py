@@ -6,12 +6,12 @@ the fake timer of tests/conftest.py; the pool resized is torch's real one."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numba
 import numpy as np
 import pytest
 import torch
-from conftest import FakeArms, build_runtime
 
 import adaptive_runtime as ar
 from adaptive_runtime.fingerprint import hardware_fingerprint
@@ -52,50 +52,49 @@ def test_thread_counts_read_torch_and_blas_and_the_fingerprint_records_them() ->
                                             counts["numba"])
 
 
-def test_registration_refuses_an_unknown_thread_pool(clock, timer) -> None:
-    rt = build_runtime(clock, timer, gpu=False)
-    op = rt.register("op", size=lambda n: n)
+def test_registration_refuses_an_unknown_thread_pool(make_runtime) -> None:
+    op = make_runtime({}, gpu=False).rt.operation("fakeop")
     with pytest.raises(ar.RegistrationError, match=r"thread pool .*'numba', 'torch', 'blas'"):
         op.add_implementation("simd", lambda n: n, threads="openmp")
     op.add_implementation("simd", lambda n: n, threads="torch")
     assert op.implementation_for(Backend.SIMD).threads == "torch"
 
 
-def _runtime_with_a_torch_threaded_variant(clock, timer) -> tuple[ar.AdaptiveRuntime, FakeArms]:
-    rt = build_runtime(clock, timer, gpu=False)
-    fake = FakeArms(timer, {THREADED: 10.0, Backend.SIMD: 30.0, Backend.SCALAR: 50.0})
-    op = rt.register("op", size=lambda n: n)
-    op.add_implementation("simd", fake.kernel(THREADED), name="threaded", threads="torch")
-    op.add_implementation("simd", fake.kernel(Backend.SIMD))
-    op.add_implementation("scalar", fake.kernel(Backend.SCALAR))
-    return rt, fake
+def _runtime_with_a_torch_threaded_variant(make_runtime) -> Any:
+    h = make_runtime({THREADED: 10.0, Backend.SIMD: 30.0, Backend.SCALAR: 50.0}, gpu=False,
+                     size=SIZE, arms=())
+    op = h.rt.operation(h.op)
+    op.add_implementation("simd", h.arms.kernel(THREADED), name="threaded", threads="torch")
+    op.add_implementation("simd", h.arms.kernel(Backend.SIMD))
+    op.add_implementation("scalar", h.arms.kernel(Backend.SCALAR))
+    return h
 
 
-def _calls(rt: ar.AdaptiveRuntime, clock, times: int) -> None:
+def _calls(h: Any, times: int) -> None:
     for _ in range(times):
-        rt.run("op", SIZE)
-        clock.advance(0.001)
+        h.call()
+        h.clock.advance(0.001)
 
 
 @pytest.mark.parametrize("resize", [True, False], ids=["pool-resized", "control-same-pool"])
 def test_a_resized_pool_has_only_its_implementations_measured_afresh(
-        clock, timer, caplog, resize) -> None:
-    rt, fake = _runtime_with_a_torch_threaded_variant(clock, timer)
-    _calls(rt, clock, 400)
-    assert rt.decide("op", SIZE).choice is THREADED
+        make_runtime, caplog, resize) -> None:
+    h = _runtime_with_a_torch_threaded_variant(make_runtime)
+    _calls(h, 400)
+    assert h.rt.decide(h.op, SIZE).choice is THREADED
     threads = torch.get_num_threads()
     # what the threaded variant costs from now on (the pool's new size, in the real case)
-    fake.latency_us[THREADED] = 40.0
-    scalar_runs = fake.calls[Backend.SCALAR]
+    h.arms.latency_us[THREADED] = 40.0
+    scalar_runs = h.arms.calls[Backend.SCALAR]
     try:
         if resize:
             torch.set_num_threads(threads + 1)
-        clock.advance(2.0)
+        h.clock.advance(2.0)
         with caplog.at_level(logging.INFO, logger="adaptive_runtime._dispatch.learner"):
-            _calls(rt, clock, 400)
+            _calls(h, 400)
     finally:
         torch.set_num_threads(threads)
-    reasons = {key.reason for key in rt.selection_counts()}
+    reasons = {key.reason for key in h.rt.selection_counts()}
     if not resize:
         # without a resize only the drift alarm notices, and every arm is measured afresh
         assert "thread pool size changed" not in caplog.text
@@ -103,11 +102,11 @@ def test_a_resized_pool_has_only_its_implementations_measured_afresh(
         return
     assert f"thread pool size changed (torch {threads} -> {threads + 1}): 1 estimates on " \
            "1 keys measured afresh" in caplog.text
-    decision = rt.decide("op", SIZE)
+    decision = h.rt.decide(h.op, SIZE)
     assert decision.choice is Backend.SIMD
     assert decision.estimates_us[THREADED] == pytest.approx(40.0)  # not a blend with 10
     # the serial implementations kept their estimates: SCALAR was not timed again
-    assert fake.calls[Backend.SCALAR] == scalar_runs
+    assert h.arms.calls[Backend.SCALAR] == scalar_runs
     assert Reason.DRIFT not in reasons
 
 

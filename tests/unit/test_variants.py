@@ -130,9 +130,17 @@ def test_forcing_an_arm_runs_its_primary_and_forcing_a_variant_runs_only_it(
         ar.RuntimeConfig(force_backend="simd:not a name")
 
 
-def test_a_forced_variant_the_operation_lacks_is_a_clear_error(make_runtime) -> None:
-    h = make_runtime({Backend.SIMD: 1.0}, gpu=False, force_backend="simd:numpy")
-    with pytest.raises(ar.BackendUnavailableError, match="'simd:numpy' is forced"):
+def test_a_forced_variant_the_operation_lacks_runs_its_arm_and_a_missing_arm_is_an_error(
+        make_runtime) -> None:
+    h = make_runtime({Backend.SIMD: 1.0, Backend.SCALAR: 5.0}, gpu=False,
+                     force_backend="simd:numpy")
+    runs = h.call_tracked(5)
+    assert set(h.arms.ran) == {Backend.SIMD}
+    assert {reason for _arm, reason in runs} == {Reason.FORCED}
+    assert h.rt.decide(h.op, h.size).choice is Backend.SIMD
+    h = make_runtime({Backend.SCALAR: 5.0}, gpu=False, force_backend="simd:numpy")
+    with pytest.raises(ar.BackendUnavailableError,
+                       match="'simd:numpy' is forced but operation 'fakeop' has no simd"):
         h.call()
 
 
