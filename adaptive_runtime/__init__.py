@@ -4,6 +4,7 @@ See DESIGN.md for the architecture; the names below are the public contract.
 """
 
 from . import ops, telemetry
+from ._version import __version__
 from .backend import Backend, Variant
 from .config import RuntimeConfig
 from .errors import (
@@ -21,10 +22,6 @@ from .operations import Kind, Operation
 from .policy import Decision, Reason
 from .runtime import AdaptiveRuntime, RuntimeStats, get_runtime
 from .telemetry.steps import train_step
-
-# The one place the version is written: pyproject.toml reads it from here (setuptools
-# dynamic version, parsed without importing the package).
-__version__ = "0.1.0"
 
 __all__ = [
     "AdaptiveRuntime",

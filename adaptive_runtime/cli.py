@@ -207,7 +207,8 @@ def demo_workload(calls: int, sizes: Sequence[int], seed: int) -> list[tuple[str
 
 
 def _demo(args: argparse.Namespace) -> int:
-    telemetry = None if args.no_telemetry else configure(service_name="adaptive-runtime-demo")
+    telemetry = (None if args.no_telemetry
+                 else configure(default_service_name="adaptive-runtime-demo"))
     rt = AdaptiveRuntime()
     sizes = demo_sizes(args.max_size)
     work = demo_workload(args.calls, sizes, args.seed)

@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    telemetry = ar.telemetry.configure(service_name="custom-op-example")
+    telemetry = ar.telemetry.configure(default_service_name="custom-op-example")
     rt = run(args.calls, args.seed)
     ar.telemetry.shutdown()
     print()

@@ -305,7 +305,7 @@ def main() -> None:
                         help="plain jax.numpy operations, without the runtime")
     args = parser.parse_args()
     phases = [int(b) for b in args.phases.split(",")]
-    telemetry = ar.telemetry.configure(service_name="train-jax-example")
+    telemetry = ar.telemetry.configure(default_service_name="train-jax-example")
 
     def report(step: int, phase: Phase) -> None:
         if len(phase.losses) % 50 == 0:

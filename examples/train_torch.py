@@ -155,7 +155,7 @@ def main() -> None:
     args = parser.parse_args()
     phases = [int(b) for b in args.phases.split(",")]
     dtype = getattr(torch, args.dtype)
-    telemetry = ar.telemetry.configure(service_name="train-torch-example")
+    telemetry = ar.telemetry.configure(default_service_name="train-torch-example")
 
     def report(step: int, phase: Phase) -> None:
         if len(phase.losses) % 50 == 0:

@@ -82,6 +82,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from .._forks import after_fork_in_child, renew_after_fork
+from .._version import __version__
 from ..backend import VARIANT_SEPARATOR, choice_of
 from ..keys import reference_size
 from .instrumentation import records_metrics
@@ -708,12 +709,12 @@ def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:
             # real provider is rebuilt only if the global provider was replaced since.
             if _global is None or (records_metrics(_global[0])
                                    and _global[0] is not current):
-                _global = (current, _Hub(current.get_meter(METER_NAME)))
+                _global = (current, _Hub(current.get_meter(METER_NAME, __version__)))
             return _global[1]
         try:
             hub = _hubs.get(meter_provider)
         except TypeError:  # not weak-referenceable or hashable: a hub of its own
-            return _Hub(meter_provider.get_meter(METER_NAME))
+            return _Hub(meter_provider.get_meter(METER_NAME, __version__))
         if hub is None:
-            hub = _hubs[meter_provider] = _Hub(meter_provider.get_meter(METER_NAME))
+            hub = _hubs[meter_provider] = _Hub(meter_provider.get_meter(METER_NAME, __version__))
         return hub

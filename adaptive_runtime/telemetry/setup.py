@@ -13,12 +13,20 @@
   ``./adaptive-runtime-telemetry``) — what the Collector's ``otlpjsonfile`` receiver reads, so
   a run can be replayed into Jaeger later.
 - A Prometheus port (argument or ``ADAPTIVE_RUNTIME_PROMETHEUS_PORT``; ``True`` / ``on``
-  for the default, 9464) → also a scrape endpoint.
+  for the default, 9464) → also a scrape endpoint, on ``prometheus_host`` /
+  ``OTEL_EXPORTER_PROMETHEUS_HOST`` (default ``127.0.0.1``: this machine only). A port already
+  taken (another rank's, say) is one warning line and no endpoint; nothing else changes.
 - ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (or ``traces_exporter`` /
   ``metrics_exporter``), one value each: ``otlp`` (to the endpoint; none configured → the
   specification's default, ``http://localhost:4318``, or ``:4317`` over gRPC), ``console``
   (the SDK's console exporters, on stdout) or ``none`` (that signal is not exported: no spans
-  are even recorded; no periodic metric export). Unset: an endpoint → OTLP, else the files.
+  are even recorded; no periodic metric export); for metrics also ``prometheus`` (no push
+  export; the scrape endpoint on ``OTEL_EXPORTER_PROMETHEUS_HOST`` /
+  ``OTEL_EXPORTER_PROMETHEUS_PORT``, default ``127.0.0.1:9464``). Unset: an endpoint → OTLP,
+  else the files.
+- The resource: ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` and the arguments, by the
+  specification's precedence, with a ``service.instance.id`` per process (see
+  :mod:`~adaptive_runtime.telemetry.resource`).
 - An endpoint without an OTLP metrics service (gRPC ``UNIMPLEMENTED``, HTTP 404/405: a
   traces-only backend such as Jaeger) gets one warning saying metrics export is off and why,
   then metric export stops; traces go on.
@@ -77,7 +85,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricReader,
     PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     ConsoleSpanExporter,
@@ -86,7 +94,6 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from .._forks import after_fork_in_child
-from ..distributed import rank_attributes
 from ..errors import ConfigError
 from . import instrumentation
 from .credentials import (
@@ -106,6 +113,7 @@ from .deadline import (
 from .deadline import shutdown_timeout_s as configured_shutdown_timeout_s
 from .export import BoundedSpanProcessor, batch_settings
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from .resource import make_resource
 from .spans import flush_all, is_runtime_span
 from .stats import TelemetryStats, stats, use_processor
 from .switching import (
@@ -123,11 +131,15 @@ _log = logging.getLogger(__name__)
 _shutdown_log = logging.getLogger("adaptive_runtime.telemetry")
 
 DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
-DEFAULT_SERVICE_NAME = "adaptive_runtime"
 DEFAULT_PROMETHEUS_PORT = 9464  # the port opentelemetry-exporter-prometheus documents
+# where the scrape endpoint listens unless told: this machine only (a training node's other
+# interfaces face its cluster; the specification's default is "localhost")
+DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
 _PROTOCOLS = ("grpc", "http/protobuf")
 _MAX_METRICS_INTERVAL_S = 365 * 24 * 3600.0
-_EXPORTERS = ("otlp", "console", "none")  # the values of OTEL_{TRACES,METRICS}_EXPORTER we take
+# the values of OTEL_{TRACES,METRICS}_EXPORTER we take
+_EXPORTERS = {"TRACES": ("otlp", "console", "none"),
+              "METRICS": ("otlp", "console", "prometheus", "none")}
 # where `otlp` sends when no endpoint is configured (the OTLP exporter specification's defaults)
 _DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 #: At most this long, a ``multiprocessing`` worker (a DataLoader's) flushes its spans as it ends:
@@ -288,20 +300,27 @@ _inherited: list[Any] = []
 def configure(service_name: str | None = None, endpoint: str | None = None,
               prometheus_port: int | bool | None = None, *, protocol: str | None = None,
               headers: dict[str, str] | None = None, directory: str | None = None,
-              metrics_interval_s: float = 10.0, prometheus_host: str = "0.0.0.0",
+              metrics_interval_s: float = 10.0, prometheus_host: str | None = None,
               traces_exporter: str | None = None, metrics_exporter: str | None = None,
               environ: dict[str, str] | None = None,
-              shutdown_timeout_s: float | None = None) -> Telemetry:
+              shutdown_timeout_s: float | None = None,
+              default_service_name: str | None = None) -> Telemetry:
     """Set up tracing and metrics export for adaptive_runtime (see the module docstring).
+
+    ``service_name`` names the service whatever the environment says;
+    ``default_service_name`` only where ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``
+    name none (a script's own name for itself).
 
     Calling it again sends what follows to the new destination (after flushing the earlier
     one). Every setting is checked before anything is installed: :class:`ConfigError` for a
-    bad protocol, exporter, port or interval names the argument or variable it came from.
+    bad protocol, exporter, port, interval or resource attribute names the argument or
+    variable it came from.
     """
     global _current
     env = os.environ if environ is None else environ
     _check_arguments(service_name=service_name, endpoint=endpoint, headers=headers,
                      directory=directory, prometheus_host=prometheus_host,
+                     default_service_name=default_service_name,
                      metrics_interval_s=metrics_interval_s)
     disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
     if not disabled:  # validate everything first: a bad setting installs nothing
@@ -310,7 +329,12 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
         traces_choice = _exporter_choice("TRACES", traces_exporter, env)
         metrics_choice = _exporter_choice("METRICS", metrics_exporter, env)
         port = _prometheus_port(prometheus_port, env)
+        if port is None and metrics_choice == "prometheus":
+            port = _otel_prometheus_port(env)
+        host = prometheus_host or env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() \
+            or DEFAULT_PROMETHEUS_HOST
         check_header_settings(headers, env)  # (its errors never show a header's value)
+        resource = make_resource(service_name, default_service_name, env)
     with _lock:
         if not disabled:
             batch = batch_settings(env)
@@ -323,10 +347,14 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
             _current = Telemetry(enabled=False)
             return _current
 
-        # (a distributed job's rank and world size label every metric and span of the process)
-        resource = Resource.create(
-            {SERVICE_NAME: service_name or env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
-             **rank_attributes()})
+        # The scrape endpoint first: a port already taken (another rank's) is a warning and
+        # no endpoint, decided before any provider is installed.
+        server = None
+        if port is not None and not _app_has_meter_provider() and (
+                _process.meter_provider is None or _process.prometheus):
+            server = _serve_prometheus(port, host)
+            if server is None:
+                port = None
         folder = directory or env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
         telemetry = Telemetry(enabled=True)
         record_spans = True
@@ -352,7 +380,7 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
             _log.info("adaptive_runtime: keeping the application's meter provider")
         else:
             metric_exporter: MetricExporter | None = None
-            if metrics_choice != "none":
+            if metrics_choice not in ("none", "prometheus"):
                 metric_exporter, telemetry.metrics_destination = _metric_exporter(
                     metrics_choice, endpoint, metric_protocol, headers, folder, env)
             telemetry.meter_provider = _install_meter_provider(
@@ -360,9 +388,13 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
                 port is not None)
             if _process.metric_switch is None:  # no periodic export in this process
                 telemetry.metrics_destination = None
-            if port is not None and _process.prometheus:
-                telemetry._prometheus_server = _serve_prometheus(port, prometheus_host)
-                telemetry.prometheus_port = port
+            if server is not None and _process.prometheus:
+                telemetry._prometheus_server = server
+                telemetry.prometheus_port = server.server_address[1]
+                server = None
+        if server is not None:  # (not used after all: the application's meter provider)
+            server.shutdown()
+            server.server_close()
 
         telemetry._baseline = stats()
         _current = telemetry
@@ -584,9 +616,19 @@ def _warn_if_changed(what: str, first: Any, now: Any) -> None:
 
 
 def _serve_prometheus(port: int, host: str) -> Any:
+    """The scrape endpoint's HTTP server on ``host:port``, or ``None`` (one warning line)
+    where it cannot listen there: the port taken (several ranks on one machine, each asking
+    for the same port), the host not this machine's. Training goes on either way."""
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(port, addr=host)
+    try:
+        server, _thread = start_http_server(port, addr=host)
+    except OSError as exc:
+        _log.warning("adaptive_runtime: no Prometheus endpoint: cannot listen on %s:%d (%s); "
+                     "metrics are not scraped from this process (give each process its own "
+                     "port: ADAPTIVE_RUNTIME_PROMETHEUS_PORT / OTEL_EXPORTER_PROMETHEUS_PORT)",
+                     host, port, exc.strerror or exc)
+        return None
     return server
 
 
@@ -624,9 +666,11 @@ def _check_arguments(*, metrics_interval_s: object, headers: object,
 
 
 def _exporter_choice(signal: str, argument: str | None, env: Any) -> str | None:
-    """``otlp``, ``console`` or ``none`` from the argument, else ``OTEL_{signal}_EXPORTER``;
-    ``None`` when neither is set (today's default: an endpoint → OTLP, else the files)."""
-    accepted = ", ".join(_EXPORTERS)
+    """``otlp``, ``console``, ``none`` (metrics: also ``prometheus``) from the argument, else
+    ``OTEL_{signal}_EXPORTER``; ``None`` when neither is set (the default: an endpoint →
+    OTLP, else the files)."""
+    exporters = _EXPORTERS[signal]
+    accepted = ", ".join(exporters)
     for source, raw in ((f"{signal.lower()}_exporter={argument!r}", argument),
                         (f"OTEL_{signal}_EXPORTER", env.get(f"OTEL_{signal}_EXPORTER"))):
         if raw is not None and not isinstance(raw, str):
@@ -637,8 +681,8 @@ def _exporter_choice(signal: str, argument: str | None, env: Any) -> str | None:
         if len(values) != 1:
             raise ConfigError(f"{source}: one exporter per signal is supported, one of "
                               f"{accepted}; got the list {raw!r}")
-        if values[0] not in _EXPORTERS:
-            hint = (" (for a Prometheus scrape endpoint set ADAPTIVE_RUNTIME_PROMETHEUS_PORT)"
+        if values[0] not in exporters:
+            hint = (" (Prometheus scrapes metrics: OTEL_METRICS_EXPORTER=prometheus)"
                     if values[0] == "prometheus" else "")
             raise ConfigError(f"{source}: the exporter must be one of {accepted} (a single "
                               f"value), got {raw!r}{hint}")
@@ -783,4 +827,19 @@ def _prometheus_port(port: int | bool | None, env: Any) -> int | None:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"{source} must be a port number 0-65535 (or True for "
                           f"{DEFAULT_PROMETHEUS_PORT}), got {port!r}", field="prometheus_port")
+    return port
+
+
+def _otel_prometheus_port(env: Any) -> int:
+    """``OTEL_EXPORTER_PROMETHEUS_PORT`` (``OTEL_METRICS_EXPORTER=prometheus``), default 9464."""
+    raw = env.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip()
+    if not raw:
+        return DEFAULT_PROMETHEUS_PORT
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} is not a port number "
+                          f"(0-65535)")
     return port

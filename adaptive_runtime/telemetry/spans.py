@@ -43,6 +43,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from .._counter import counter, issued
+from .._version import __version__
 from ..backend import Choice
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
@@ -343,7 +344,7 @@ class SpanRecorder:
 
     def _tracer(self) -> trace.Tracer:
         provider = self._provider or trace.get_tracer_provider()
-        return provider.get_tracer(INSTRUMENTATION_NAME)
+        return provider.get_tracer(INSTRUMENTATION_NAME, __version__)
 
     def _error(self, exc: Exception) -> None:
         next(self._errors)
@@ -452,7 +453,7 @@ class SpanRecorder:
     def _make_step_span(self, step: StepRecord) -> None:
         # A tracer of its own whose id generator hands out the ids allocated in the loop:
         # the step's select/execute spans were recorded as children of exactly that span.
-        tracer = self.tracer_provider.get_tracer(STEPS_INSTRUMENTATION_NAME)
+        tracer = self.tracer_provider.get_tracer(STEPS_INSTRUMENTATION_NAME, __version__)
         generator = getattr(tracer, "id_generator", None)
         preset_ids = _preset_ids()
         if generator is not None and generator is not preset_ids:

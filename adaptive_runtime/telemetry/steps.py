@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from .._version import __version__
 from ..distributed import rank_attributes
 from .spans import SpanRecorder, StandInSpan, StepRecord
 
@@ -106,7 +107,8 @@ class TrainStep:
 
     def _open_sdk_span(self) -> None:
         self._added = None
-        tracer = self._tracer_provider.get_tracer(INSTRUMENTATION_NAME)  # type: ignore[union-attr]
+        tracer = self._tracer_provider.get_tracer(  # type: ignore[union-attr]
+            INSTRUMENTATION_NAME, __version__)
         scope = tracer.start_as_current_span(
             self._name, attributes={**self._span_attributes(), **rank_attributes()},
             record_exception=True, set_status_on_exception=True)

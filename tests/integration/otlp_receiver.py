@@ -197,6 +197,7 @@ class ReceivedSpan:
     resource_attributes: Mapping[str, Any]
     scope_name: str
     links: tuple[tuple[str, str], ...] = ()  # (trace_id, span_id) of each link
+    scope_version: str = ""
 
     def __hash__(self) -> int:  # the attribute dicts are unhashable; ids identify a span
         return hash((self.trace_id, self.span_id, self.name))
@@ -293,6 +294,7 @@ def flatten_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> list[
                         status_message=span.status.message,
                         resource_attributes=resource_attributes,
                         scope_name=scope_spans.scope.name,
+                        scope_version=scope_spans.scope.version,
                         links=tuple((ln.trace_id.hex(), ln.span_id.hex()) for ln in span.links),
                     )
                 )

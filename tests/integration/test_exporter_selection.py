@@ -268,10 +268,10 @@ _CATCH = '''
 
 @pytest.mark.parametrize(("variables", "kwargs", "named"), [
     ({"OTEL_TRACES_EXPORTER": "zipkin"}, {}, "OTEL_TRACES_EXPORTER"),
-    ({"OTEL_METRICS_EXPORTER": "prometheus"}, {}, "OTEL_METRICS_EXPORTER"),
+    ({"OTEL_TRACES_EXPORTER": "prometheus"}, {}, "OTEL_TRACES_EXPORTER"),
     ({"OTEL_TRACES_EXPORTER": "otlp,console"}, {}, "OTEL_TRACES_EXPORTER"),
     ({}, {"metrics_exporter": "jaeger"}, "metrics_exporter='jaeger'"),
-], ids=["traces", "metrics-prometheus", "list", "argument"])
+], ids=["traces", "traces-prometheus", "list", "argument"])
 def test_an_unknown_exporter_is_a_config_error_naming_it_and_sets_nothing_up(
         tmp_path: Path, variables: dict[str, str], kwargs: dict[str, str], named: str) -> None:
     ran = run_script(_CATCH.format(kwargs=kwargs), tmp_path,
@@ -285,7 +285,7 @@ def test_an_unknown_exporter_is_a_config_error_naming_it_and_sets_nothing_up(
         assert "one exporter per signal" in error, error
     else:
         assert "single value" in error, error
-    if variables.get("OTEL_METRICS_EXPORTER") == "prometheus":
-        assert "ADAPTIVE_RUNTIME_PROMETHEUS_PORT" in error, "no hint at the scrape endpoint"
+    if variables.get("OTEL_TRACES_EXPORTER") == "prometheus":
+        assert "OTEL_METRICS_EXPORTER=prometheus" in error, "no hint at the metrics exporter"
     assert (ran.result["tracer"], ran.result["meter"]) == (
         "ProxyTracerProvider", "_ProxyMeterProvider"), "configure() raised after installing"
