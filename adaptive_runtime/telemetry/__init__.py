@@ -7,7 +7,9 @@ export into those as soon as they exist, or on ``instrument(rt)``.
 
 Importing this package loads the OpenTelemetry API only: the SDK, the exporters and
 Prometheus load with ``configure()`` (``setup``), or when a runtime first makes spans for an
-SDK the application set up itself. A program that never configures telemetry pays for none.
+SDK the application set up itself. A program that never configures telemetry pays for none,
+and runs where only the API is installed (``pip install adaptive_runtime``; ``configure()``
+needs the ``otlp`` extra, and says so).
 """
 
 from __future__ import annotations
@@ -30,7 +32,16 @@ _FROM_SETUP = frozenset({"DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdow
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_SETUP:
-        from . import setup
+        try:
+            from . import setup
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith(("opentelemetry", "prometheus_client")):
+                raise
+            # (the package runs on the OpenTelemetry API alone; exporting needs the SDK)
+            raise ModuleNotFoundError(
+                f"ar.telemetry.{name} needs the OpenTelemetry SDK and exporters, not installed "
+                f"here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]'",
+                name=exc.name) from exc
 
         value = getattr(setup, name)
         globals()[name] = value  # (later lookups are plain module attributes)
