@@ -35,7 +35,8 @@ from rich.table import Table
 from . import __version__
 from ._progress import progress, status
 from .backend import choice_order
-from .errors import BackendUnavailableError, ConfigError
+from .cli_views import doctor_text, print_json, replay_json, report_json
+from .errors import BackendUnavailableError, ConfigError, MissingExtraError
 from .keys import size_bucket
 from .operations import DeviceProbe
 from .report import (
@@ -52,7 +53,8 @@ from .report import (
     trace_files,
 )
 from .runtime import AdaptiveRuntime
-from .telemetry import DEFAULT_DIRECTORY, configure, shutdown
+from .telemetry import telemetry_setup
+from .telemetry.defaults import DEFAULT_DIRECTORY
 
 if TYPE_CHECKING:
     from .replay import ReplayResult
@@ -71,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except (ConfigError, BackendUnavailableError) as exc:  # bad ADAPTIVE_RUNTIME_* setting
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except MissingExtraError as exc:  # (the demo's telemetry without the otlp extra)
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ReportInputError as exc:  # a missing, empty or corrupt input: one line, no trace
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
@@ -135,8 +140,24 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--all-runs", action="store_true",
                         help="read the spans of every run appended to the folder, not only "
                              "the latest run's")
+    report.add_argument("--json", action="store_true",
+                        help="print the rows and crossovers as one JSON document (no PNG)")
     report.set_defaults(handler=_report)
     _add_replay(commands)
+    doctor = commands.add_parser(
+        "doctor", help="what this machine gives the runtime, and what is wrong with its "
+                       "settings",
+        description="Report the arms available here (numba, numpy, torch and its CUDA, JAX; "
+                    "GPU names and memory), the thread pools' sizes, where telemetry would "
+                    "go from this environment's OTEL_* settings and whether it answers, the "
+                    "Prometheus port, and the history file's status. Exit status 1 when a "
+                    "problem is found (listed last).")
+    doctor.add_argument("--json", action="store_true",
+                        help="print the findings as one JSON document")
+    doctor.add_argument("--timeout", type=float, default=1.0, metavar="S",
+                        help="seconds to wait for the telemetry endpoint (default: "
+                             "%(default)s)")
+    doctor.set_defaults(handler=_doctor)
     return parser
 
 
@@ -167,6 +188,8 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument("--keys", type=int, default=10, metavar="N",
                         help="show the N keys losing most time against the oracle under the "
                              "default configuration (0: none; default: %(default)s)")
+    replay.add_argument("--json", action="store_true",
+                        help="print the results as one JSON document")
     replay.set_defaults(handler=_replay)
 
 
@@ -207,8 +230,10 @@ def demo_workload(calls: int, sizes: Sequence[int], seed: int) -> list[tuple[str
 
 
 def _demo(args: argparse.Namespace) -> int:
-    telemetry = (None if args.no_telemetry
-                 else configure(default_service_name="adaptive-runtime-demo"))
+    # (the SDK is loaded here, not when the CLI starts: report, replay and doctor run without)
+    setup = None if args.no_telemetry else telemetry_setup("configure")
+    telemetry = (None if setup is None
+                 else setup.configure(default_service_name="adaptive-runtime-demo"))
     rt = AdaptiveRuntime()
     sizes = demo_sizes(args.max_size)
     work = demo_workload(args.calls, sizes, args.seed)
@@ -237,8 +262,8 @@ def _demo(args: argparse.Namespace) -> int:
         elapsed_s = time.perf_counter() - start
 
     print_report(rt, sizes, len(work), elapsed_s, out)
-    if telemetry is not None and telemetry.enabled:
-        shutdown()  # flush: every span the trace gate admitted reaches the exporter
+    if setup is not None and telemetry is not None and telemetry.enabled:
+        setup.shutdown()  # flush: every span the trace gate admitted reaches the exporter
         exported = sum(rt.trace_counts()["exported"].values())
         print(f"telemetry: {exported} traced calls (select + execute spans) -> "
               f"{telemetry.traces_destination or 'the application tracer provider'}; "
@@ -318,6 +343,8 @@ def _telemetry_folder() -> str:
 def _report(args: argparse.Namespace) -> int:
     out = sys.stdout
     err = make_console(sys.stderr)
+    if args.json:
+        args.no_png = True
     if not args.no_png and importlib.util.find_spec("matplotlib") is None:
         # (checked first: a long read should not end in this)
         raise ReportInputError("the PNG needs matplotlib: pip install "
@@ -329,6 +356,9 @@ def _report(args: argparse.Namespace) -> int:
         if not report.operations:
             raise ReportInputError(f"no operation matches {' or '.join(args.operation)} in "
                                    f"{report.source}")
+    if args.json:
+        print_json(report_json(report, crossovers(report.rows)), out)
+        return 0
     console = make_console(out)
     console.print(f"adaptive-runtime report: {report.source}", markup=False)
     console.print(decision_table(report.rows))
@@ -390,6 +420,9 @@ def _replay(args: argparse.Namespace) -> int:
     if not calls:
         raise ReportInputError(f"{source} holds no recorded call")
     results = [(name, replay(calls, config, pick=args.pick)) for name, config in configs]
+    if args.json:
+        print_json(replay_json(source, len(calls), results, args.keys), sys.stdout)
+        return 0
     console = make_console(sys.stdout)
     first = results[0][1]
     console.print(f"adaptive-runtime replay: {source}: {len(calls):,} timed calls standing "
@@ -438,3 +471,15 @@ def _legend(report: Report) -> str:
     return ("latencies (µs): learned at each size bucket's reference size (its geometric "
             f"middle); chosen: {report.chosen_means}; samples: timings learned on the key; "
             "speed-up: the slowest arm measured / the chosen arm")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose
+
+    with status(make_console(sys.stderr), "looking at this machine...", log=False):
+        found = diagnose(timeout_s=args.timeout)
+    if args.json:
+        print_json(found, sys.stdout)
+    else:
+        doctor_text(found, make_console(sys.stdout))
+    return 1 if found["problems"] else 0

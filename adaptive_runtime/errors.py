@@ -30,6 +30,11 @@ class ConfigError(AdaptiveRuntimeError, ValueError):
         self.field = field
 
 
+class MissingExtraError(AdaptiveRuntimeError, ModuleNotFoundError):
+    """A feature needs an optional dependency that is not installed; the message names the
+    extra that brings it (``pip install 'adaptive_runtime[otlp]'``)."""
+
+
 class RegistrationError(AdaptiveRuntimeError, ValueError):
     """An operation or implementation was registered wrongly (duplicate, unknown arm, none)."""
 

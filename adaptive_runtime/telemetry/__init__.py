@@ -16,32 +16,41 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import MissingExtraError
+from .defaults import DEFAULT_DIRECTORY
 from .instrumentation import instrument
 from .stats import TelemetryStats, stats
 from .steps import TrainStep, train_step
 
 if TYPE_CHECKING:
-    from .setup import DEFAULT_DIRECTORY, Telemetry, configure, shutdown
+    from .setup import Telemetry, configure, shutdown
 
 __all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "TrainStep", "configure",
-           "instrument", "shutdown", "stats", "train_step"]
+           "instrument", "shutdown", "stats", "telemetry_setup", "train_step"]
 
 # names served by ``setup``, which imports the SDK: imported on first use (PEP 562)
-_FROM_SETUP = frozenset({"DEFAULT_DIRECTORY", "Telemetry", "configure", "shutdown"})
+_FROM_SETUP = frozenset({"Telemetry", "configure", "shutdown"})
+
+
+def telemetry_setup(needed_by: str) -> Any:
+    """The ``setup`` module (it imports the OpenTelemetry SDK); :class:`MissingExtraError`
+    (a ``ModuleNotFoundError``) naming the extra that brings the SDK where it is not
+    installed (the package runs on the API alone; exporting needs the SDK)."""
+    try:
+        from . import setup
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(("opentelemetry", "prometheus_client")):
+            raise
+        raise MissingExtraError(
+            f"ar.telemetry.{needed_by} needs the OpenTelemetry SDK and exporters, not installed "
+            f"here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]'",
+            name=exc.name) from exc
+    return setup
 
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_SETUP:
-        try:
-            from . import setup
-        except ModuleNotFoundError as exc:
-            if not (exc.name or "").startswith(("opentelemetry", "prometheus_client")):
-                raise
-            # (the package runs on the OpenTelemetry API alone; exporting needs the SDK)
-            raise ModuleNotFoundError(
-                f"ar.telemetry.{name} needs the OpenTelemetry SDK and exporters, not installed "
-                f"here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]'",
-                name=exc.name) from exc
+        setup = telemetry_setup(name)
 
         value = getattr(setup, name)
         globals()[name] = value  # (later lookups are plain module attributes)

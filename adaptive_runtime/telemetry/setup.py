@@ -111,6 +111,7 @@ from .deadline import (
     set_shutdown_timeout_s,
 )
 from .deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from .defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
 from .export import BoundedSpanProcessor, batch_settings
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 from .resource import make_resource
@@ -130,11 +131,6 @@ _log = logging.getLogger(__name__)
 # the one line saying what a shutdown could not send (not the exporters' outage filter's)
 _shutdown_log = logging.getLogger("adaptive_runtime.telemetry")
 
-DEFAULT_DIRECTORY = "adaptive-runtime-telemetry"
-DEFAULT_PROMETHEUS_PORT = 9464  # the port opentelemetry-exporter-prometheus documents
-# where the scrape endpoint listens unless told: this machine only (a training node's other
-# interfaces face its cluster; the specification's default is "localhost")
-DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
 _PROTOCOLS = ("grpc", "http/protobuf")
 _MAX_METRICS_INTERVAL_S = 365 * 24 * 3600.0
 # the values of OTEL_{TRACES,METRICS}_EXPORTER we take

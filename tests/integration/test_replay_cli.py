@@ -4,6 +4,7 @@ runs it, replays policy configurations over either source."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -117,3 +118,18 @@ def test_replay_errors_are_one_line_and_exit_2(recorded, tmp_path) -> None:
         done = replay_cli(*argv)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_replay_json_is_one_document_with_the_tables_figures(recorded) -> None:
+    _folder, calls = recorded
+    done = replay_cli(str(calls), "--config", "drift_threshold=1000", "--json", "--keys", "3")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    result = replay(read_calls(calls))
+    assert [c["name"] for c in doc["configurations"]] == ["default", "drift_threshold=1000"]
+    default = doc["configurations"][0]
+    assert default["regret"] == pytest.approx(result.regret)
+    assert default["calls"] == result.calls == doc["calls"]
+    assert doc["recorded_regret"] == pytest.approx(result.recorded_regret)
+    assert len(doc["worst_keys"]) == min(3, len(result.keys))
+    assert {k["operation"] for k in doc["worst_keys"]} <= {"blend"}

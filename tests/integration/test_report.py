@@ -414,3 +414,17 @@ def test_demo_prints_one_parseable_line_per_key_and_shows_progress(
     # off a terminal: a progress line per tenth of the work, on stderr
     progress = [ln for ln in err.splitlines() if ln.startswith("demo: ")]
     assert progress[-1] == "demo: 400/400 calls (100%)" and len(progress) == 10, err
+
+
+def test_report_json_holds_the_tables_rows_and_crossovers(
+        recorded: Recorded, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_cli(capsys, "--telemetry", str(recorded.folder), "--json")
+    assert status == 0, err
+    doc = json.loads(out)  # one JSON document, nothing else on stdout
+    rows = {(r["operation"], r["size_bucket"]): r for r in doc["rows"]}
+    assert {(op, b) for op in ("blend", "project") for b in BUCKETS} <= set(rows)
+    for key, backend in recorded.clear_keys().items():
+        assert rows[key]["chosen"] == backend
+        assert rows[key]["latency_us"][backend] > 0 and rows[key]["samples"] > 0
+    assert doc["decisions"] > 0 and isinstance(doc["crossovers"], list)
+    assert not Path("report.png").exists()  # (--json draws nothing)

@@ -1,0 +1,233 @@
+"""``adaptive-runtime doctor``: what this machine and environment give the runtime, read the way
+the runtime reads them, and what is wrong with its settings — before a training job finds out.
+
+- The arms: SCALAR (numba's compiled loops, else plain Python), SIMD (numpy and its BLAS,
+  numba's threaded loops), GPU (torch's CUDA device, JAX's GPU backend, numba's CUDA: names
+  and memory), with the libraries' versions.
+- The thread pools the kernels run on (:mod:`adaptive_runtime.threads`).
+- Telemetry: whether the OpenTelemetry SDK is installed (the ``otlp`` extra), where
+  ``configure()`` would export from this environment (``OTEL_*`` variables), and whether
+  that destination answers (a TCP connection to an OTLP endpoint; a writable folder for the
+  files); the Prometheus port, and whether it is free.
+- The history file (``ADAPTIVE_RUNTIME_HISTORY``): absent, readable and applicable here, from
+  other hardware (what differs), or unreadable (why).
+
+Every finding is a plain value in :func:`diagnose`'s dict (``--json`` prints it); ``problems``
+lists what would fail or be refused. Asking imports torch and JAX where installed (seconds),
+never more: no kernel runs, no file is written.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import socket
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from ._version import __version__
+from .fingerprint import differences, hardware_fingerprint
+from .history import read_history_file
+from .telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
+from .threads import POOLS
+
+__all__ = ["diagnose"]
+
+_OTLP_PORTS = {"grpc": 4317, "http/protobuf": 4318}
+
+
+def diagnose(environ: Mapping[str, str] | None = None, *,
+             timeout_s: float = 1.0) -> dict[str, Any]:
+    """Everything ``adaptive-runtime doctor`` reports (see the module docstring); connection
+    checks wait at most ``timeout_s`` each."""
+    env = os.environ if environ is None else environ
+    libraries = {name: _version(name) for name in ("numpy", "numba", "torch", "jax",
+                                                    "opentelemetry-api", "opentelemetry-sdk")}
+    gpus, gpu_via = _gpus(libraries)
+    if libraries["numba"]:
+        import numba  # noqa: F401  (its configured thread count, read by the fingerprint)
+    fingerprint = hardware_fingerprint()
+    found: dict[str, Any] = {
+        "adaptive_runtime": __version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu": {"model": fingerprint.get("cpu"), "count": os.cpu_count()},
+        "libraries": libraries,
+        "arms": {
+            "scalar": {"available": True,
+                       "via": "numba's compiled loops" if libraries["numba"]
+                       else "plain Python loops (numba is not installed: slow)"},
+            "simd": {"available": True,
+                     "via": "numpy" + (" and numba's threaded loops" if libraries["numba"]
+                                       else "")},
+            "gpu": {"available": bool(gpus), "via": gpu_via},
+        },
+        "gpus": gpus,
+        # (numba's configured count until its threading layer is up: see fingerprint)
+        "threads": {pool: fingerprint.get(f"{pool}_threads") for pool in POOLS},
+        "telemetry": _telemetry(env, libraries, timeout_s),
+        "history": _history(env),
+    }
+    found["problems"] = _problems(found)
+    return found
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _gpus(libraries: Mapping[str, str | None]) -> tuple[list[dict[str, Any]], str]:
+    """The GPUs a GPU library sees here, and which library (or why none)."""
+    if libraries["torch"]:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return [{"name": torch.cuda.get_device_name(i),
+                         "memory_gib": round(torch.cuda.get_device_properties(i).total_memory
+                                             / 2**30, 1), "library": "torch"}
+                        for i in range(torch.cuda.device_count())], \
+                    f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+        except Exception as exc:  # a broken driver: reported, not raised
+            return [], f"torch cannot use CUDA here ({type(exc).__name__}: {exc})"
+    if libraries["jax"] and importlib.util.find_spec("jax_plugins") is not None:
+        try:
+            import jax
+
+            devices = [d for d in jax.devices() if d.platform == "gpu"]
+            if devices:
+                return [{"name": d.device_kind, "memory_gib": None, "library": "jax"}
+                        for d in devices], f"jax {jax.__version__}"
+        except Exception as exc:
+            return [], f"JAX cannot use a GPU here ({type(exc).__name__}: {exc})"
+    why = "no CUDA device visible to torch" if libraries["torch"] else \
+        "neither torch (with CUDA) nor a JAX GPU plugin is installed"
+    return [], why
+
+
+def _telemetry(env: Mapping[str, str], libraries: Mapping[str, str | None],
+               timeout_s: float) -> dict[str, Any]:
+    sdk = importlib.util.find_spec("opentelemetry.sdk") is not None
+    out: dict[str, Any] = {"sdk_installed": sdk}
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        out.update(destination="none (OTEL_SDK_DISABLED=true)", reachable=None)
+        return out
+    endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip().lower()
+    if exporter in ("none", "console"):
+        out.update(destination=f"{exporter} (OTEL_TRACES_EXPORTER)", reachable=None)
+    elif endpoint or exporter == "otlp":
+        url = endpoint or f"http://localhost:{_OTLP_PORTS.get(protocol, 4318)}"
+        out["destination"] = f"OTLP {protocol} {url}"
+        out["reachable"], out["detail"] = _connects(url, protocol, timeout_s)
+    else:
+        folder = env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
+        out["destination"] = f"OTLP/JSON files in {os.path.abspath(folder)}"
+        out["reachable"], out["detail"] = _writable(folder)
+    port = _prometheus_port(env)
+    if port is not None:
+        host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or DEFAULT_PROMETHEUS_HOST
+        out["prometheus"] = {"host": host, "port": port, "free": _port_free(host, port)}
+    if not sdk:
+        out["detail"] = ("the OpenTelemetry SDK is not installed: configure() needs "
+                         "pip install 'adaptive_runtime[otlp]'")
+    return out
+
+
+def _connects(url: str, protocol: str, timeout_s: float) -> tuple[bool, str]:
+    parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    host = parsed.hostname or "localhost"
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else _OTLP_PORTS.get(protocol,
+                                                                                     4318))
+    except ValueError:
+        return False, f"not a valid endpoint URL: {url!r}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True, f"{host}:{port} accepts connections"
+    except OSError as exc:
+        return False, f"{host}:{port}: {exc.strerror or exc}"
+
+
+def _writable(folder: str) -> tuple[bool, str]:
+    existing = os.path.abspath(folder)
+    while not os.path.isdir(existing):  # (the files' folder is made on first export)
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return True, f"{existing} is writable"
+    return False, f"{existing} is not writable"
+
+
+def _prometheus_port(env: Mapping[str, str]) -> int | None:
+    raw = env.get("ADAPTIVE_RUNTIME_PROMETHEUS_PORT", "").strip()
+    if raw.lower() in ("on", "true", "yes", "default"):
+        return DEFAULT_PROMETHEUS_PORT
+    if not raw and env.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "prometheus":
+        raw = env.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or str(DEFAULT_PROMETHEUS_PORT)
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None  # (configure() names the variable: see problems)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _history(env: Mapping[str, str]) -> dict[str, Any]:
+    path = env.get("ADAPTIVE_RUNTIME_HISTORY", "").strip()
+    if not path:
+        return {"path": None, "status": "not set (ADAPTIVE_RUNTIME_HISTORY)"}
+    out: dict[str, Any] = {"path": os.path.abspath(path)}
+    if not os.path.exists(path):
+        out["status"] = "absent (made at the first save)"
+        return out
+    try:
+        loaded = read_history_file(path)
+    except (OSError, ValueError) as exc:
+        out.update(status="unreadable", detail=str(exc))
+        return out
+    out["records"] = len(loaded.records)
+    differ = differences(hardware_fingerprint(), loaded.fingerprint or {})
+    if differ:
+        out.update(status="from other hardware or libraries: not applied", differences=differ)
+    else:
+        out["status"] = "applies here"
+    return out
+
+
+def _problems(found: Mapping[str, Any]) -> list[str]:
+    problems = []
+    telemetry = found["telemetry"]
+    if telemetry.get("reachable") is False:
+        problems.append(f"telemetry: {telemetry['destination']}: {telemetry['detail']}")
+    if not telemetry["sdk_installed"]:
+        problems.append("telemetry: " + telemetry["detail"])
+    prometheus = telemetry.get("prometheus")
+    if prometheus is not None and not prometheus["free"]:
+        problems.append(f"prometheus: {prometheus['host']}:{prometheus['port']} is taken: no "
+                        f"scrape endpoint would start")
+    history = found["history"]
+    if history["status"] == "unreadable":
+        problems.append(f"history: {history['path']}: {history['detail']}")
+    elif "differences" in history:
+        problems.append(f"history: {history['path']} is not applied here: "
+                        + "; ".join(history["differences"]))
+    return problems
