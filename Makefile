@@ -19,7 +19,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_QUIET ?= -q
 TORCH_VERSION := 2.13.0
-EXTRAS := torch,jax,otlp,examples,report,test
+EXTRAS := torch,jax,otlp,examples,report,lightning,transformers,test
 # Debian packages the tests need (a real Prometheus, with promtool; docker-compose v1 to
 # validate docker-compose.yml: no Docker engine is needed for `config`); installed once, as root.
 APT_PACKAGES := prometheus docker-compose

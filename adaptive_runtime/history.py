@@ -588,18 +588,7 @@ def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRe
     back).
     """
     path = os.fspath(path)
-    if fingerprint is None:
-        from .fingerprint import hardware_fingerprint
-
-        fingerprint = hardware_fingerprint()
-    head = json.dumps({"format": HISTORY_FORMAT, "fingerprint": dict(fingerprint)})
-    rows = [json.dumps(record_to_json(r)) for r in records]
-    # one record a line: compact, yet readable and diffable
-    data = (head[:-1] + ', "records": [\n' + ",\n".join(rows) + "\n]}\n").encode("utf-8")
-    if len(data) > MAX_HISTORY_FILE_BYTES:
-        raise ValueError(f"history for {path!r} would take {len(data)} bytes, over the "
-                         f"{MAX_HISTORY_FILE_BYTES} a history file may hold (lower "
-                         "max_history_keys)")
+    data = history_document(records, fingerprint, what=f"history for {path!r}")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     _remove_stale_temporaries(directory, os.path.basename(path))
@@ -625,6 +614,28 @@ def write_history_file(path: str | os.PathLike[str], records: Iterable[HistoryRe
             os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def history_document(records: Iterable[HistoryRecord],
+                     fingerprint: Mapping[str, object] | None = None, *,
+                     what: str = "the history") -> bytes:
+    """What a history file holds (UTF-8 JSON, format ``/2``): ``records`` with ``fingerprint``
+    (default: this process's). Also kept inside checkpoints (``adaptive_runtime.lightning``).
+    ``ValueError`` if it would be over ``MAX_HISTORY_FILE_BYTES`` (it could not be read back).
+    """
+    if fingerprint is None:
+        from .fingerprint import hardware_fingerprint
+
+        fingerprint = hardware_fingerprint()
+    head = json.dumps({"format": HISTORY_FORMAT, "fingerprint": dict(fingerprint)})
+    rows = [json.dumps(record_to_json(r)) for r in records]
+    # one record a line: compact, yet readable and diffable
+    data = (head[:-1] + ', "records": [\n' + ",\n".join(rows) + "\n]}\n").encode("utf-8")
+    if len(data) > MAX_HISTORY_FILE_BYTES:
+        raise ValueError(f"{what} would take {len(data)} bytes, over the "
+                         f"{MAX_HISTORY_FILE_BYTES} a history file may hold (lower "
+                         "max_history_keys)")
+    return data
 
 
 def _host() -> str:
@@ -709,7 +720,17 @@ def read_history_file(path: str | os.PathLike[str]) -> HistoryFile:
     be read. Nothing in the file is executed: it is parsed as JSON and every field is checked.
     """
     path = os.fspath(path)
-    doc = _parse_json(path, _read_bounded(path))
+    return parse_history_document(path, _read_bounded(path))
+
+
+def parse_history_document(path: str, raw: bytes) -> HistoryFile:
+    """A history document (what :func:`history_document` made) read from ``raw``, validated
+    as :func:`read_history_file` validates a file; ``path`` names where it came from in errors
+    and in the result."""
+    if len(raw) > MAX_HISTORY_FILE_BYTES:
+        raise ValueError(f"history file {path!r} is {len(raw)} bytes, over the "
+                         f"{MAX_HISTORY_FILE_BYTES} a history file may hold")
+    doc = _parse_json(path, raw)
     if not isinstance(doc, dict):
         raise ValueError(f"history file {path!r} is not a history file (a JSON object with a "
                          f"'format'): it holds {_brief(doc)}")

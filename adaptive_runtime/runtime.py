@@ -31,7 +31,9 @@ from .history import (
     HistoryStore,
     HistoryWarning,
     Origins,
+    history_document,
     move_aside,
+    parse_history_document,
     read_history_file,
     record_from_json,
     record_to_json,
@@ -366,6 +368,22 @@ class AdaptiveRuntime:
         with self._dispatcher.lock:
             records = self._history.snapshot()
         write_history_file(path, records)
+
+    def history_document(self) -> bytes:
+        """The history as a history file holds it (JSON with this process's fingerprint), for
+        keeping elsewhere — inside a training checkpoint, say: :meth:`load_history_document`
+        reads it back."""
+        with self._dispatcher.lock:
+            records = self._history.snapshot()
+        return history_document(records)
+
+    def load_history_document(self, document: bytes | str, *, source: str,
+                              force: bool = False) -> bool:
+        """:meth:`load_history` for a document kept elsewhere (:meth:`history_document`);
+        ``source`` names where it came from in warnings and errors."""
+        raw = document.encode("utf-8") if isinstance(document, str) else bytes(document)
+        loaded = parse_history_document(source, raw)
+        return self._apply_history_file(loaded, force or self.config.history_force)
 
     def load_history(self, path: str | os.PathLike[str], force: bool = False) -> bool:
         """Merge the history saved at ``path`` into this runtime's if it was measured on this
