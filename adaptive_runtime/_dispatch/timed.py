@@ -15,6 +15,7 @@ from .emission import Emission
 from .entry import TALLY_REASON, Entry
 from .fallback import Fallback
 from .learner import Learner
+from .profiling import profiler_range
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -58,8 +59,14 @@ class TimedCalls:
         if capturing is not None and capturing():
             return self._captured(entry, decision, args)
         backend = decision.choice
-        result, start_ns, end_ns, learn_us, error, device_timing = self._attempt(
-            op, entry, backend, args, ticket)
+        scope = profiler_range(op.name, backend, decision.reason)
+        if scope is None:
+            result, start_ns, end_ns, learn_us, error, device_timing = self._attempt(
+                op, entry, backend, args, ticket)
+        else:
+            with scope:  # (a profiler records: the decision is a range in its trace)
+                result, start_ns, end_ns, learn_us, error, device_timing = self._attempt(
+                    op, entry, backend, args, ticket)
         if error is not None:
             return self._recover(op, entry, n, decision, args, ticket, error,
                                  (select_ns, start_ns, end_ns))
