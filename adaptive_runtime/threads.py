@@ -95,10 +95,17 @@ class ThreadWatch:
     def poll(self, now_s: float) -> dict[str, tuple[int, int]]:
         """The pools whose count changed since the last reading, as pool -> (before, now);
         empty before ``due_s`` and on the first reading. A pool whose count was unknown
-        (numba's before its first threaded kernel) is not a change."""
+        (numba's before its first threaded kernel) is not a change.
+
+        The first poll reads nothing: the first reading is an interval later. (Finding the
+        BLAS library costs ~6.5 ms once, and importing threadpoolctl more: not on a program's
+        first call. Pools are sized when a program starts, before its first call.)"""
         if now_s < self.due_s:
             return {}
+        first = self.due_s == -math.inf
         self.due_s = now_s + self._interval_s
+        if first:
+            return {}
         counts = self._read()
         last, self._last = self._last, counts
         if last is None:

@@ -31,12 +31,13 @@ def test_the_watch_reports_resized_pools_once_per_interval() -> None:
                      {"numba": 2, "torch": 1, "blas": 4},
                      {"numba": 1, "torch": 1, "blas": 2}])
     watch = ThreadWatch(lambda: next(readings), interval_s=1.0)
-    assert watch.poll(10.0) == {}  # the first reading: nothing to compare with
+    assert watch.poll(10.0) == {}  # the first poll reads nothing (a program's first call)
     assert watch.poll(10.5) == {}  # not due: nothing read
-    assert watch.poll(11.0) == {}
-    assert watch.poll(12.0) == {"torch": (2, 1)}
-    assert watch.poll(13.0) == {"numba": (2, 1), "blas": (4, 2)}
-    assert watch.due_s == 14.0
+    assert watch.poll(11.0) == {}  # the first reading: nothing to compare with
+    assert watch.poll(12.0) == {}
+    assert watch.poll(13.0) == {"torch": (2, 1)}
+    assert watch.poll(14.0) == {"numba": (2, 1), "blas": (4, 2)}
+    assert watch.due_s == 15.0
 
 
 def test_thread_counts_read_torch_and_blas_and_the_fingerprint_records_them() -> None:
@@ -81,6 +82,8 @@ def test_a_resized_pool_has_only_its_implementations_measured_afresh(
         make_runtime, caplog, resize) -> None:
     h = _runtime_with_a_torch_threaded_variant(make_runtime)
     _calls(h, 400)
+    h.clock.advance(1.5)
+    _calls(h, 400)  # (a timed call among them reads the pools' sizes: the baseline)
     assert h.rt.decide(h.op, SIZE).choice is THREADED
     threads = torch.get_num_threads()
     # what the threaded variant costs from now on (the pool's new size, in the real case)
