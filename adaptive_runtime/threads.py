@@ -11,7 +11,10 @@ the runtime measures it afresh (see ``_dispatch.learner``).
 Counts are read without importing anything or starting a pool: numba's only once its
 threading layer is up (before that no threaded numba kernel has run, so nothing learned
 depends on it), torch's where torch is imported, BLAS's through ``threadpoolctl`` where it is
-installed. ``None``: not known here.
+installed. ``None``: not known here. While a program runs, BLAS's is read only once the
+program has imported threadpoolctl itself: a BLAS pool is resized through it (or fixed by
+``OPENBLAS_NUM_THREADS`` before the program starts), and finding the library costs ~6.5 ms
+and importing threadpoolctl more, which no training loop should pay for nothing.
 """
 
 from __future__ import annotations
@@ -36,9 +39,16 @@ Counts = dict[str, "int | None"]
 _controller: list[object | None] = []
 
 
-def thread_counts() -> Counts:
-    """Each pool's thread count now (``None`` where unknown: see the module docstring)."""
+def thread_counts(*, blas: bool = True) -> Counts:
+    """Each pool's thread count now (``None`` where unknown: see the module docstring);
+    ``blas=False``: BLAS's only where the program imported threadpoolctl."""
+    if not blas and "threadpoolctl" not in sys.modules:
+        return {"numba": _numba_threads(), "torch": _torch_threads(), "blas": None}
     return {"numba": _numba_threads(), "torch": _torch_threads(), "blas": _blas_threads()}
+
+
+def _live_counts() -> Counts:
+    return thread_counts(blas=False)
 
 
 def _numba_threads() -> int | None:
@@ -85,7 +95,7 @@ class ThreadWatch:
     """Reads the pools' thread counts at most every ``interval_s`` seconds and says which
     pools changed since the last reading. Not thread-safe: the caller holds its lock."""
 
-    def __init__(self, read: Callable[[], Mapping[str, int | None]] = thread_counts,
+    def __init__(self, read: Callable[[], Mapping[str, int | None]] = _live_counts,
                  interval_s: float = 1.0) -> None:
         self._read = read
         self._interval_s = interval_s
@@ -97,9 +107,8 @@ class ThreadWatch:
         empty before ``due_s`` and on the first reading. A pool whose count was unknown
         (numba's before its first threaded kernel) is not a change.
 
-        The first poll reads nothing: the first reading is an interval later. (Finding the
-        BLAS library costs ~6.5 ms once, and importing threadpoolctl more: not on a program's
-        first call. Pools are sized when a program starts, before its first call.)"""
+        The first poll reads nothing: the first reading is an interval later (pools are sized
+        when a program starts, before its first call; its first calls are slow enough)."""
         if now_s < self.due_s:
             return {}
         first = self.due_s == -math.inf

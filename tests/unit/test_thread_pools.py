@@ -6,6 +6,7 @@ the fake timer of tests/conftest.py; the pool resized is torch's real one."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import numba
@@ -126,3 +127,13 @@ def test_built_in_threaded_implementations_name_their_pool() -> None:
     torch_relu = rt.operation("relu").family_twin("torch").implementation_for(Backend.SIMD)
     assert torch_relu.threads == "torch"
     assert np.all(rt.run("relu", np.array([-1.0, 2.0])) == [0.0, 2.0])
+
+
+def test_while_running_blas_is_read_only_where_the_program_imported_threadpoolctl(
+        monkeypatch) -> None:
+    import threadpoolctl  # noqa: F401  (what a program resizing its BLAS pool imports)
+
+    assert isinstance(thread_counts(blas=False)["blas"], int)
+    monkeypatch.delitem(sys.modules, "threadpoolctl")
+    assert thread_counts(blas=False)["blas"] is None
+    assert isinstance(thread_counts()["blas"], int)  # (the fingerprint reads it anyway)
