@@ -8,13 +8,21 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import MissingExtraError
 from .runtime import AdaptiveRuntime, get_runtime
 from .telemetry.steps import TrainStep, train_step
 
-__all__ = ["StepSpans", "sync_across_ranks"]
+__all__ = ["StepSpans", "missing_framework", "sync_across_ranks"]
 
 # the file a checkpoint folder holds the history in (the transformers callback)
 HISTORY_FILE = "adaptive_runtime_history.json"
+
+
+def missing_framework(module: str, framework: str) -> MissingExtraError:
+    """The error of importing ``adaptive_runtime.<module>`` without its framework: the extra
+    of the same name brings it."""
+    return MissingExtraError(f"adaptive_runtime.{module} needs {framework}: pip install "
+                             f"'adaptive_runtime[{module}]'", name=module)
 
 
 class StepSpans:

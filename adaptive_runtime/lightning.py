@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._training_hooks import StepSpans, sync_across_ranks
+from ._training_hooks import StepSpans, missing_framework, sync_across_ranks
 from .runtime import AdaptiveRuntime
 
 try:
@@ -29,11 +29,7 @@ except ImportError:  # (the older package name)
     try:
         from pytorch_lightning import Callback
     except ImportError as exc:
-        from .errors import MissingExtraError
-
-        raise MissingExtraError("adaptive_runtime.lightning needs PyTorch Lightning: pip "
-                                "install 'adaptive_runtime[lightning]'",
-                                name="lightning") from exc
+        raise missing_framework("lightning", "PyTorch Lightning") from exc
 
 __all__ = ["CHECKPOINT_KEY", "AdaptiveRuntimeCallback"]
 

@@ -18,17 +18,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._training_hooks import HISTORY_FILE, StepSpans, sync_across_ranks
+from ._training_hooks import HISTORY_FILE, StepSpans, missing_framework, sync_across_ranks
 from .runtime import AdaptiveRuntime
 
 try:
     from transformers import TrainerCallback
 except ImportError as exc:
-    from .errors import MissingExtraError
-
-    raise MissingExtraError("adaptive_runtime.transformers needs Hugging Face transformers: "
-                            "pip install 'adaptive_runtime[transformers]'",
-                            name="transformers") from exc
+    raise missing_framework("transformers", "Hugging Face transformers") from exc
 
 __all__ = ["HISTORY_FILE", "AdaptiveRuntimeCallback"]
 

@@ -80,3 +80,20 @@ def check_every_arm(runtimes: dict[Any, ar.AdaptiveRuntime], case: OpCase, n: in
         except AssertionError as exc:
             raise AssertionError(f"{case.name} on {arm.value}, {kind} {np.dtype(dtype)}, "
                                  f"n={n}: {exc}") from exc
+
+
+# The CPU arms of the torch and JAX families, and the numba threaded loop beside the library's
+# own call (an operation without it runs its SIMD arm's primary implementation when forced).
+NUMBA = ar.Variant(ar.Backend.SIMD, "numba")
+FAMILY_CPU_ARMS = (ar.Backend.SIMD, ar.Backend.SCALAR, NUMBA)
+
+
+def forced_pairs(names: list[str], family: str) -> list[Any]:
+    """pytest parameters (case or operation, choice) for every CPU choice the operation has
+    in ``family`` (the numba variant only where the operation has a threaded numba loop)."""
+    import pytest
+
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    return [pytest.param(name, arm, id=f"{name}-{arm}") for name in names
+            for arm in FAMILY_CPU_ARMS
+            if arm in rt.operation(name.split("/")[0]).family_twin(family).choices]

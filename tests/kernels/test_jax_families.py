@@ -14,22 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness import FAMILY_CPU_ARMS, forced_pairs
 
 import adaptive_runtime as ar
 
 Backend = ar.Backend
-# the CPU arms, and the numba threaded loop beside the library's own call (an operation
-# without it runs its SIMD arm's primary implementation when it is forced)
-NUMBA = ar.Variant(Backend.SIMD, "numba")
-CPU_ARMS = (Backend.SIMD, Backend.SCALAR, NUMBA)
-
-
-def _forced_pairs(names: list[str], family: str) -> list[Any]:
-    """(case or operation, choice) for every CPU choice the operation has in ``family``
-    (the numba variant only where the operation has a threaded numba loop)."""
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    return [pytest.param(name, arm, id=f"{name}-{arm}") for name in names for arm in CPU_ARMS
-            if arm in rt.operation(name.split("/")[0]).family_twin(family).choices]
 
 # jax is imported when this module's first test runs, not when pytest collects it: the tests
 # collected before it run as they would in a program without JAX (importing it changes their
@@ -103,7 +92,7 @@ def dtype(request: pytest.FixtureRequest) -> Iterator[np.dtype]:
 @pytest.fixture(scope="module")
 def forced() -> dict[Backend, ar.AdaptiveRuntime]:
     return {arm: ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend=arm, tracing=False))
-            for arm in CPU_ARMS}  # type: ignore[misc]
+            for arm in FAMILY_CPU_ARMS}  # type: ignore[misc]
 
 
 def _cast(args: tuple[Any, ...], dtype: np.dtype) -> tuple[Any, ...]:
@@ -118,7 +107,7 @@ def _results(out: Any) -> tuple[Any, ...]:
     return out if isinstance(out, tuple) else (out,)
 
 
-@pytest.mark.parametrize(("case", "arm"), _forced_pairs(sorted(CASES), "jax"))
+@pytest.mark.parametrize(("case", "arm"), forced_pairs(sorted(CASES), "jax"))
 def test_every_operation_on_every_cpu_arm_equals_the_numpy_family(forced, case, arm,
                                                                   dtype) -> None:
     op = case.split("/")[0]

@@ -13,23 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from harness import FAMILY_CPU_ARMS, forced_pairs
 
 import adaptive_runtime as ar
 from adaptive_runtime.kernels import backward, torch_arms
 
 Backend = ar.Backend
-# the CPU arms, and the numba threaded loop beside the library's own call (an operation
-# without it runs its SIMD arm's primary implementation when it is forced)
-NUMBA = ar.Variant(Backend.SIMD, "numba")
-CPU_ARMS = (Backend.SIMD, Backend.SCALAR, NUMBA)
-
-
-def _forced_pairs(names: list[str], family: str) -> list[Any]:
-    """(case or operation, choice) for every CPU choice the operation has in ``family``
-    (the numba variant only where the operation has a threaded numba loop)."""
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    return [pytest.param(name, arm, id=f"{name}-{arm}") for name in names for arm in CPU_ARMS
-            if arm in rt.operation(name.split("/")[0]).family_twin(family).choices]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -75,10 +64,10 @@ def _grad_inputs(args: tuple[Any, ...]) -> tuple[Any, ...]:
 @pytest.fixture(scope="module")
 def forced() -> dict[Backend, ar.AdaptiveRuntime]:
     return {arm: ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend=arm, tracing=False))
-            for arm in CPU_ARMS}  # type: ignore[misc]
+            for arm in FAMILY_CPU_ARMS}  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("case", "arm"), _forced_pairs(sorted(CASES), "torch+grad"))
+@pytest.mark.parametrize(("case", "arm"), forced_pairs(sorted(CASES), "torch+grad"))
 def test_gradcheck_in_float64_on_every_arm(forced, case, arm) -> None:
     rt = forced[arm]
     op = case.split("/")[0]
@@ -88,7 +77,7 @@ def test_gradcheck_in_float64_on_every_arm(forced, case, arm) -> None:
     assert torch.autograd.gradcheck(lambda *a: rt.run(op, *a), args, eps=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("arm", CPU_ARMS, ids=str)
+@pytest.mark.parametrize("arm", FAMILY_CPU_ARMS, ids=str)
 def test_the_scalar_arm_under_autograd_runs_an_adaptive_backward(forced, arm) -> None:
     rt = forced[arm]
     x = _grad_inputs((_r(4, 5),))[0]
@@ -107,7 +96,7 @@ def _calls(rt: ar.AdaptiveRuntime, operation: str) -> int:
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-@pytest.mark.parametrize(("name", "arm"), _forced_pairs(list(backward.NAMES), "torch"))
+@pytest.mark.parametrize(("name", "arm"), forced_pairs(list(backward.NAMES), "torch"))
 def test_every_backward_operation_equals_atens_on_every_arm(forced, name, kind, arm) -> None:
     g, x = _r(3, 7, seed=3), _r(3, 7, seed=4) * 2
     if name == backward.SOFTMAX:
