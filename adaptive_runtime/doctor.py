@@ -68,7 +68,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *,
         "gpus": gpus,
         # (numba's configured count until its threading layer is up: see fingerprint)
         "threads": {pool: fingerprint.get(f"{pool}_threads") for pool in POOLS},
-        "telemetry": _telemetry(env, libraries, timeout_s),
+        "telemetry": _telemetry(env, timeout_s),
         "history": _history(env),
     }
     found["problems"] = _problems(found)
@@ -111,8 +111,7 @@ def _gpus(libraries: Mapping[str, str | None]) -> tuple[list[dict[str, Any]], st
     return [], why
 
 
-def _telemetry(env: Mapping[str, str], libraries: Mapping[str, str | None],
-               timeout_s: float) -> dict[str, Any]:
+def _telemetry(env: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
     sdk = importlib.util.find_spec("opentelemetry.sdk") is not None
     out: dict[str, Any] = {"sdk_installed": sdk}
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
