@@ -4,10 +4,10 @@ and the history synced across ranks where a process group is up."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
+from .distributed import process_group
 from .errors import MissingExtraError
 from .runtime import AdaptiveRuntime, get_runtime
 from .telemetry.steps import TrainStep, train_step
@@ -57,11 +57,8 @@ class StepSpans:
 def sync_across_ranks(runtime: AdaptiveRuntime) -> bool:
     """``runtime.sync_history()`` where ``torch.distributed`` has a process group of more than
     one rank; ``True`` when it synced (every rank must call this at the same point)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    group = process_group()
+    if group is None or group[1] == 1:
         return False
     runtime.sync_history()
     return True

@@ -41,18 +41,29 @@ from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json
 if TYPE_CHECKING:
     from .runtime import AdaptiveRuntime
 
-__all__ = ["gather_rank_rows", "rank_and_world_size", "rank_attributes", "sync_history"]
+__all__ = ["gather_rank_rows", "process_group", "rank_and_world_size", "rank_attributes",
+           "sync_history"]
 
 RankRows = list[tuple[HistoryRecord, Origins]]
 
 
-def rank_and_world_size() -> tuple[int, int] | None:
-    """``(rank, world size)`` of this process in a distributed job, or ``None``."""
+def process_group() -> tuple[int, int] | None:
+    """``(rank, world size)`` in torch.distributed's default process group where one is
+    initialised (torch already imported), else ``None``."""
     torch = sys.modules.get("torch")
     if torch is not None:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
+    return None
+
+
+def rank_and_world_size() -> tuple[int, int] | None:
+    """``(rank, world size)`` of this process in a distributed job, or ``None``: the process
+    group's, else torchrun's ``RANK`` / ``WORLD_SIZE`` (set before the group is made)."""
+    group = process_group()
+    if group is not None:
+        return group
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None or world is None:
         return None

@@ -68,7 +68,7 @@ class Learner:
 
     def __init__(self, core: Core, counts: Counts, emission: Emission,
                  candidates: Candidates, rates: dict[str, OperationRate],
-                 routes: dict[str, Route], threads: ThreadWatch | None = None) -> None:
+                 routes: dict[str, Route]) -> None:
         self._core = core
         # (never replaced: read here once, not through the core on every timed call)
         self._clock = core.clock
@@ -82,7 +82,7 @@ class Learner:
         self._routes = routes  # the route table (see Router): every key's implementations
         # the thread pools' sizes, read every second or so from timed calls (see
         # _threads_changed)
-        self._threads = threads if threads is not None else ThreadWatch()
+        self._threads = ThreadWatch()
         # the policy's state of each key: key id -> (the key's history, its state), dropped
         # with the key (forget); a key made anew gets a new state
         self._states: dict[tuple[str, int], tuple[KeyHistory, KeyState]] = {}

@@ -119,4 +119,3 @@ def numba_arms(op: Operation) -> list[tuple[Backend, str, Implementation]]:
     if threaded is not None:
         arms.append((Backend.SIMD, "numba", threaded))
     return arms
-
