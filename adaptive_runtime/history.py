@@ -56,7 +56,10 @@ _MAX_INT_CHARS = 20
 # refused before ``json`` parses it: ``json`` recurses per level, and deep recursion in the
 # caller's thread is what a hostile file must never cause.
 _MAX_JSON_DEPTH = 64
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+"')
+# A string literal, or an unclosed one running to the end of the text. Unrolled, and unable to
+# fail once it has seen a quote: one linear pass even over a hostile run of quotes and
+# backslashes (a pattern that can fail is retried from every quote, which is quadratic).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _MAX_COUNT = 2**63 - 1

@@ -245,11 +245,20 @@ class _Bounded:
             except Exception as exc:  # observability never breaks the caller
                 _log.debug("adaptive_runtime: telemetry flush: %r", exc)
 
-        self._thread = threading.Thread(target=run, name="adaptive-runtime-flush", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = threading.Thread(
+            target=run, name="adaptive-runtime-flush", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:
+            # Python 3.12 refuses new threads once interpreter shutdown has begun, and atexit
+            # handlers run after that: the call runs here, bounded by its own timeout only.
+            self._thread = None
+            run()
 
     def finished(self, deadline: float) -> bool:
         """Wait until ``deadline`` at most; whether the call returned and succeeded."""
+        if self._thread is None:
+            return self._ok
         self._thread.join(remaining(deadline))
         return not self._thread.is_alive() and self._ok
 

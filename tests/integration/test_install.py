@@ -6,10 +6,15 @@ dependencies are what running needs — the OpenTelemetry API, not its SDK — a
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600
@@ -69,3 +74,74 @@ def test_the_license_is_the_one_pyproject_declares() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text()
+
+
+# What a user on another supported Python does: install with the otlp extra, train a few steps
+# with telemetry on, and exit. The exit must flush: spans and metrics are in the files after.
+_EXIT_FLUSH = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import adaptive_runtime as ar
+
+    ar.telemetry.configure(directory=sys.argv[1])
+    rt = ar.AdaptiveRuntime()
+    x = np.linspace(-1.0, 1.0, 100_000)
+    for step in range(3):
+        with ar.train_step(step):
+            for _ in range(10):
+                y = rt.run("relu", x)
+    assert np.array_equal(y, np.maximum(x, 0.0))
+''')
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def _interpreter(version: str) -> str | None:
+    """``pythonX.Y`` on PATH that runs, else pyenv's newest ``X.Y.*`` build."""
+    found = shutil.which(f"python{version}")
+    if found and subprocess.run([found, "-c", ""], capture_output=True,
+                                check=False).returncode == 0:
+        return found
+    builds = sorted(Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"), "versions")
+                    .glob(f"{version}.*/bin/python{version}"))
+    return str(builds[-1]) if builds else None
+
+
+def _install_and_exit_flush(python: str, folder: Path) -> str | None:
+    """Install the package with its otlp extra into a fresh venv of ``python`` and run the
+    exit-flush script there; what went wrong, or None."""
+    venv = folder / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", f"{ROOT}[otlp]"],
+                         capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+    if pip.returncode != 0:
+        return "pip install: " + pip.stderr[-3000:]
+    out = folder / "telemetry"
+    ran = subprocess.run([str(venv / "bin" / "python"), "-c", _EXIT_FLUSH, str(out)],
+                         capture_output=True, text=True, cwd=folder, timeout=300, check=False)
+    if ran.returncode != 0 or ran.stderr.strip():
+        return f"run (exit {ran.returncode}): " + ran.stderr[-3000:]
+    written = {name: len((out / name).read_text().splitlines())
+               for name in ("traces.jsonl", "metrics.jsonl") if (out / name).exists()}
+    if sorted(name for name, lines in written.items() if lines) != ["metrics.jsonl",
+                                                                     "traces.jsonl"]:
+        return f"exited without flushing its telemetry: lines written {written}"
+    return None
+
+
+def test_installs_trains_and_flushes_at_exit_on_every_supported_python(
+        tmp_path: Path) -> None:
+    """Each supported Python but the one running the suite (the rest of the suite covers it),
+    each in a fresh venv with the otlp extra, concurrently (installs mostly wait on the disk).
+    Catches 3.11-only syntax on 3.10, and 3.12's refusal of new threads in atexit handlers."""
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    pythons = {v: _interpreter(v) for v in SUPPORTED_PYTHONS if v != running}
+    missing = [v for v, python in pythons.items() if python is None]
+    if missing and os.environ.get("CI") != "true":
+        pytest.skip(f"no interpreter for Python {', '.join(missing)} on this machine")
+    assert not missing, f"CI has no interpreter for Python {', '.join(missing)}"
+    with ThreadPoolExecutor(len(pythons)) as pool:
+        runs = {v: pool.submit(_install_and_exit_flush, python, tmp_path / v)
+                for v, python in pythons.items() if python is not None}
+        faults = {v: run.result() for v, run in runs.items()}
+    assert {v: fault for v, fault in faults.items() if fault} == {}

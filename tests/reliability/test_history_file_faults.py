@@ -601,6 +601,18 @@ def test_hostile_json_is_refused_with_one_message_and_the_runtime_starts_cold(
                        other_exceptions=0, started_cold=True, moved_aside_intact=True)
 
 
+def test_a_run_of_escaped_quotes_never_closed_is_refused_in_one_pass(tmp_path: Path) -> None:
+    """The depth check blanks strings before counting brackets. Two million escaped quotes
+    that never close are one unclosed string: refused as invalid JSON after one pass (a
+    string pattern that can fail is retried from each of those quotes: hours of work)."""
+    path = tmp_path / "history.json"
+    path.write_bytes(b'{"records": [{"operation": "' + b'\\"' * 2_000_000)
+    with pytest.raises(ValueError, match=r"^history file .*not valid JSON"):
+        read_history_file(path)
+    depth = history_module._nesting_depth('[{"a": "]]\\"[[", "b": [[1]]}, "{\\\\"]')
+    assert depth == 4  # brackets inside strings, escaped quotes included, are not counted
+
+
 def test_a_valid_file_still_reads_after_the_hostile_checks(tmp_path: Path) -> None:
     """The reader's refusals do not refuse what the writer writes: NaN means, large counts."""
     path = tmp_path / "history.json"
