@@ -248,9 +248,12 @@ def build() -> Dashboard:
         dashboard = dashboard.with_panel(
             timeseries_panel(f"Kernel latency {name} by operation and arm",
                              f"{name} of the kernel time of timed calls (a converged key is "
-                             "timed 1-in-N), from adaptive_op_duration_seconds.", "s")
+                             "timed 1-in-N), from adaptive_op_duration_seconds. The dots are "
+                             "exemplars: traced calls, each linking to its trace in Jaeger.",
+                             "s")
             .with_target(_query(_quantile(q),
-                                legend="{{adaptive_operation}} {{adaptive_backend}}"))
+                                legend="{{adaptive_operation}} {{adaptive_backend}}")
+                         .exemplar(True))
             .scale_distribution(_log_scale()))
 
     # ---------------------------------------------------------------- crossovers

@@ -43,6 +43,10 @@ class CallRecord(NamedTuple):
     # the kernel's time measured on its device (CUDA events), where it was timed there: the
     # record is handed over once the events have completed
     device_us: float | None = None
+    # the call's sample queued for the duration histogram, ``[operation, arm, duration_us,
+    # None]``: the span worker puts the span context of the call's kernel span in its last
+    # place, and the histogram records it as an exemplar of that trace
+    duration_sample: list[Any] | None = None
 
 
 def relabelled(transition: HotPathTransition, label: str) -> HotPathTransition:
@@ -83,11 +87,12 @@ class Emission:
     def emit(self, operation: str, n: int, bucket: int, decision: Decision, backend: Choice,
              times: tuple[int, int, int], error: BaseException | None,
              fallback_to: Choice | None, verdict: TraceVerdict,
-             device_us: float | None = None) -> None:
+             device_us: float | None = None, sample: list[Any] | None = None) -> None:
         """Hand an admitted call's record to the span sink; ``times``: select start, kernel
-        start and end (timer nanoseconds); ``device_us``: the kernel's device time."""
+        start and end (timer nanoseconds); ``device_us``: the kernel's device time;
+        ``sample``: the call's sample queued for the duration histogram."""
         self.submit(CallRecord(operation, n, bucket, decision, backend, times[0], times[1],
-                               times[2], error, fallback_to, verdict, device_us))
+                               times[2], error, fallback_to, verdict, device_us, sample))
 
     def verdict(self, key: KeyHistory, decision: Decision, duration_us: float | None,
                 hot: bool, failed: bool, calls: int, now: float) -> TraceVerdict | None:

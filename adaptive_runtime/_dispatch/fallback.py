@@ -76,7 +76,7 @@ class Fallback:
                                             device_timing, times)
             if span is not None:
                 emission.emit(op.name, n, entry.bucket, span[1], nxt, times, None, None,
-                              span[0])
+                              span[0], sample=span[2])
             return result
 
     def _failed(self, op: Operation, entry: Entry, n: int, decision: Decision, ticket: int,
@@ -94,7 +94,8 @@ class Fallback:
             self._counts.fallbacks[(op.name, backend, nxt)] += 1
             self._learner.refresh(entry, key)
             verdict = self._emission.failure_verdict(key, decision)
-            return nxt, (verdict, self._learner.explained(entry, decision)) if verdict else None
+            return nxt, (verdict, self._learner.explained(entry, decision), None) if verdict \
+                else None
         # Every arm failed on this input: that says nothing about which arm is bad (usually
         # the input is), so lift this call's quarantines.
         for arm_stats, consecutive, until in undo:

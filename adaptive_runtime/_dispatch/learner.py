@@ -58,8 +58,9 @@ def _suspect(state: KeyState, mean_us: float) -> bool:
 # Timings made on a device and not ready yet are kept at most this many (the oldest dropped).
 MAX_PENDING_TIMINGS = 256
 
-# A timed call's span: the trace gate's verdict and the decision, explained.
-Span = tuple[TraceVerdict, Decision]
+# A timed call's span: the trace gate's verdict, the decision explained, and the duration
+# histogram's sample of the call (see Learner._learn), where its timing was learned.
+Span = tuple[TraceVerdict, Decision, list[Any] | None]
 
 
 class Learner:
@@ -198,11 +199,14 @@ class Learner:
             verdict = emission.verdict(key, decision, duration_us, entry.rate.hot, failed,
                                        calls, now)
             if verdict is not None:
-                span = verdict, self.explained(entry, decision)
+                span = verdict, self.explained(entry, decision), None
         if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
-            self._learn(key, state, decision, duration_us, n, now, calls)
+            sample = self._learn(key, state, decision, duration_us, n, now, calls,
+                                 span is not None)
+            if sample is not None:
+                span = span[0], span[1], sample  # type: ignore[index]
         elif device_timing is not None:
             pending = self.pending
             if len(pending) >= MAX_PENDING_TIMINGS:
@@ -238,19 +242,29 @@ class Learner:
                   implementations, keys)
 
     def _learn(self, key: KeyHistory, state: KeyState, decision: Decision, duration_us: float,
-               n: int, now: float, calls: int) -> None:
+               n: int, now: float, calls: int, traced: bool = False) -> list[Any] | None:
         """Learn one timing of ``decision``'s arm into the key's history (replacing the
-        arm's estimate where the policy re-measures it), then into the policy's state."""
+        arm's estimate where the policy re-measures it), then into the policy's state.
+        Returns the call's sample queued for the duration histogram where ``traced`` (its
+        span is to be made), else ``None``."""
         backend = decision.choice
         if self._policy.remeasures(key, decision):
             key.arms[backend].start_epoch()
         learned = self._history.record(key, backend, duration_us, n)
         self._policy.observe(state, backend, learned, key.arms[backend])
         emission = self._emission
-        if emission.timings:
-            emission.duration((key.operation, backend, duration_us))
         if emission.recording_calls:
             emission.calls((key.operation, n, backend, duration_us, now, calls))
+        if not emission.timings:
+            return None
+        if traced:
+            # A list, not a tuple: the span worker adds the context of the call's span, and
+            # the histogram records the sample with it (an exemplar linking to the trace).
+            sample = [key.operation, backend, duration_us, None]
+            emission.duration(sample)
+            return sample
+        emission.duration((key.operation, backend, duration_us))
+        return None
 
     def learn_ready(self) -> list[tuple[tuple[Any, ...], float]]:
         """Learn the timings made on a device that are ready now (CUDA events: asked, never

@@ -97,7 +97,7 @@ class TimedCalls:
             emission.deliver_transitions()
         if span is not None:
             emission.emit(op.name, n, entry.bucket, span[1], backend,
-                          (select_ns, start_ns, end_ns), None, None, span[0])
+                          (select_ns, start_ns, end_ns), None, None, span[0], sample=span[2])
         return result
 
     def _captured(self, entry: Entry, decision: Decision, args: tuple[Any, ...]) -> Any:

@@ -29,7 +29,7 @@ carries none. Variants are registered names, a few per arm: the label stays boun
 - ``adaptive.op.duration`` histogram, seconds, buckets from 1 µs to 10 s — the kernel time of
   every *timed* call (the runtime times 1-in-N calls of a converged key), by
   ``adaptive.operation`` and ``adaptive.backend`` (``adaptive_op_duration_seconds_bucket``,
-  ``_sum``, ``_count``).
+  ``_sum``, ``_count``); traced calls are its exemplars (below).
 - ``adaptive.op.duration.overflows`` counter — collection intervals in which the duration
   queue overflowed, so some durations were lost (``adaptive_op_duration_overflows_total``).
 - ``adaptive.learned.latency`` gauge, seconds — what the runtime learned an arm takes at a size
@@ -62,6 +62,13 @@ synchronous ``record`` goes straight to every reader's storage without that lock
 durations drained by a reader's collection are in that same export; a second reader on the
 same provider sees them in its next collection.
 
+Exemplars: a traced call's sample is a list, ``[operation, backend, duration_us, None]``; the
+span worker puts the span context of the call's kernel span (``adaptive.execute``) in its
+last place once it made the span, and the drain records the sample in that context. The SDK's
+default exemplar filter (``trace_based``) keeps it as an exemplar of its bucket: the trace
+behind a latency, in OTLP and (see :mod:`.prometheus`) on the scrape endpoint. A sample
+drained before its span was made is recorded without one; it is counted either way.
+
 Forked children (DataLoader workers) report nothing: their counters start as a copy of the
 parent's, and reporting them under the parent's resource would duplicate its series. Every hub
 a child inherits is silent there (its callbacks observe nothing, queued durations are dropped).
@@ -78,7 +85,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from .._forks import after_fork_in_child, renew_after_fork
@@ -124,6 +131,8 @@ _DURATION_LABELS = ("adaptive.operation", "adaptive.backend")
 
 # Marks the end of what a drain took from ``pending``; see RuntimeMetrics._drain.
 _MARK: Any = object()
+# In a traced call's sample: it waited one collection for its span (see _Hub._drain).
+_WAITED: Any = object()
 
 # Attribute dicts of the duration histogram are cached per (operation, backend); the cache is
 # cleared past this size (operation names are bounded, so this is only a safety net).
@@ -389,7 +398,7 @@ class _Hub:
         """Final drain and reading of the slot's member, then freeze it. Lock held."""
         member = slot.member
         assert member is not None
-        self._drain(slot, member)
+        self._drain(slot, member, wait=False)
         source = member.source()
         if source is not None:
             for name, (_keys, read) in _COUNTERS.items():
@@ -454,7 +463,7 @@ class _Hub:
         """The slot's runtime was garbage-collected: fold its totals into the retired ones
         (bounded by the attribute sets, unlike a slot per dead runtime). Lock held."""
         if slot.member is not None:
-            self._drain(slot, slot.member)  # its last durations are still real calls
+            self._drain(slot, slot.member, wait=False)  # its last durations are real calls
             slot.member._closed = True
             slot.member = None
         self._slots.remove(slot)
@@ -600,8 +609,11 @@ class _Hub:
 
     # ---------------------------------------------------------------- durations
 
-    def _drain(self, slot: _Slot, member: RuntimeMetrics) -> None:
+    def _drain(self, slot: _Slot, member: RuntimeMetrics, wait: bool = True) -> None:
         """Record the member's queued durations into the histogram. Lock held.
+
+        A traced call's sample whose span is not made yet waits for the next collection
+        (once) where ``wait``: recorded then, it has its exemplar.
 
         Only as many items as were queued when it starts are taken, so a runtime appending
         fast cannot keep a collection here forever. Overflow detection: a marker is appended
@@ -622,6 +634,7 @@ class _Hub:
         record = self._duration.record
         attrs = self._duration_attrs
         saw_mark = False
+        waiting = []
         for _ in range(len(pending)):
             try:
                 item = pending.popleft()
@@ -631,7 +644,7 @@ class _Hub:
                 saw_mark = True
                 continue
             try:
-                operation, backend, duration_us = item
+                operation, backend, duration_us = item[0], item[1], item[2]
                 key = (operation, backend)
                 labels = attrs.get(key)
                 if labels is None:
@@ -639,10 +652,23 @@ class _Hub:
                         attrs.clear()
                     labels = attrs[key] = _attributes(_DURATION_LABELS,
                                                       (str(operation), _label(backend)))
-                record(duration_us / 1e6, labels)
+                span_context = item[3] if len(item) == 4 else None
+                if span_context is None and len(item) == 4 and wait:
+                    # a traced call whose span is not made yet (the span worker batches
+                    # every second): left for the next collection, once
+                    item[3] = _WAITED
+                    waiting.append(item)
+                elif span_context is not None and span_context is not _WAITED:
+                    # recorded in the context of the call's span: the SDK keeps it as an
+                    # exemplar, the trace behind a latency
+                    record(duration_us / 1e6, labels, context=trace.set_span_in_context(
+                        trace.NonRecordingSpan(span_context)))
+                else:
+                    record(duration_us / 1e6, labels)
             except Exception:  # a malformed item, or the SDK refused it: skip it
                 self._log_once("record", "adaptive_runtime metrics: could not record a "
                                "duration (%r)", item)
+        pending.extend(waiting)
         pending.append(_MARK)
         if not saw_mark:
             overflows = slot.counts[_OVERFLOWS]

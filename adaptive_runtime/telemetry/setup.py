@@ -579,9 +579,9 @@ def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
                 switch, export_interval_millis=interval_s * 1000.0)
             readers.append(periodic)
         if prometheus:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+            from .prometheus import exemplar_reader
 
-            readers.append(PrometheusMetricReader())
+            readers.append(exemplar_reader())
         if not readers:
             # (the runtimes' instruments stay no-ops of the API's proxy provider; a later
             # configure() that exports metrics installs the provider and they follow)

@@ -433,7 +433,13 @@ class SpanRecorder:
         execute.end(end_time=max(end_ns + offset, record.start_ns + offset))
         self._ended(recording)
         if record.error is None:
-            self._remember(key, record.backend, execute.get_span_context())
+            span_context = execute.get_span_context()
+            self._remember(key, record.backend, span_context)
+            sample = record.duration_sample
+            if sample is not None and recording:
+                # (the duration histogram records the call with this span's context: an
+                # exemplar linking the latency to this trace; recorded before this, it has none)
+                sample[3] = span_context
         if self._on_materialized is not None:
             self._on_materialized(record)
 

@@ -33,17 +33,19 @@ from prometheus_server import PrometheusServer, find_binary  # noqa: E402
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[Sequence[str]], PrometheusServer]]:
+def prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusServer]]:
     """Factory: ``prometheus(["127.0.0.1:PORT"])`` starts a real Prometheus scraping those
-    targets every second (ready when it returns); every server started is stopped at
+    targets every second (ready when it returns; ``features=["exemplar-storage"]`` turns
+    feature flags on); every server started is stopped at
     teardown. Skips when the ``prometheus`` binary is missing (``make test`` installs the
     Debian package ``prometheus``, which also provides ``promtool``)."""
     if find_binary("prometheus") is None:
         pytest.skip("the prometheus binary is not installed (apt-get install prometheus)")
     servers: list[PrometheusServer] = []
 
-    def start(targets: Sequence[str]) -> PrometheusServer:
-        server = PrometheusServer(targets, workdir=tmp_path / f"prometheus-{len(servers)}")
+    def start(targets: Sequence[str], features: Sequence[str] = ()) -> PrometheusServer:
+        server = PrometheusServer(targets, workdir=tmp_path / f"prometheus-{len(servers)}",
+                                  features=features)
         servers.append(server)
         return server.start()
 

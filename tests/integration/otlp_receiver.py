@@ -237,6 +237,8 @@ class ReceivedDataPoint:
     explicit_bounds: tuple[float, ...] = ()
     min: float | None = None
     max: float | None = None
+    # (trace_id, span_id, value) of each exemplar: ids in hex, "" where it has none
+    exemplars: tuple[tuple[str, str, float], ...] = ()
 
     def __hash__(self) -> int:  # the attribute dicts are unhashable
         return hash((self.metric_name, self.kind, self.time_unix_nano, self.count, self.value))
@@ -358,6 +360,10 @@ def flatten_metrics(
                                 explicit_bounds=tuple(p.explicit_bounds) if explicit else (),
                                 min=p.min if p.HasField("min") else None,
                                 max=p.max if p.HasField("max") else None,
+                                exemplars=tuple(
+                                    (e.trace_id.hex(), e.span_id.hex(),
+                                     e.as_double if e.HasField("as_double") else e.as_int)
+                                    for e in p.exemplars),
                                 **common,
                             )
                         )

@@ -57,13 +57,14 @@ class PrometheusServer:
 
     def __init__(self, targets: Sequence[str], *, workdir: str | os.PathLike[str],
                  scrape_interval_s: int = 1, job: str = "adaptive_runtime",
-                 binary: str | None = None) -> None:
+                 binary: str | None = None, features: Sequence[str] = ()) -> None:
         if not targets:
             raise ValueError("targets must name at least one host:port to scrape")
         if isinstance(scrape_interval_s, bool) or not isinstance(scrape_interval_s, int) \
                 or scrape_interval_s < 1:
             raise ValueError(f"scrape_interval_s must be an int >= 1, got {scrape_interval_s!r}")
         self.targets = list(targets)
+        self.features = list(features)  # --enable-feature= each (exemplar-storage, say)
         self.job = job
         self.scrape_interval_s = scrape_interval_s
         self.binary = binary or find_binary("prometheus")
@@ -120,7 +121,8 @@ class PrometheusServer:
              f"--storage.tsdb.path={self.storage_path}",
              f"--web.listen-address={_LOOPBACK}:{self.port}",
              "--storage.tsdb.retention.time=1h",
-             "--log.level=warn"],
+             "--log.level=warn",
+             *(f"--enable-feature={feature}" for feature in self.features)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             cwd=self.workdir)
         deadline = time.monotonic() + timeout_s

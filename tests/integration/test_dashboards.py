@@ -157,6 +157,17 @@ def test_the_dashboard_has_a_fixed_uid_the_datasource_and_the_variables() -> Non
             assert 'job=~"$service"' in target["expr"], target["expr"]
 
 
+def test_the_latency_panels_show_the_histograms_exemplars() -> None:
+    """Exactly the queries of the latency histogram ask for its exemplars (the traced calls;
+    Grafana links each to its trace, see deploy/grafana)."""
+    dashboard = json.loads((DASHBOARDS / "adaptive_runtime.json").read_text(encoding="utf-8"))
+    targets = [t for p in panels(dashboard) for t in p["targets"]]
+    with_exemplars = [t["expr"] for t in targets if t.get("exemplar")]
+    assert len(with_exemplars) == 2, with_exemplars  # p50 and p95
+    assert with_exemplars == [t["expr"] for t in targets
+                              if "adaptive_op_duration_seconds_bucket" in t["expr"]]
+
+
 def test_the_decision_panels_link_to_jaeger_searches_for_the_decisions() -> None:
     # Each key's commitment is a span with adaptive.commit=true (docs/telemetry.md): the panel
     # that shows the committed arm, and the decisions panel, open the Jaeger search for it.

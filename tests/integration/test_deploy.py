@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from adaptive_runtime.telemetry.prometheus import EXEMPLAR_TRACE_LABEL
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DEPLOY = ROOT / "deploy"
@@ -385,6 +387,24 @@ def test_grafana_data_sources_have_the_agreed_uids_and_reach_the_services() -> N
                            (jaeger, "jaeger", _port(load(JAEGER_CONFIG)["extensions"]
                                                     ["jaeger_query"]["http"]["endpoint"]))):
         assert (_host(ds["url"]), _port(ds["url"])) == (name, port), ds["url"]
+
+
+def test_exemplars_reach_grafana_and_link_to_jaeger() -> None:
+    """The latency histogram's exemplars (a traced call's ids) are kept along both paths,
+    the app's endpoint and the Collector's, and Grafana opens their traces in Jaeger."""
+    assert "--enable-feature=exemplar-storage" in service("prometheus")["command"]
+    # the Collector writes OpenMetrics, the one text format with exemplars, from the
+    # pipeline that takes the app's OTLP metrics
+    collector = load(COLLECTOR_CONFIG)
+    assert collector["exporters"]["prometheus"].get("enable_open_metrics") is True
+    assert any("otlp" in p["receivers"] and "prometheus" in p["exporters"]
+               for name, p in collector["service"]["pipelines"].items()
+               if name.split("/")[0] == "metrics")
+    # (no job is limited to the classic text format, which drops exemplars)
+    for job in _scrape_jobs().values():
+        assert "scrape_protocols" not in job
+    links = _datasources()["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert links == [{"name": EXEMPLAR_TRACE_LABEL, "datasourceUid": "jaeger"}]
 
 
 def _spanmetrics_names() -> tuple[str, str]:

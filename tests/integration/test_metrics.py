@@ -19,6 +19,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.trace import SpanContext, TraceFlags
 from otlp_receiver import OtlpReceiver, ReceivedDataPoint
 from prometheus_server import PrometheusServer
 
@@ -688,3 +689,31 @@ def test_prometheus_scrapes_the_exported_metrics(
     assert 0 < server.value("sum(adaptive_op_duration_seconds_sum)") < 10  # seconds
     metrics.close()
     stub_metrics.close()
+
+
+def test_a_traced_calls_duration_is_an_exemplar_of_its_span(otlp: OtlpMetrics) -> None:
+    """A traced call's sample is a list the span worker completes with its span's context.
+    Drained before that, it waits one collection; then it is recorded in that context (an
+    exemplar, carried by OTLP) or, still without one, plainly. Either way counted once."""
+    rt = make_runtime()
+    metrics = RuntimeMetrics(rt, meter_provider=otlp.provider)
+    span = SpanContext(0x0123456789ABCDEF0123456789ABCDEF, 0x0123456789ABCDEF, False,
+                       TraceFlags(TraceFlags.SAMPLED))
+    traced = ["scale", SIMD, 40.0, None]
+    never = ["scale", SIMD, 2.0, None]  # its span never made (its record dropped, say)
+    metrics.pending.extend([("scale", SIMD, 3.0), traced, never])
+
+    (histogram,) = otlp.collect()["adaptive.op.duration"]
+    assert histogram.count == 1 and histogram.exemplars == ()  # the plain one; two wait
+    traced[3] = span  # (what the span worker does once it made the call's spans)
+
+    (histogram,) = otlp.collect()["adaptive.op.duration"]
+    assert histogram.count == 3
+    assert histogram.exemplars == ((f"{span.trace_id:032x}", f"{span.span_id:016x}", 40e-6),)
+
+    waiting = ["scale", SIMD, 7.0, None]
+    metrics.pending.append(waiting)
+    metrics.close()  # the last reading: nothing waits
+    (histogram,) = otlp.collect()["adaptive.op.duration"]
+    assert histogram.count == 4
+    assert rt.operations == ("scale",)  # (keeps the runtime alive up to here)
