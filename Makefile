@@ -2,7 +2,8 @@
 #   make demo    run the demo workload and print what the runtime learned
 #   make test    run the test suite (fails when no test was collected)
 #   make bench   run every benchmarks/*.py (not the _helpers)
-#   make lint    ruff over the sources, tests, benchmarks and examples
+#   make lint    ruff over the sources, tests, benchmarks and examples; the import layers
+#                (.importlinter) and mypy over the lower layers (pyproject.toml)
 #
 # Set-up: a virtualenv in .venv (python3 -m venv), torch pinned *first* to the exact CPU build
 # that lies on local disk (a looser requirement would pull a multi-GB CUDA build), then the
@@ -39,7 +40,7 @@ help:
 	@echo "make test   run the test suite"
 	@echo "make reliability  run the reliability tests, rewrite RELIABILITY.md's table"
 	@echo "make bench  run the benchmarks"
-	@echo "make lint   ruff check"
+	@echo "make lint   ruff, the import layers (lint-imports), mypy on the lower layers"
 	@echo "make venv   only create .venv and install the package"
 	@echo "make gpu-check   on a machine with a CUDA GPU: the GPU paths in one table (docs/gpu.md)"
 	@echo "make gpu-wheels  fetch the wheels gpu-check carries to a GPU machine with no network"
@@ -88,6 +89,8 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
+	$(VENV)/bin/lint-imports
+	$(PY) -m mypy
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

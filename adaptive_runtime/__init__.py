@@ -7,6 +7,7 @@ from . import ops, telemetry
 from ._version import __version__
 from .backend import Backend, Variant
 from .config import RuntimeConfig
+from .decision import Decision, Reason
 from .errors import (
     AdaptiveRuntimeError,
     AllBackendsFailedError,
@@ -20,7 +21,6 @@ from .errors import (
 from .history import HistoryRecord, HistoryWarning
 from .keys import size_bucket
 from .operations import Kind, Operation
-from .policy import Decision, Reason
 from .runtime import AdaptiveRuntime, RuntimeStats, get_runtime
 from .telemetry.steps import train_step
 

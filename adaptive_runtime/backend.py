@@ -4,6 +4,9 @@ A call runs one *choice*: an arm's primary implementation — identified by the 
 :class:`Backend` — or another implementation registered on the arm under a name, a
 :class:`Variant`. Both answer ``.arm`` (the device class) and ``.variant`` (the name, ``""``
 for the primary one), so code that learns per choice never asks which it holds.
+
+Also :class:`Kind`, the shape of work an operation is (a cold-start hint), and
+:func:`infer_kind` for names used without registration.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import re
 import threading
 from typing import Any, ClassVar
 
-__all__ = ["Backend", "Choice", "Variant", "choice_of", "choice_order", "parse_choice"]
+from .errors import RegistrationError
+
+__all__ = ["Backend", "Choice", "Kind", "Variant", "choice_of", "choice_order", "infer_kind",
+           "parse_choice"]
 
 
 class Backend(str, enum.Enum):
@@ -150,3 +156,51 @@ def parse_choice(value: object, *, what: str = "backend") -> Choice:
         except ValueError as exc:
             raise ValueError(f"{what}: {exc} (a variant is written <arm>:<name>)") from None
     return Backend.parse(value, what=what)
+
+
+# ---------------------------------------------------------------------------- kinds of work
+
+
+class Kind(str, enum.Enum):
+    """What shape of work an operation is: a hint for cold-start choices only."""
+
+    VECTOR = "vector"
+    MATRIX = "matrix"
+    REDUCTION = "reduction"
+    ELEMENTWISE = "elementwise"
+    OTHER = "other"
+
+    @property
+    def matrix_like(self) -> bool:
+        """Work that grows faster than its input (GEMM, convolution): worth a GPU early."""
+        return self is Kind.MATRIX
+
+    @classmethod
+    def parse(cls, value: object) -> Kind:
+        if isinstance(value, Kind):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        accepted = ", ".join(k.value for k in cls)
+        raise RegistrationError(f"kind must be one of {accepted}; got {value!r}")
+
+
+_MATRIX_NAMES = re.compile(r"mat|mm|gemm|conv|bmm|einsum|attention")
+_VECTOR_NAMES = re.compile(r"dot|add|scale|axpy|mul|sub|norm|sum|relu|gelu|softmax|exp")
+
+
+def infer_kind(operation: str) -> Kind:
+    """Kind guessed from an operation name, for names used without registration.
+
+    ``matrix``/``matmul``/``conv``/``gemm`` → matrix-like; ``dot``/``add``/``scale``/… → vector;
+    anything else → other.
+    """
+    lowered = operation.lower()
+    if _MATRIX_NAMES.search(lowered):
+        return Kind.MATRIX
+    if _VECTOR_NAMES.search(lowered):
+        return Kind.VECTOR
+    return Kind.OTHER

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .backend import Backend, Choice, parse_choice
@@ -191,7 +191,7 @@ def _parse_backend_list(raw: str) -> frozenset[Backend]:
                      for part in raw.split(",") if part.strip())
 
 
-_PARSERS = {
+_PARSERS: dict[str, Callable[[str], Any]] = {
     "force_backend": lambda raw: parse_choice(raw, what="the forced backend"),
     "disabled_backends": _parse_backend_list,
     "tracing": _parse_bool,

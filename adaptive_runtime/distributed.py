@@ -34,15 +34,21 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json, record_to_json
 
-if TYPE_CHECKING:
-    from .runtime import AdaptiveRuntime
+__all__ = ["Syncable", "gather_rank_rows", "process_group", "rank_and_world_size",
+           "rank_attributes", "sync_history"]
 
-__all__ = ["gather_rank_rows", "process_group", "rank_and_world_size", "rank_attributes",
-           "sync_history"]
+
+class Syncable(Protocol):
+    """What a sync needs of a runtime: the rows it sends as a rank, and taking the merge."""
+
+    def _rank_rows(self, rank: int) -> RankRows: ...
+
+    def _replace_history(self, rows: RankRows) -> None: ...
+
 
 RankRows = list[tuple[HistoryRecord, Origins]]
 
@@ -95,7 +101,7 @@ def _distributed() -> Any:
     return dist
 
 
-def sync_history(runtime: AdaptiveRuntime, group: Any = None) -> None:
+def sync_history(runtime: Syncable, group: Any = None) -> None:
     """Replace ``runtime``'s history with the merge of every rank's in ``group`` (default: the
     default process group); see the module. A collective: every rank of the group calls it.
     Timings that other threads of this process learn while it runs are not kept."""

@@ -6,14 +6,12 @@ a fake clock and no sleeping.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from .backend import Choice
-from .policy import Reason
+from .decision import Reason
+from .records import HotPathTransition, SamplingReason, TraceVerdict
 
 __all__ = [
     "HotPathDetector",
@@ -28,17 +26,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- hot path
-
-
-@dataclass(frozen=True, slots=True)
-class HotPathTransition:
-    """An operation entered or left the hot path. ``suppressed`` counts the selections not
-    traced while it was hot (0 when entering)."""
-
-    operation: str
-    entered: bool
-    calls_per_sec: float
-    suppressed: int
 
 
 class OperationRate:
@@ -249,38 +236,6 @@ def measure_period(mean_us: float, timed_cost_us: float, max_period: int, *,
 
 
 # ---------------------------------------------------------------------------- tracing
-
-
-class SamplingReason(str, enum.Enum):
-    """Why a call's spans were exported, or why not."""
-
-    TRACING_OFF = "tracing_off"
-    HOT_PATH = "hot_path"
-    DECISION = "decision"  # not a plain exploit: explore, recheck, drift, forced, ...
-    # the first exploit of an arm after the key explored, re-measured after a drift alarm,
-    # failed, or re-checked another arm that took over: the key committed to it
-    COMMIT = "commit"
-    FIRST_CALL = "first_call"
-    # a routine call of a key with no span for key_interval_s: the key stays visible
-    INTERVAL = "interval"
-    ERROR = "error"
-    SLOW = "slow"
-    SAMPLED = "sampled"
-    NOT_SAMPLED = "not_sampled"
-    BUDGET = "budget"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class TraceVerdict(NamedTuple):
-    """Whether to export one call's spans; ``weight`` = calls the exported span stands for;
-    ``replaced``, on a commitment that switched arms, the arm the key left."""
-
-    export: bool
-    reason: SamplingReason
-    weight: float = 1.0
-    replaced: Choice | None = None
 
 
 # Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared,

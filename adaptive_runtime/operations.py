@@ -6,7 +6,6 @@ an arm that does not exist, an operation with no implementation at all.
 
 from __future__ import annotations
 
-import enum
 import importlib.util
 import logging
 import os
@@ -15,22 +14,21 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._forks import renew_after_fork
-from .backend import VARIANT_NAME, Backend, Choice, Variant, choice_of
+from .backend import VARIANT_NAME, Backend, Choice, Kind, Variant, choice_of, infer_kind
 from .errors import RegistrationError, UnknownOperationError
 from .threads import POOLS
-
-if TYPE_CHECKING:  # the owning runtime, only for the type of Operation._owner
-    from .runtime import AdaptiveRuntime
 
 __all__ = [
     "DeviceProbe",
     "Implementation",
     "Kind",
     "Operation",
+    "OperationOwner",
     "OperationRegistry",
+    "Registrar",
     "infer_kind",
     "utf8_encodable",
 ]
@@ -82,51 +80,6 @@ def utf8_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-class Kind(str, enum.Enum):
-    """What shape of work an operation is: a hint for cold-start choices only."""
-
-    VECTOR = "vector"
-    MATRIX = "matrix"
-    REDUCTION = "reduction"
-    ELEMENTWISE = "elementwise"
-    OTHER = "other"
-
-    @property
-    def matrix_like(self) -> bool:
-        """Work that grows faster than its input (GEMM, convolution): worth a GPU early."""
-        return self is Kind.MATRIX
-
-    @classmethod
-    def parse(cls, value: object) -> Kind:
-        if isinstance(value, Kind):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        accepted = ", ".join(k.value for k in cls)
-        raise RegistrationError(f"kind must be one of {accepted}; got {value!r}")
-
-
-_MATRIX_NAMES = re.compile(r"mat|mm|gemm|conv|bmm|einsum|attention")
-_VECTOR_NAMES = re.compile(r"dot|add|scale|axpy|mul|sub|norm|sum|relu|gelu|softmax|exp")
-
-
-def infer_kind(operation: str) -> Kind:
-    """Kind guessed from an operation name, for names used without registration.
-
-    ``matrix``/``matmul``/``conv``/``gemm`` → matrix-like; ``dot``/``add``/``scale``/… → vector;
-    anything else → other.
-    """
-    lowered = operation.lower()
-    if _MATRIX_NAMES.search(lowered):
-        return Kind.MATRIX
-    if _VECTOR_NAMES.search(lowered):
-        return Kind.VECTOR
-    return Kind.OTHER
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +186,28 @@ def _default_size_of(*args: Any, **_kwargs: Any) -> int:
         return 1
 
 
+class OperationOwner(Protocol):
+    """The runtime an operation is registered with, as the operation sees it: it runs the
+    operation's calls, and hears when its implementations change."""
+
+    def run(self, name: str, *args: Any) -> Any: ...
+
+    def _implementations_changed(self, name: str) -> None: ...
+
+
+class Registrar(Protocol):
+    """What registering operations needs of a runtime (``kernels``' ``register(rt)``)."""
+
+    def register(self, name: str, *, size: Callable[..., int] | None = None,
+                 kind: Kind | str = Kind.OTHER,
+                 on_device: Callable[..., bool] | None = None,
+                 family: Callable[..., str] | None = None) -> Operation: ...
+
+    def operation(self, name: str) -> Operation: ...
+
+    def run(self, name: str, *args: Any) -> Any: ...
+
+
 class Operation:
     """A named operation with implementations on one or more arms: on each arm a primary
     one and, optionally, variants (named alternatives the runtime learns apart and chooses
@@ -246,7 +221,7 @@ class Operation:
                  "name", "on_device", "size_of", "warmed")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
-                 owner: AdaptiveRuntime | None = None,
+                 owner: OperationOwner | None = None,
                  on_device: Callable[..., bool] | None = None,
                  family: Callable[..., str] | None = None) -> None:
         self.name = name
@@ -456,7 +431,7 @@ class OperationRegistry:
         self._lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
-                 kind: Kind | str = Kind.OTHER, owner: AdaptiveRuntime | None = None,
+                 kind: Kind | str = Kind.OTHER, owner: OperationOwner | None = None,
                  on_device: Callable[..., bool] | None = None,
                  family: Callable[..., str] | None = None) -> Operation:
         if (not isinstance(name, str) or not name.strip() or name != name.strip()

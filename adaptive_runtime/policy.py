@@ -62,11 +62,11 @@ import math
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-from .backend import Backend, Choice
+from .backend import Backend, Choice, Kind
+from .decision import EMPTY_ESTIMATES, Decision, Reason
 from .history import ArmStats, KeyHistory
-from .operations import Kind
 
 __all__ = [
     "Decision",
@@ -87,71 +87,6 @@ __all__ = [
 # Trueno's cold-start thresholds (elements).
 MATRIX_GPU_MIN_ELEMENTS = 10_000
 SCALAR_MAX_ELEMENTS = 1_000
-
-
-class Reason(str, enum.Enum):
-    """Why an arm was chosen."""
-
-    HEURISTIC = "heuristic"
-    EXPLORE = "explore"
-    EXPLOIT = "exploit"
-    RECHECK = "recheck"
-    DRIFT = "drift"
-    FORCED = "forced"
-    FALLBACK = "fallback"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_routine(self) -> bool:
-        """A plain exploit: the one decision that is not interesting enough to trace by itself."""
-        return self is Reason.EXPLOIT
-
-
-_EMPTY: Mapping[Choice, float] = MappingProxyType({})
-
-
-class Decision(NamedTuple):
-    """One selection: the implementation chosen (``choice``: an arm, or a variant of one),
-    why, how sure, and the latency estimates it was based on. ``backend`` is the arm it runs
-    on (``choice.arm``), ``variant`` the variant's name (``""``: the arm's primary
-    implementation).
-
-    Immutable. A ``NamedTuple`` rather than a frozen dataclass because one is built on every
-    exploring call, and a frozen dataclass costs ~4x as much to construct.
-
-    ``confidence`` is in [0, 1]: 0 while guessing or exploring, 1 when forced; for exploit the
-    probability (normal approximation) that the chosen arm really is faster than the runner-up.
-    ``estimates_us`` holds the expected latency of each choice with history (``inf`` for an arm
-    whose last attempt failed). ``plan``, on an exploring decision, lists the arms this round
-    of exploration times next, in order (the runtime follows it without asking again).
-    ``floors_us`` holds what arms with a known floor take at least here (the GPU arm of a
-    host call: its copies at the measured bandwidth); an arm never timed whose floor is over
-    ``floor_ratio`` x the best measured estimate is not tried.
-    """
-
-    choice: Choice
-    reason: Reason
-    confidence: float = 0.0
-    estimates_us: Mapping[Choice, float] = _EMPTY
-    samples: int = 0
-    plan: tuple[Choice, ...] = ()
-    floors_us: Mapping[Choice, float] = _EMPTY
-
-    @property
-    def backend(self) -> Backend:
-        """The arm the chosen implementation runs on."""
-        return self.choice.arm
-
-    @property
-    def variant(self) -> str:
-        """The chosen variant's name; ``""`` for the arm's primary implementation."""
-        return self.choice.variant
-
-    @property
-    def has_history(self) -> bool:
-        return bool(self.estimates_us)
 
 
 # Decisions nobody will look at, built once: with no span sink, the runtime needs only the arm
@@ -1256,7 +1191,7 @@ def _estimates(key: KeyHistory) -> Mapping[Choice, float]:
 
 
 def _floors_of(state: KeyState) -> Mapping[Choice, float]:
-    return MappingProxyType(state.floors) if state.floors else _EMPTY
+    return MappingProxyType(state.floors) if state.floors else EMPTY_ESTIMATES
 
 
 def _explained(backend: Choice, reason: Reason, key: KeyHistory, state: KeyState,

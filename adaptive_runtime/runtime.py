@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ._dispatch import Dispatcher, SelectionKey
+from ._default import set_default_runtime
+from ._dispatch import Dispatcher
 from ._forks import after_fork_in_child, renew_after_fork
 from .backend import Backend, parse_choice
 from .config import RuntimeConfig
+from .decision import Decision, Reason
 from .errors import BackendUnavailableError
 from .gating import HotPathDetector, TraceGate
 from .history import (
@@ -49,15 +51,16 @@ from .operations import (
     name_too_long,
     utf8_encodable,
 )
-from .policy import Decision, Policy, PolicyConfig, Reason
+from .policy import Policy, PolicyConfig
+from .records import SelectionKey
 from .telemetry import instrumentation
+from .telemetry.call_log import DEFAULT_MAX_CALLS, CallRecorder
 from .telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink, metrics_sink, span_sink
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from .replay import CallRecorder
 
 __all__ = ["AdaptiveRuntime", "RuntimeStats", "get_runtime"]
 
@@ -351,14 +354,21 @@ class AdaptiveRuntime:
             return self._history.snapshot()
 
     def record_calls(self, path: str | os.PathLike[str],
-                     max_calls: int = 1_000_000) -> CallRecorder:
+                     max_calls: int = DEFAULT_MAX_CALLS) -> CallRecorder:
         """Record every timed call (operation, size, arm, ``duration_us``, ``time_s``, the
         calls it stands for) to ``path`` as JSON lines, at most ``max_calls`` of them, for
         ``adaptive-runtime replay`` (:mod:`adaptive_runtime.replay`). Returns the recorder:
         ``close()`` it, or use it as a context manager, to stop. Opt-in: off by default."""
-        from .replay import record_calls
+        dispatcher = self._dispatcher
+        recorder = CallRecorder(path, max_calls)
 
-        return record_calls(self, path, max_calls)
+        def detach() -> None:
+            if dispatcher.call_sink is recorder:
+                dispatcher.call_sink = None
+
+        recorder._detach = detach
+        dispatcher.call_sink = recorder
+        return recorder
 
     def save_history(self, path: str | os.PathLike[str]) -> None:
         """Write the history to ``path``: JSON (format ``adaptive_runtime.history/2``) with
@@ -785,3 +795,6 @@ def get_runtime() -> AdaptiveRuntime:
             if _default is None:
                 _default = AdaptiveRuntime()
     return _default
+
+
+set_default_runtime(get_runtime)  # (what lower layers reach through _default)

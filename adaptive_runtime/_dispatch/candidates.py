@@ -7,9 +7,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..backend import Choice
+from ..backend import Choice, Kind, infer_kind
 from ..errors import BackendUnavailableError, RegistrationError
-from ..operations import Implementation, Kind, Operation, infer_kind
+from ..operations import Implementation, Operation
 from ..policy import heuristic_order, heuristic_preference
 from .core import Core
 from .entry import Arms, Route

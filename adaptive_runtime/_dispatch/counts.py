@@ -4,10 +4,10 @@ that keeps them bounded whatever names callers give ``select()``."""
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
 
 from ..backend import Backend, Choice
-from ..policy import Reason
+from ..decision import Reason
+from ..records import SelectionKey
 from .core import Core
 from .entry import Entry, Route
 
@@ -18,16 +18,7 @@ OTHER_LABEL = "_other"
 _EXPLOIT = Reason.EXPLOIT
 
 
-@dataclass(frozen=True, slots=True)
-class SelectionKey:
-    """Labels of one selection counter: bounded (registered names, three arms and the
-    registered variants, seven reasons). ``variant``: ``""`` for an arm's primary
-    implementation."""
 
-    operation: str
-    backend: Backend
-    reason: Reason
-    variant: str = ""
 
 
 class Counts:

@@ -9,17 +9,19 @@ from typing import Any
 
 from ..backend import Backend, Choice
 from ..config import RuntimeConfig
+from ..decision import Decision
 from ..gating import HotPathDetector, OperationRate, TraceGate
 from ..history import HistoryStore
 from ..operations import DeviceProbe, Operation, OperationRegistry
-from ..policy import Decision, Policy
+from ..policy import Policy
+from ..records import CallTiming, SelectionKey
 from ..telemetry.sinks import MetricsSink, SpanSink
 from .attempt import Attempt
 from .candidates import Candidates
 from .checks import ResultChecks
 from .core import Core
-from .counts import Counts, SelectionKey
-from .emission import CallTiming, Emission
+from .counts import Counts
+from .emission import Emission
 from .entry import Route
 from .fallback import Fallback
 from .fastpath import Router
@@ -74,7 +76,7 @@ class Dispatcher:
 
     @property
     def call_sink(self) -> Callable[[CallTiming], None] | None:
-        """A call recorder's hook (``replay.record_calls``): every timing learned, as
+        """A call recorder's hook (``rt.record_calls``): every timing learned, as
         (operation, size, arm, duration_us, time_s, calls), lock held; ``None``: none."""
         calls = self._emission.calls
         return None if calls is Emission.no_calls else calls

@@ -11,42 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..backend import Choice
-from ..gating import HotPathTransition, TraceVerdict
+from ..decision import Decision
 from ..history import KeyHistory
-from ..policy import Decision
+from ..records import CallRecord, CallTiming, HotPathTransition, TraceVerdict
 from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
 from .core import Core
 from .counts import Counts
-
-# (operation, size, arm, duration_us, time_s, calls) of every timing learned
-CallTiming = tuple[str, int, Choice, float, float, int]
-
-
-class CallRecord(NamedTuple):
-    """What one timed call did, handed to the span sink right after the call. Times are the
-    runtime timer's nanoseconds. (A NamedTuple: built in the loop, so it must be cheap.)"""
-
-    operation: str
-    input_size: int
-    size_bucket: int
-    decision: Decision
-    backend: Choice
-    select_start_ns: int
-    start_ns: int
-    end_ns: int
-    error: BaseException | None
-    fallback_to: Choice | None
-    verdict: TraceVerdict
-    # the kernel's time measured on its device (CUDA events), where it was timed there: the
-    # record is handed over once the events have completed
-    device_us: float | None = None
-    # the call's sample queued for the duration histogram, ``[operation, arm, duration_us,
-    # None]``: the span worker puts the span context of the call's kernel span in its last
-    # place, and the histogram records it as an exemplar of that trace
-    duration_sample: list[Any] | None = None
 
 
 def relabelled(transition: HotPathTransition, label: str) -> HotPathTransition:
@@ -58,7 +31,7 @@ def relabelled(transition: HotPathTransition, label: str) -> HotPathTransition:
 
 class Emission:
     """A dispatcher's telemetry: its sinks, the hot-path transitions waiting for them, the
-    trace gate's verdicts, and the call recorder (``replay.record_calls``)."""
+    trace gate's verdicts, and the call recorder (``rt.record_calls``)."""
 
     def __init__(self, core: Core, counts: Counts) -> None:
         self._core = core

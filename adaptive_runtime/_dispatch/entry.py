@@ -7,10 +7,11 @@ from typing import Any
 
 from .._counter import counter, issued
 from ..backend import Choice
+from ..decision import Decision, Reason
 from ..gating import TIMED_CALL_COST_US, OperationRate
 from ..history import KeyHistory
 from ..operations import Implementation, Operation
-from ..policy import Decision, KeyState, Reason
+from ..policy import KeyState
 
 # An operation's candidates (arms and variants) for one cold-start preference, and their
 # implementations.

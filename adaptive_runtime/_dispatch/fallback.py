@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import Choice
+from ..decision import Decision, Reason
 from ..errors import AllBackendsFailedError
 from ..history import ArmStats
 from ..operations import Operation
-from ..policy import Decision, Reason
 from .attempt import Attempt
 from .core import Core
 from .counts import Counts

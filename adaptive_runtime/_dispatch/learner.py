@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from ..backend import Choice
+from ..decision import Decision, Reason
 from ..gating import (
     KEY_TIMING_SHARE,
     SLOW_CALL_MAX_PERIOD,
@@ -18,7 +19,7 @@ from ..gating import (
 )
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
-from ..policy import Decision, KeyState, Reason, Step
+from ..policy import KeyState, Step
 from ..threads import ThreadWatch
 from .candidates import Candidates, floors
 from .core import Core

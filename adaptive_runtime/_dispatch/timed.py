@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import Backend
+from ..decision import Decision, Reason
 from ..keys import size_bucket
 from ..operations import Operation
-from ..policy import Decision, Reason
 from .attempt import Attempt
 from .core import Core
 from .emission import Emission

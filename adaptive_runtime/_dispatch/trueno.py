@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from ..backend import Choice
+from ..decision import Decision, Reason
 from ..history import KeyHistory
 from ..keys import size_bucket
-from ..policy import Decision, KeyState, Reason, best_arm
+from ..policy import KeyState, best_arm
 from .candidates import Candidates
 from .core import Core
 from .counts import Counts

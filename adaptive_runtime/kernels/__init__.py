@@ -31,7 +31,7 @@ from . import (
 from . import sum as sum_op
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 __all__ = ["BUILTIN_OPERATIONS", "register_builtins"]
 
@@ -41,7 +41,7 @@ BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, softmax, layer_norm,
 LIBRARY_ARMS = (torch_arms, jax_arms)
 
 
-def register_builtins(rt: AdaptiveRuntime) -> None:
+def register_builtins(rt: Registrar) -> None:
     """Register every built-in operation on ``rt``, with the arms of every input family."""
     for module in BUILTIN_OPERATIONS:
         module.register(rt)

@@ -61,7 +61,7 @@ from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 from .torch_arms import aten_gelu, numpy_through_torch, torch_installed
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 RELU = "relu"
 GELU = "gelu"
@@ -150,7 +150,7 @@ relu_gpu = gpu_arm(RELU, _relu_gpu, result_bytes=nbytes, numba_kernel=_relu_numb
 gelu_gpu = gpu_arm(GELU, _gelu_gpu, result_bytes=nbytes)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     """Register ``relu`` and ``gelu``."""
     relu = rt.register(RELU, size=array_size(RELU), kind="elementwise",
                      on_device=inputs_on_device,

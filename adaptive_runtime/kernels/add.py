@@ -17,7 +17,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "add"
 
@@ -51,7 +51,7 @@ def _add_numba(a: Any, b: Any) -> Any:
 add_gpu = gpu_arm(NAME, _add_gpu, result_bytes=lambda a, b: nbytes(a), numba_kernel=_add_numba)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=same_shape_size(NAME), kind="elementwise",
                      on_device=inputs_on_device,
                      family=input_family)

@@ -30,7 +30,7 @@ from ._families import input_family
 from .layer_norm import EPS, NO_ARRAY, row_moments
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 RELU = "relu.backward"
 GELU = "gelu.backward"
@@ -173,7 +173,7 @@ def _layer_norm_size(g: Any, x: Any, weight: Any = None, eps: Any = EPS) -> int:
 _pair_size = same_shape_size(LAYER_NORM)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     """Register the backward operations (numpy families; torch's in ``torch_arms``)."""
     for name, scalar, simd, kernels in (
             (RELU, relu_scalar, relu_simd, (_relu_loop, None)),

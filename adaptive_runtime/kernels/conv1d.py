@@ -60,7 +60,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "conv1d"
 # Outputs per parallel task of the SIMD kernel: its slice of x and of the output stay in L1.
@@ -179,7 +179,7 @@ def _conv1d_result_bytes(x: Any, w: Any, bias: Any = None, padding: int = 0) -> 
 conv1d_gpu = gpu_arm(NAME, _conv1d_gpu, result_bytes=_conv1d_result_bytes)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix",
                      on_device=inputs_on_device,
                      family=input_family)

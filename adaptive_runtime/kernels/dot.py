@@ -18,7 +18,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "dot"
 
@@ -47,7 +47,7 @@ def _dot_numba(a: Any, b: Any) -> Any:
 dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot_numba)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector",
                      on_device=inputs_on_device,
                      family=input_family)

@@ -106,7 +106,7 @@ from ._families import JAX, JAX_TRACED, jax_families, numba_arms
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 __all__ = ["PLAIN", "register"]
 
@@ -461,7 +461,7 @@ def _jax_gpu_possible() -> bool:
 _jits: dict[str, _Jit] = {}
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     """Add the JAX families' arms, and the untimed implementation of traced calls, to every
     built-in operation of ``rt`` (registered already). Imports nothing."""
     gpu = _jax_gpu_possible()

@@ -45,7 +45,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "layer_norm"
 EPS = 1e-5
@@ -120,7 +120,7 @@ layer_norm_gpu = gpu_arm(NAME, _layer_norm_gpu, result_bytes=lambda x, *_: nbyte
                          workspace=1.0)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=layer_norm_size(NAME), kind="vector",
                      on_device=inputs_on_device,
                      family=input_family)

@@ -25,7 +25,7 @@ from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 from .layer_norm import NO_ARRAY
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "linear"
 
@@ -72,7 +72,7 @@ linear_gpu = gpu_arm(NAME, _linear_gpu, result_bytes=lambda x, weight, *_: (
     x.numel() if hasattr(x, "numel") else x.size) // x.shape[-1] * weight.shape[0] * itemsize(x))
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     """Register ``linear``."""
     op = rt.register(NAME, size=linear_size(NAME), kind="matrix", on_device=inputs_on_device,
                      family=input_family)

@@ -36,7 +36,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "matmul"
 
@@ -70,7 +70,7 @@ matmul_gpu = gpu_arm(NAME, _matmul_gpu,
                      result_bytes=lambda a, b: a.shape[0] * b.shape[1] * itemsize(a))
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=matmul_size(NAME), kind="matrix",
                      on_device=inputs_on_device,
                      family=input_family)

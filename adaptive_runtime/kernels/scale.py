@@ -36,7 +36,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "scale"
 
@@ -93,7 +93,7 @@ scale_gpu = gpu_arm(NAME, _scale_gpu, result_bytes=lambda alpha, x, y: nbytes(x)
                     numba_kernel=_scale_numba)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device,
                      family=input_family)
     op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))

@@ -53,7 +53,7 @@ from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
 from .torch_arms import aten_softmax, numpy_through_torch, torch_installed
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "softmax"
 
@@ -100,7 +100,7 @@ def _softmax_gpu(x: Any) -> Any:
 softmax_gpu = gpu_arm(NAME, _softmax_gpu, result_bytes=nbytes, workspace=1.0)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=array_size(NAME), kind="vector",
                      on_device=inputs_on_device,
                      family=input_family)

@@ -35,7 +35,7 @@ from ._families import input_family
 from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 NAME = "sum"
 
@@ -76,7 +76,7 @@ def _sum_gpu(x: Any) -> Any:
 sum_gpu = gpu_arm(NAME, _sum_gpu, result_bytes=lambda x: 8)
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     op = rt.register(NAME, size=array_size(NAME), kind="reduction",
                      on_device=inputs_on_device,
                      family=input_family)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._default import default_runtime
 from ..backend import Backend
 from . import backward
 from ._autograd import Backward, autograd_arm
@@ -37,7 +38,7 @@ from ._gpu import add_gpu_arm
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ..operations import Registrar
 
 __all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed"]
 
@@ -281,7 +282,7 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
             "conv1d": conv1d}
 
 
-def register(rt: AdaptiveRuntime) -> None:
+def register(rt: Registrar) -> None:
     """Add the torch families' arms to every built-in operation of ``rt`` (registered
     already, numpy families included)."""
     ref = weakref.ref(rt)
@@ -289,9 +290,7 @@ def register(rt: AdaptiveRuntime) -> None:
     def run(name: str, *args: Any) -> Any:
         live = ref()
         if live is None:  # (a backward pass outliving its runtime: the default one serves)
-            from ..runtime import get_runtime
-
-            live = get_runtime()
+            live = default_runtime()
         return live.run(name, *args)
 
     gradients = _gradients(run)

@@ -96,10 +96,10 @@ from .instrumentation import records_metrics
 from .stats import export_losses
 
 if TYPE_CHECKING:
-    from .._dispatch import SelectionKey
     from ..backend import Backend
+    from ..decision import Decision
     from ..history import HistoryRecord
-    from ..policy import Decision
+    from ..records import SelectionKey
 
 __all__ = ["DURATION_BUCKETS_S", "MAX_REPORTED_KEYS", "METER_NAME", "OTHER_OPERATION",
            "KeySource", "MetricsSource", "RuntimeMetrics"]

@@ -49,8 +49,7 @@ from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
 
 if TYPE_CHECKING:
-    from .._dispatch import CallRecord
-    from ..gating import HotPathTransition
+    from ..records import CallRecord, HotPathTransition
 
 __all__ = ["DEFAULT_CAPACITY", "SpanRecorder", "flush_all", "is_runtime_span",
            "recorder_counts"]
