@@ -66,6 +66,7 @@ from typing import Protocol
 
 from .backend import Backend, Choice, Kind
 from .decision import EMPTY_ESTIMATES, Decision, Reason
+from .errors import ConfigError
 from .history import ArmStats, KeyHistory
 
 __all__ = [
@@ -101,7 +102,9 @@ _HEURISTIC: dict[tuple[Choice, tuple[Choice, ...]], Decision] = {}  # no data: n
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Tuning of :class:`Policy` (the runtime fills it from :class:`RuntimeConfig`)."""
+    """Tuning of :class:`Policy` (the runtime fills it from :class:`RuntimeConfig`). Every knob
+    is checked when made: :class:`~adaptive_runtime.errors.ConfigError` naming the knob and
+    its range for a value of the wrong type or out of range."""
 
     min_samples: int = 1
     switch_margin: float = 0.05
@@ -139,6 +142,37 @@ class PolicyConfig:
     # two arms apart (P(faster)): a few timings show no spread of their own, and a shared
     # machine's timings of one call vary by 20-40%
     noise_floor: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name, (least, most) in _KNOB_RANGES.items():
+            value = getattr(self, name)
+            integer = name in _INTEGER_KNOBS
+            if integer and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"policy knob {name} must be an int, got {value!r}",
+                                  field=name)
+            if not integer and (isinstance(value, bool)
+                                or not isinstance(value, (int, float))):
+                raise ConfigError(f"policy knob {name} must be a number, got {value!r}",
+                                  field=name)
+            if not least <= value <= most:  # (NaN fails both)
+                bound = f">= {least:g}" if most == math.inf else f"in [{least:g}, {most:g}]"
+                raise ConfigError(f"policy knob {name} must be {bound}, got {value!r}",
+                                  field=name)
+
+
+# Each knob's accepted range (both ends included; inf: no upper bound). drift_threshold inf
+# turns drift detection off.
+_KNOB_RANGES: dict[str, tuple[float, float]] = {
+    "min_samples": (1, math.inf), "switch_margin": (0.0, math.inf),
+    "drift_threshold": (0.0, math.inf), "prune_ratio": (1.0, math.inf),
+    "plausible_ratio": (1.0, math.inf), "full_recheck_every": (1, math.inf),
+    "clear_confidence": (0.0, 1.0), "floor_ratio": (1.0, math.inf),
+    "stale_after_decisions": (1, math.inf), "explore_free_us": (0.0, math.inf),
+    "explore_share": (0.0, 1.0), "unknown_arm_ratio": (1.0, math.inf),
+    "recheck_interval": (1, math.inf), "noise_floor": (0.0, math.inf),
+}
+_INTEGER_KNOBS = frozenset({"min_samples", "full_recheck_every", "stale_after_decisions",
+                            "recheck_interval"})
 
 
 _GPU_FIRST = (Backend.GPU, Backend.SIMD, Backend.SCALAR)

@@ -380,7 +380,8 @@ def load_calls(source: str | os.PathLike[str]) -> list[CallTiming]:
 def parse_config(text: str, base: PolicyConfig | None = None) -> PolicyConfig:
     """A :class:`~adaptive_runtime.policy.PolicyConfig` from ``"knob=value,knob=value"``
     (e.g. ``"switch_margin=0.1,min_samples=5"``) over ``base``; ``ValueError`` naming the knob
-    (and the knobs there are) when one is unknown or its value is not a number of its type."""
+    (and the knobs there are) when one is unknown, its value not a number of its type or out
+    of the knob's range (:class:`~adaptive_runtime.errors.ConfigError`, a ``ValueError``)."""
     config = base or PolicyConfig()
     knobs = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     changes: dict[str, Any] = {}
@@ -396,9 +397,5 @@ def parse_config(text: str, base: PolicyConfig | None = None) -> PolicyConfig:
         except ValueError:
             what = "an integer" if integer else "a number"
             raise ValueError(f"policy knob {name} takes {what}, got {value.strip()!r}") from None
-        least = 1 if integer else 0.0
-        if not number >= least or not math.isfinite(number):
-            raise ValueError(f"policy knob {name} must be a finite number >= {least}, got "
-                             f"{value.strip()}")
         changes[name] = number
-    return dataclasses.replace(config, **changes)
+    return dataclasses.replace(config, **changes)  # (PolicyConfig checks each knob's range)

@@ -704,3 +704,20 @@ def test_a_variant_measured_nowhere_waits_on_costly_calls_and_not_on_cheap_ones(
     cheap = {b: us / 200 for b, us in costly.items()}
     ran, _state = _run_three(None, KeyHistory("op", 10), cheap, 3)
     assert set(ran) == {SIMD, numpy, SCALAR}
+
+
+@pytest.mark.parametrize(("knob", "bad"), [
+    ("min_samples", 0), ("min_samples", 1.5), ("min_samples", True), ("recheck_interval", 0),
+    ("switch_margin", -0.1), ("switch_margin", math.nan), ("switch_margin", "0.1"),
+    ("explore_share", 1.5), ("clear_confidence", -0.5), ("prune_ratio", 0.5),
+    ("noise_floor", -1.0), ("drift_threshold", -1.0)])
+def test_policy_config_refuses_a_knob_out_of_range_naming_it(knob: str, bad: object) -> None:
+    with pytest.raises(ar.ConfigError, match=rf"^policy knob {knob} must be ") as info:
+        PolicyConfig(**{knob: bad})
+    assert info.value.field == knob
+
+
+def test_policy_config_takes_the_ends_of_each_range() -> None:
+    edges = PolicyConfig(min_samples=1, switch_margin=0.0, explore_share=1.0,
+                         clear_confidence=0.0, prune_ratio=1.0, drift_threshold=math.inf)
+    assert edges.drift_threshold == math.inf  # (drift detection off)
