@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import re
 import threading
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .errors import RegistrationError
 
@@ -52,15 +52,7 @@ class Backend(str, enum.Enum):
 
         Raises ``ValueError`` naming ``what`` and the accepted names otherwise.
         """
-        if isinstance(value, Backend):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        accepted = ", ".join(b.value for b in cls)
-        raise ValueError(f"{what} must be one of {accepted}; got {value!r}")
+        return _member(cls, value, what, ValueError)
 
 
 # A variant's name: what spans, metric labels and history files carry.
@@ -177,15 +169,9 @@ class Kind(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: object) -> Kind:
-        if isinstance(value, Kind):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        accepted = ", ".join(k.value for k in cls)
-        raise RegistrationError(f"kind must be one of {accepted}; got {value!r}")
+        """The kind named by ``value`` (a ``Kind`` or its case-insensitive name);
+        :class:`RegistrationError` naming the accepted kinds otherwise."""
+        return _member(cls, value, "kind", RegistrationError)
 
 
 _MATRIX_NAMES = re.compile(r"mat|mm|gemm|conv|bmm|einsum|attention")
@@ -204,3 +190,21 @@ def infer_kind(operation: str) -> Kind:
     if _VECTOR_NAMES.search(lowered):
         return Kind.VECTOR
     return Kind.OTHER
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _member(cls: type[_E], value: object, what: str, error: type[Exception]) -> _E:
+    """The member of the ``str`` enum ``cls`` that ``value`` is or names (any case); else
+    ``error`` naming ``what`` and the accepted names."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            pass
+    accepted = ", ".join(str(m.value) for m in cls)
+    raise error(f"{what} must be one of {accepted}; got {value!r}")
+

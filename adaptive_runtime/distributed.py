@@ -33,21 +33,19 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json, record_to_json
 
-__all__ = ["Syncable", "gather_rank_rows", "process_group", "rank_and_world_size",
-           "rank_attributes", "sync_history"]
+__all__ = ["Syncable", "gather_rank_rows", "merged_history", "process_group",
+           "rank_and_world_size", "rank_attributes", "sync_history"]
 
 
 class Syncable(Protocol):
-    """What a sync needs of a runtime: the rows it sends as a rank, and taking the merge."""
+    """A runtime, as :func:`sync_history` sees it."""
 
-    def _rank_rows(self, rank: int) -> RankRows: ...
-
-    def _replace_history(self, rows: RankRows) -> None: ...
+    def sync_history(self, group: Any = None) -> None: ...
 
 
 RankRows = list[tuple[HistoryRecord, Origins]]
@@ -103,14 +101,19 @@ def _distributed() -> Any:
 
 def sync_history(runtime: Syncable, group: Any = None) -> None:
     """Replace ``runtime``'s history with the merge of every rank's in ``group`` (default: the
-    default process group); see the module. A collective: every rank of the group calls it.
-    Timings that other threads of this process learn while it runs are not kept."""
+    default process group): ``runtime.sync_history(group)``, see the module."""
+    runtime.sync_history(group)
+
+
+def merged_history(rows_of: Callable[[int], RankRows], group: Any = None) -> RankRows | None:
+    """The merge of every rank's history rows in ``group`` (default: the default process
+    group), ``rows_of(rank)`` being this rank's; ``None`` in a group of one. A collective:
+    every rank of the group calls it."""
     dist = _distributed()
     if dist.get_world_size(group) == 1:
-        return
+        return None
     rank = dist.get_rank()  # (the global rank: origins mean the same in every group)
-    per_rank = gather_rank_rows(runtime._rank_rows(rank), rank, group)
-    runtime._replace_history(combine_rank_rows(per_rank))
+    return combine_rank_rows(gather_rank_rows(rows_of(rank), rank, group))
 
 
 def gather_rank_rows(rows: RankRows, rank: int,

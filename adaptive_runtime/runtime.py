@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._default import set_default_runtime
 from ._dispatch import Dispatcher
+from ._dispatch.call_site import CallSite
 from ._forks import after_fork_in_child, renew_after_fork
 from .backend import Backend, parse_choice
 from .config import RuntimeConfig
@@ -299,6 +300,13 @@ class AdaptiveRuntime:
         """
         return self._dispatcher.select(_name(operation), input_size).backend
 
+    def call_site(self, operation: str) -> CallSite:
+        """A call site of ``operation`` for a caller that knows its inputs' signature (a
+        hashable tuple, e.g. shape, dtype, device): ``site(signature, args)`` runs the call,
+        routed by the full checks of ``run`` the first time a signature is seen, directly
+        after that (adapted torch modules use one per module)."""
+        return CallSite(self._dispatcher, operation)
+
     def decide(self, operation: str, input_size: int) -> Decision:
         """What :meth:`select` would choose now, explained; changes nothing. Its
         ``choice`` names the implementation (an arm, or a :class:`Variant` of one) and its
@@ -435,16 +443,25 @@ class AdaptiveRuntime:
         for name in self.operations:
             self._dispatcher.reset_route(name)
 
+    def step_hooks(self) -> tuple[SpanSink, TraceGate]:
+        """The span sink and trace gate a training step's span goes through
+        (:func:`adaptive_runtime.train_step`): it is made and budgeted as this runtime's own
+        spans are."""
+        return self._spans, self._dispatcher.trace_gate
+
     def sync_history(self, group: Any = None) -> None:
         """Merge every rank's history over ``torch.distributed`` (``group``, default the
         default process group; gloo on CPU, nccl on GPUs): afterwards all ranks hold the same
         statistics and make the same choice for every key (see
         :mod:`adaptive_runtime.distributed`). Every rank of the group must call it (a
-        collective); safe to call repeatedly. Nothing happens in a group of one.
+        collective); safe to call repeatedly. Nothing happens in a group of one. Timings
+        other threads of this process learn while it runs are not kept.
         ``RuntimeError`` without torch or an initialised process group."""
-        from .distributed import sync_history
+        from .distributed import merged_history
 
-        sync_history(self, group)
+        merged = merged_history(self._rank_rows, group)
+        if merged is not None:  # (None: a group of one)
+            self._replace_history(merged)
 
     def _rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
         """What this runtime sends in a sync as ``rank`` (see ``HistoryStore.rank_rows``)."""

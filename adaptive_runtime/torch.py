@@ -28,7 +28,7 @@ from torch import nn
 
 from ._torch_autocast import autocast_on, cast_like_autocast
 from .kernels.layer_norm import EPS
-from .runtime import AdaptiveRuntime, get_runtime
+from .runtime import AdaptiveRuntime, CallSite, get_runtime
 
 __all__ = ["AdaptiveConv1d", "AdaptiveGELU", "AdaptiveLayerNorm", "AdaptiveLinear",
            "AdaptiveReLU", "AdaptiveSoftmax", "adapt", "add", "conv1d", "gelu", "layer_norm",
@@ -112,43 +112,6 @@ def conv1d(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, padding: in
 
 _grad_enabled = torch.is_grad_enabled
 _autocast_on = autocast_on
-# input signatures a module keeps routes for (more: the oldest are forgotten)
-_MAX_SIGNATURES = 64
-
-
-class _CallSite:
-    """Where an adapted module's calls go, per input signature, checked once.
-
-    A module sees the same few input signatures (shape, dtype, device, whether autograd
-    records) call after call; checking every input and classifying its family each time costs
-    several microseconds a call when the kernels between leave the interpreter's caches cold
-    (measured here: ~12 us a ``Linear`` call through ``rt.run`` against ~4 us this way). The
-    route of a new signature comes from the runtime's full checks (so bad inputs raise the
-    same clear errors) and is kept while the runtime's routes are unchanged.
-    """
-
-    __slots__ = ("dispatcher", "generation", "operation", "routes")
-
-    def __init__(self, runtime: AdaptiveRuntime, operation: str) -> None:
-        self.dispatcher = runtime._dispatcher
-        self.operation = operation
-        self.generation = -1
-        self.routes: dict[tuple[Any, ...], tuple[Any, Any, int]] = {}
-
-    def __call__(self, signature: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
-        dispatcher = self.dispatcher
-        routes = self.routes
-        if self.generation != dispatcher.generation:
-            routes.clear()
-            self.generation = dispatcher.generation
-        route = routes.get(signature)
-        if route is None:
-            if len(routes) >= _MAX_SIGNATURES:
-                routes.clear()
-            route = routes[signature] = dispatcher.route(self.operation, args)
-        return dispatcher.run_routed(route[0], route[1], route[2], args)
-
-
 def _run(module: Any, operation: str, args: tuple[Any, ...],
          params: tuple[_Tensor | None, ...] = ()) -> Any:
     """Run an adapted module's call of ``operation`` (input ``args[0]``, parameters
@@ -156,8 +119,8 @@ def _run(module: Any, operation: str, args: tuple[Any, ...],
     site = module._adaptive_site
     if site is None:
         runtime = module._adaptive_runtime
-        site = module._adaptive_site = _CallSite(
-            runtime if runtime is not None else get_runtime(), operation)
+        site = module._adaptive_site = (
+            runtime if runtime is not None else get_runtime()).call_site(operation)
     x = args[0]
     if _autocast_on(x):
         args = cast_like_autocast(operation, args)
@@ -188,7 +151,7 @@ class _Adaptive:
     and call site, plain attributes (not in ``state_dict``)."""
 
     _adaptive_runtime: AdaptiveRuntime | None = None
-    _adaptive_site: _CallSite | None = None
+    _adaptive_site: CallSite | None = None
 
 
 class AdaptiveLinear(_Adaptive, nn.Linear):

@@ -52,9 +52,10 @@ class StepRuntime(Protocol):
     setting, its span sink and trace gate (the step's span is made and budgeted as the
     runtime's own are), and its history sync."""
 
-    config: Any
-    _spans: Any
-    _dispatcher: Any
+    @property
+    def config(self) -> Any: ...
+
+    def step_hooks(self) -> tuple[Any, Any]: ...
 
     def sync_history(self, group: Any = None) -> None: ...
 
@@ -96,7 +97,7 @@ class TrainStep:
             if runtime.config.tracing:
                 self._open_sdk_span()
             return self
-        recorder = runtime._spans
+        recorder, gate = runtime.step_hooks()
         if not recorder.recording:  # the runtime exports no spans (its tracing=False too)
             return self
         # The span is made later, on the recorder's worker thread, as the runtime's spans are
@@ -111,7 +112,7 @@ class TrainStep:
         stand_in = _take_stand_in(parent)
         self._added = None
         self._open = (recorder, otel_context.attach(stand_in.context), stand_in, parent,
-                      runtime._dispatcher.trace_gate, recorder.timer())
+                      gate, recorder.timer())
         return self
 
     def _open_sdk_span(self) -> None:
