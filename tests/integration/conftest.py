@@ -29,7 +29,8 @@ from pathlib import Path  # noqa: E402
 from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from prometheus_client import CollectorRegistry, start_http_server  # noqa: E402
-from prometheus_server import PrometheusServer, find_binary  # noqa: E402
+from prometheus_server import PrometheusServer  # noqa: E402
+from required import require_binary  # noqa: E402
 
 
 @pytest.fixture
@@ -39,8 +40,7 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusServer]]:
     feature flags on); every server started is stopped at
     teardown. Skips when the ``prometheus`` binary is missing (``make test`` installs the
     Debian package ``prometheus``, which also provides ``promtool``)."""
-    if find_binary("prometheus") is None:
-        pytest.skip("the prometheus binary is not installed (apt-get install prometheus)")
+    require_binary("prometheus", "prometheus")
     servers: list[PrometheusServer] = []
 
     def start(targets: Sequence[str], features: Sequence[str] = ()) -> PrometheusServer:

@@ -27,6 +27,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_server import PrometheusServer
+from required import require_module
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
@@ -97,7 +98,7 @@ def test_every_dashboard_json_has_its_generator() -> None:
 
 @pytest.mark.parametrize("json_path", JSON_FILES, ids=lambda p: p.name)
 def test_committed_dashboard_is_exactly_what_its_code_builds(json_path: Path) -> None:
-    pytest.importorskip("grafana_foundation_sdk")
+    require_module("grafana_foundation_sdk", "test")
     generator = json_path.with_suffix(".py")
     built = load_generator(generator).render()
     committed = json_path.read_text(encoding="utf-8")
@@ -117,7 +118,7 @@ def test_committed_dashboard_is_exactly_what_its_code_builds(json_path: Path) ->
 def test_the_generator_writes_and_checks_its_output(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("grafana_foundation_sdk")
+    require_module("grafana_foundation_sdk", "test")
     generator = load_generator(DASHBOARDS / "adaptive_runtime.py")
     output = tmp_path / "adaptive_runtime.json"
     monkeypatch.setattr(generator, "OUTPUT", output)

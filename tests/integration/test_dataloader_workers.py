@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
+from required import require_module
 
 from adaptive_runtime.telemetry.otlp_json import decode_trace_requests
 
-pytest.importorskip("torch")
+require_module("torch", "torch")
 
 TIMEOUT_S = 60
 ITEMS = 12

@@ -17,15 +17,14 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import yaml
+from required import require_binary
 
 from adaptive_runtime.telemetry.prometheus import EXEMPLAR_TRACE_LABEL
 
@@ -57,14 +56,7 @@ _COMPOSE_VARIABLES = ("GRAFANA_ADMIN_USER", "GRAFANA_ADMIN_PASSWORD",
 # ---------------------------------------------------------------------------- tools and files
 
 def _tool(name: str, package: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        message = (f"{name} not found: `make test` installs it (Debian package {package}); "
-                   f"the deploy/ checks need it")
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    return require_binary(name, package)
 
 
 def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:

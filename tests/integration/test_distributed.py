@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from required import require_module
 
-pytest.importorskip("torch.distributed")
+require_module("torch.distributed", "torch")
 
 # Each rank learns from timings that disagree with its neighbours' (even ranks find SIMD
 # faster, odd ranks SCALAR; by how much differs per rank), on built-in, registered and

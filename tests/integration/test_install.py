@@ -14,7 +14,7 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
+import required
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600
@@ -137,9 +137,9 @@ def test_installs_trains_and_flushes_at_exit_on_every_supported_python(
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     pythons = {v: _interpreter(v) for v in SUPPORTED_PYTHONS if v != running}
     missing = [v for v, python in pythons.items() if python is None]
-    if missing and os.environ.get("CI") != "true":
-        pytest.skip(f"no interpreter for Python {', '.join(missing)} on this machine")
-    assert not missing, f"CI has no interpreter for Python {', '.join(missing)}"
+    if missing:
+        required.missing(f"no interpreter for Python {', '.join(missing)} on this machine "
+                         "(pyenv's builds are looked for)")
     with ThreadPoolExecutor(len(pythons)) as pool:
         runs = {v: pool.submit(_install_and_exit_flush, python, tmp_path / v)
                 for v, python in pythons.items() if python is not None}

@@ -298,7 +298,7 @@ class StubSource:
         return []
 
 
-def test_span_counters_by_sampling_reason(otlp: OtlpMetrics) -> None:
+def test_span_counters_by_sampling_reason_read_from_a_stub_source(otlp: OtlpMetrics) -> None:
     source = StubSource()
     metrics = RuntimeMetrics(source, meter_provider=otlp.provider)
 
@@ -348,7 +348,7 @@ def test_runtimes_on_one_provider_share_instruments_and_stay_monotonic(
     metrics_a2.close()
 
 
-def test_a_broken_source_is_logged_once_and_breaks_nothing(
+def test_a_broken_stub_source_is_logged_once_and_breaks_nothing(
         otlp: OtlpMetrics, caplog: pytest.LogCaptureFixture) -> None:
     rt = make_runtime()
     good = RuntimeMetrics(rt, meter_provider=otlp.provider)
@@ -614,7 +614,7 @@ def test_keys_past_the_cap_are_folded_into_other(otlp: OtlpMetrics,
     metrics.close()
 
 
-def test_a_source_without_history_reports_no_keys(otlp: OtlpMetrics,
+def test_a_stub_source_without_history_reports_no_keys(otlp: OtlpMetrics,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     source = StubSource()  # (held: the metrics keep only a weak reference)
     metrics = RuntimeMetrics(source, meter_provider=otlp.provider)
@@ -631,7 +631,7 @@ def test_a_source_without_history_reports_no_keys(otlp: OtlpMetrics,
 
 
 @pytest.mark.slow  # Prometheus 2.x scrapes a new target ~5 s after it starts
-def test_prometheus_scrapes_the_exported_metrics(
+def test_prometheus_scrapes_the_exported_metrics_span_counters_from_a_stub(
         prometheus_endpoint: tuple[MeterProvider, str],
         prometheus: Callable[[Sequence[str]], PrometheusServer]) -> None:
     provider, target = prometheus_endpoint

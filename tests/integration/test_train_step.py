@@ -106,7 +106,7 @@ def test_with_tracing_off_no_span_is_made() -> None:
     assert exporter.get_finished_spans() == ()
 
 
-def test_sync_every_n_steps_merges_the_history(monkeypatch) -> None:
+def test_sync_every_n_steps_calls_sync_history_recorded_by_a_stand_in(monkeypatch) -> None:
     rt = make_runtime(ar.RuntimeConfig(tracing=False))
     synced: list[Any] = []
     monkeypatch.setattr(rt, "sync_history", lambda group=None: synced.append(group))

@@ -122,8 +122,8 @@ def gpu_runtime() -> ar.AdaptiveRuntime:
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_gpu_arm_copies_host_inputs_syncs_and_returns_the_callers_type(fake_cuda, kind,
-                                                                       dtype) -> None:
+def test_gpu_arm_copies_host_inputs_syncs_and_returns_the_callers_type_with_fake_cuda(
+        fake_cuda, kind, dtype) -> None:
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 257)).astype(dtype)
     args = (a, b) if kind == "numpy" else (torch.from_numpy(a), torch.from_numpy(b))
@@ -161,7 +161,8 @@ GPU_CASES = {
 
 @pytest.mark.parametrize("name", sorted(GPU_CASES))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_every_operation_has_a_gpu_arm_that_matches_torch(fake_cuda, name, dtype) -> None:
+def test_every_operation_has_a_gpu_arm_that_matches_torch_with_fake_cuda(
+        fake_cuda, name, dtype) -> None:
     args, reference = GPU_CASES[name]
     typed = tuple(a.astype(dtype) if isinstance(a, np.ndarray) else a for a in args)
     got = gpu_runtime().run(name, *typed)
@@ -174,7 +175,8 @@ def test_every_operation_has_a_gpu_arm_that_matches_torch(fake_cuda, name, dtype
     assert fake_cuda.syncs == 1
 
 
-def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_cuda) -> None:
+def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays_with_fake_cuda(
+        fake_cuda) -> None:
     a = fake_cuda.to_device(np.arange(6.0))
     fake_cuda.copies = 0
     out = gpu_runtime().run("add", a, a)
@@ -182,7 +184,7 @@ def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays(fake_c
     assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
 
 
-def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_memory(
+def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_memory_with_fake_cuda(
         fake_cuda, tmp_path) -> None:
     """A training loop's calls (relu and add of float32 tensors on the device, 256 to 65,536
     elements, the GPU arm alone) on a device without timing events: only timed calls wait for
@@ -227,7 +229,7 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
 
 
 
-def test_with_timing_events_no_adapted_call_on_device_inputs_waits_for_the_device(
+def test_with_timing_events_no_adapted_call_on_device_inputs_waits_with_fake_cuda_events(
         cuda_with_events, tmp_path) -> None:
     """The same loop on a device with timing events: timed calls record events around the
     kernel and are learned from them; nothing synchronises at all."""
@@ -249,7 +251,8 @@ def test_with_timing_events_no_adapted_call_on_device_inputs_waits_for_the_devic
     assert all(t.stopped for t in fake.timings)
 
 
-def test_a_timing_on_the_device_is_learned_when_its_events_complete(cuda_with_events) -> None:
+def test_a_timing_on_the_device_is_learned_when_its_events_complete_with_fake_cuda_events(
+        cuda_with_events) -> None:
     fake = cuda_with_events
     fake.ready_after, fake.elapsed = 3, 250.0  # (ready at the third query)
     n = reference_size(size_bucket(4096))  # (learned as it is: no scaling to the bucket)
@@ -264,7 +267,8 @@ def test_a_timing_on_the_device_is_learned_when_its_events_complete(cuda_with_ev
     assert stats[Backend.GPU].mean_us == pytest.approx(250.0)
 
 
-def test_timing_events_that_never_complete_cannot_block_the_loop(cuda_with_events) -> None:
+def test_timing_events_that_never_complete_cannot_block_the_loop_with_fake_cuda_events(
+        cuda_with_events) -> None:
     """A device that stopped answering: its timings are never waited for, and the ones kept
     waiting are bounded; the calls go on."""
     fake = cuda_with_events
@@ -281,7 +285,7 @@ def test_timing_events_that_never_complete_cannot_block_the_loop(cuda_with_event
     assert len(rt._dispatcher._learner.pending) == MAX_PENDING_TIMINGS
 
 
-def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back(
+def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back_with_fake_cuda_events(
         cuda_with_events) -> None:
     """Inputs on the device: a timed call (every exploring one) checks the free memory first;
     one whose result would not fit runs on a CPU arm instead."""
@@ -296,7 +300,7 @@ def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back(
                if op == "relu@device" and arm is Backend.GPU) >= 1
 
 
-def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None:
+def test_a_call_that_would_not_fit_is_not_sent_and_falls_back_with_fake_cuda(fake_cuda) -> None:
     fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(disabled_backends="scalar"),
                             devices=DeviceProbe(gpu=True))
@@ -309,7 +313,7 @@ def test_a_call_that_would_not_fit_is_not_sent_and_falls_back(fake_cuda) -> None
         gpu_runtime().run("add", a, a)
 
 
-def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
+def test_cuda_out_of_memory_becomes_a_fallback_with_fake_cuda(fake_cuda) -> None:
     # (copies cost nothing here, so the GPU arm's floor never rules it out: it is tried)
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)
     fake_cuda.fail_with = torch.cuda.OutOfMemoryError("CUDA out of memory (test double)")
@@ -323,7 +327,7 @@ def test_cuda_out_of_memory_becomes_a_fallback(fake_cuda) -> None:
     assert falls.get(("add", Backend.GPU, Backend.SIMD), 0) >= 1, falls
 
 
-def test_transfer_estimate_follows_the_measured_bandwidth(fake_cuda) -> None:
+def test_transfer_estimate_follows_the_measured_bandwidth_with_fake_cuda(fake_cuda) -> None:
     _gpu.set_device(fake_cuda)  # no bandwidth given: measured by a copy to the device
     one = _gpu.transfer_estimate_us(1 << 20)
     assert fake_cuda.copies == 2  # the probe (and its warm-up)

@@ -14,7 +14,15 @@ import sys
 from typing import Any
 
 import pytest
-from measured_table import BEGIN, END, RELIABILITY_MD, ROOT, Measurement, table
+from measured_table import (
+    BEGIN,
+    END,
+    RELIABILITY_MD,
+    ROOT,
+    Measurement,
+    source_digest,
+    table,
+)
 
 # The real OTLP receiver and Prometheus helpers live with the integration tests.
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
@@ -25,16 +33,18 @@ _MEASURED: dict[str, Measurement] = {}
 class Recorder:
     """Handed to a test as ``reliability``; one ``record`` per test (the last one wins)."""
 
-    def __init__(self, test: str) -> None:
+    def __init__(self, test: str, digest: str) -> None:
         self._test = test
+        self._digest = digest
 
     def record(self, load: str, **figures: Any) -> None:
-        _MEASURED[self._test] = Measurement(self._test, load, dict(figures))
+        _MEASURED[self._test] = Measurement(self._test, load, dict(figures), self._digest)
 
 
 @pytest.fixture
 def reliability(request: pytest.FixtureRequest) -> Recorder:
-    return Recorder(request.node.name)
+    return Recorder(request.node.name,
+                    source_digest(request.node.path, request.function.__name__))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -34,7 +34,7 @@ from otlp_receiver import OtlpReceiver
 
 from adaptive_runtime.telemetry.deadline import DEFAULT_SHUTDOWN_TIMEOUT_S
 
-SLACK_S = 3.0  # a loaded 2-core machine
+SLACK_S = 3.0  # a loaded 2-core machine (RELIABILITY.md states it: test_reliability_doc.py)
 SLOW_EXPORT_S = 5.0  # the slow collector: longer per export than the bound
 CALLS = 600
 
@@ -173,7 +173,7 @@ def test_exit_is_bounded_when_the_collector_fails(reliability, tmp_path: Path, f
     assert "Traceback" not in stderr, stderr
     reliability.record(load=f"collector {fault} ({protocol}), {CALLS} calls, default bound",
                        exit_s=round(exit_s, 2), exit_s_telemetry_off=round(teardown_s, 2),
-                       bound_s=bound,
+                       bound_s=bound, allowed_s=round(bound + teardown_s + SLACK_S, 2),
                        spans_admitted=int(end["admitted"]))
 
 
