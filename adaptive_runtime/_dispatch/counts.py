@@ -18,9 +18,6 @@ OTHER_LABEL = "_other"
 _EXPLOIT = Reason.EXPLOIT
 
 
-
-
-
 class Counts:
     """Every call counted, fast-path calls included (folded in from their entries' tickets
     when the counters are read). Methods whose docstring says so need the lock held."""

@@ -67,7 +67,8 @@ span worker puts the span context of the call's kernel span (``adaptive.execute`
 last place once it made the span, and the drain records the sample in that context. The SDK's
 default exemplar filter (``trace_based``) keeps it as an exemplar of its bucket: the trace
 behind a latency, in OTLP and (see :mod:`.prometheus`) on the scrape endpoint. A sample
-drained before its span was made is recorded without one; it is counted either way.
+drained before its span was made waits one collection for it, then is recorded with or
+without one; it is counted once either way.
 
 Forked children (DataLoader workers) report nothing: their counters start as a copy of the
 parent's, and reporting them under the parent's resource would duplicate its series. Every hub

@@ -227,8 +227,6 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
     assert fake_cuda.syncs > 0 and _rows(rt, "relu@device")  # timed and learned again
 
 
-
-
 def test_with_timing_events_no_adapted_call_on_device_inputs_waits_with_fake_cuda_events(
         cuda_with_events, tmp_path) -> None:
     """The same loop on a device with timing events: timed calls record events around the

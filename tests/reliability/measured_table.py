@@ -53,8 +53,6 @@ def _format(value: Any) -> str:
     return str(value)
 
 
-
-
 def table(measurements: list[Measurement]) -> str:
     rows = ["| test | load or fault | measured |", "|---|---|---|"]
     rows += [f"| `{m.test}` <!-- source {m.digest} --> | {m.load} | {m.result()} |"
