@@ -57,7 +57,8 @@ from .backend import Backend, Choice, choice_of, choice_order, infer_kind, parse
 from .decision import Reason
 from .history import HistoryStore, KeyHistory
 from .keys import size_bucket
-from .policy import KeyState, Policy, PolicyConfig, Step, heuristic_order
+from .learner import Learner
+from .policy import Policy, PolicyConfig, heuristic_order
 from .telemetry.call_log import CALLS_FORMAT, DEFAULT_MAX_CALLS, CallRecorder
 
 __all__ = ["CALLS_FORMAT", "DEFAULT_MAX_CALLS", "CallRecorder", "CallTiming", "KeyReplay",
@@ -254,7 +255,7 @@ class _KeyRun:
     """Per-key bookkeeping of one replay."""
 
     __slots__ = ("arms", "calls", "candidates", "cost_us", "exploring", "key", "last_exploit",
-                 "means", "recorded_us", "state", "switches", "timings", "unevaluable")
+                 "means", "recorded_us", "switches", "timings", "unevaluable")
 
     def __init__(self, timings: dict[Choice, _Timings], means: dict[Choice, float],
                  candidates: tuple[Choice, ...], unevaluable: tuple[Choice, ...]) -> None:
@@ -262,7 +263,6 @@ class _KeyRun:
         self.means = means
         self.candidates = candidates
         self.unevaluable = unevaluable
-        self.state = KeyState()
         self.key: KeyHistory | None = None
         self.calls = self.exploring = self.switches = 0
         self.cost_us = self.recorded_us = 0.0
@@ -279,14 +279,14 @@ def replay(calls: Iterable[CallTiming], config: PolicyConfig | None = None, *,
         raise ValueError(f"pick must be 'nearest' or 'cycle', got {pick!r}")
     ordered = sorted(calls, key=lambda c: c.time_s)
     runs = _key_runs(ordered, pick)
-    policy = Policy(config)
-    store = HistoryStore(max(len(runs), 1) + 1)
+    # (the runtime's own learning loop, over a history of the replay's own)
+    learner = Learner(Policy(config), HistoryStore(max(len(runs), 1) + 1))
     reasons: dict[Reason, int] = defaultdict(int)
     for call in ordered:
         run = runs[(call.operation, size_bucket(call.size))]
-        reasons[_replay_call(policy, store, run, call, pick)] += 1
+        reasons[_replay_call(learner, run, call, pick)] += 1
     keys = tuple(_result(op, bucket, run) for (op, bucket), run in sorted(runs.items()))
-    return ReplayResult(policy.config, keys, dict(reasons))
+    return ReplayResult(learner.policy.config, keys, dict(reasons))
 
 
 def _key_runs(ordered: Sequence[CallTiming], pick: str) -> dict[tuple[str, int], _KeyRun]:
@@ -326,32 +326,26 @@ def _mean_us(timings: _Timings, calls: Sequence[CallTiming], arm: Choice, pick: 
     return sum(c.duration_us * c.calls for c in mine) / sum(c.calls for c in mine)
 
 
-def _replay_call(policy: Policy, store: HistoryStore, run: _KeyRun, call: CallTiming,
-                 pick: str) -> Reason:
-    """One recorded call replayed: the policy's decision, answered from the log, learned."""
-    state = run.state
-    # (the calls before this timed one, untimed, ran the arm committed to until now)
-    fast_arm = state.incumbent
-    if run.key is None:  # the key's first call (as the runtime's: no plan followed)
-        run.key = store.key(call.operation, size_bucket(call.size))
-        policy.set_floors(state, None)  # (no implementation floors recorded)
-        decision = policy.step(state, run.key, run.candidates, call.time_s, store, False)
-        how = Step.DECIDED
-    else:
-        decision, how = policy.next(state, run.key, run.candidates, call.time_s, store, False)
+def _replay_call(learner: Learner, run: _KeyRun, call: CallTiming, pick: str) -> Reason:
+    """One recorded call replayed: the learner's decision, answered from the log, learned."""
     key = run.key
-    if how is Step.DECIDED and decision.reason is Reason.DRIFT:
-        key.start_epoch()
+    if key is None:  # the key's first call (as the runtime's: no plan followed)
+        key = run.key = learner.history.key(call.operation, size_bucket(call.size))
+        state = learner.start(key, None)  # (no implementation floors recorded)
+        fast_arm = None
+        decision = learner.decide(key, state, run.candidates, call.time_s)
+    else:
+        state = learner.state_of(key)
+        # (the calls before this timed one, untimed, ran the arm committed to until now)
+        fast_arm = state.incumbent
+        decision, _how = learner.next(key, state, run.candidates, call.time_s)
     arm = decision.choice
     duration_us = run.timings[arm].answer(call.time_s, pick)
     rest = call.calls - 1
     rest_us = 0.0
     if rest:
         rest_us = run.timings[fast_arm or arm].answer(call.time_s, pick)
-    if policy.remeasures(key, decision):
-        key.arms[arm].start_epoch()
-    learned_us = store.record(key, arm, duration_us, call.size)
-    policy.observe(state, arm, learned_us, key.arms[arm])
+    learner.learn(key, state, arm, duration_us, call.size, decision)
     run.calls += call.calls
     run.cost_us += duration_us + rest * rest_us
     run.recorded_us += call.duration_us * call.calls

@@ -19,7 +19,8 @@ from ..history import KeyHistory
 from ..operations import Operation
 from .core import Core
 from .entry import Entry
-from .learner import Learner
+from .period import Periods
+from .settle import Settler
 
 _log = logging.getLogger(__name__.rpartition(".")[0])
 
@@ -33,9 +34,10 @@ class ResultChecks:
     """Checks of timed calls' results; an arm found wrong is quarantined like one that
     raised."""
 
-    def __init__(self, core: Core, learner: Learner) -> None:
+    def __init__(self, core: Core, settler: Settler, periods: Periods) -> None:
         self._core = core
-        self._learner = learner
+        self._settler = settler
+        self._periods = periods
         self._reported: set[tuple[str, Choice]] = set()  # wrong results logged (once each)
 
     def check(self, op: Operation, entry: Entry, backend: Choice, args: tuple[Any, ...],
@@ -176,8 +178,8 @@ class ResultChecks:
         (quarantine with back-off) as if it had raised."""
         backend: Choice = error.backend  # type: ignore[assignment]
         with self._core.lock:
-            self._learner.failed(entry, backend)
-            self._learner.refresh(entry, entry.key)
+            self._settler.failed(entry, backend)
+            self._periods.refresh(entry, entry.key)
         self._reported_error(error)
 
     def _reported_error(self, error: ResultMismatchError) -> ResultMismatchError:

@@ -17,6 +17,7 @@ from ..backend import Backend, Choice
 from ..config import RuntimeConfig
 from ..gating import HotPathDetector, TraceGate
 from ..history import HistoryStore
+from ..learner import Learner
 from ..operations import DeviceProbe, OperationRegistry
 from ..policy import Policy
 
@@ -25,7 +26,7 @@ class Core:
     """The dispatcher's collaborators and settings, and the lock that guards its state."""
 
     __slots__ = ("__weakref__", "clock", "config", "devices", "enabled", "forced", "gate",
-                 "history", "hot", "lock", "min_samples", "policy", "registry", "timer",
+                 "history", "hot", "learner", "lock", "min_samples", "policy", "registry", "timer",
                  "validate_mask")
 
     def __init__(self, *, config: RuntimeConfig, registry: OperationRegistry,
@@ -51,6 +52,8 @@ class Core:
         renew_after_fork(self, Core._renew_lock)
         # the implementation every call runs: an arm (its primary one) or a variant
         self.forced: Choice | None = config.force_backend
+        # the one learning loop: the policy's state of each key, learning timings into it
+        self.learner = Learner(policy, history, self.forced)
         self.min_samples = policy.config.min_samples
         self.enabled = tuple(b for b in Backend if b not in config.disabled_backends)
         # validation mode: calls whose ticket is a multiple of 2**k are re-run on another arm

@@ -25,7 +25,8 @@ from .emission import Emission
 from .entry import Route
 from .fallback import Fallback
 from .fastpath import Router
-from .learner import Learner
+from .period import Periods
+from .settle import Settler
 from .timed import TimedCalls
 from .trueno import TruenoApi
 
@@ -49,13 +50,14 @@ class Dispatcher:
         counts = self._counts = Counts(core, routes)
         emission = self._emission = Emission(core, counts)
         candidates = Candidates(core, routes)
-        learner = self._learner = Learner(core, counts, emission, candidates, rates, routes)
-        attempt = Attempt(timer, ResultChecks(core, learner))
-        fallback = Fallback(core, learner, counts, emission, attempt)
-        timed = TimedCalls(core, learner, emission, attempt, fallback)
+        periods = Periods(core, counts)
+        settler = self._settler = Settler(core, periods, emission, candidates, rates, routes)
+        attempt = Attempt(timer, ResultChecks(core, settler, periods))
+        fallback = Fallback(core, settler, periods, counts, emission, attempt)
+        timed = TimedCalls(core, settler, emission, attempt, fallback)
         router = self._router = Router(core, candidates, counts, routes, rates)
         router.connect(timed.slow, fallback.fast_failure)
-        self._trueno = TruenoApi(core, router, learner, candidates, counts, emission)
+        self._trueno = TruenoApi(core, router, settler, candidates, counts, emission)
         self.run = router.run
         self.route = router.route
         self.run_routed = router.run_routed
@@ -90,7 +92,7 @@ class Dispatcher:
         """Learn the device timings that are ready now (never waiting for the others) and
         emit their calls' held spans."""
         with self._core.lock:
-            ready = self._learner.learn_ready() if self._learner.pending else []
+            ready = self._settler.learn_ready() if self._settler.pending else []
         for held, device_us in ready:
             self._emission.emit(*held, device_us=device_us)
 
@@ -130,7 +132,7 @@ class Dispatcher:
     def forget(self, operation: str, bucket: int) -> None:
         """History dropped this key (LRU or reset): drop its fast-path entry and the
         policy's state of it. Lock held."""
-        self._learner.drop(operation, bucket)
+        self._core.learner.drop(operation, bucket)
         self._router.drop_entry(operation, bucket)
 
     def selection_counts(self) -> dict[SelectionKey, int]:

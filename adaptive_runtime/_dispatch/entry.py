@@ -62,10 +62,10 @@ class Entry:
         self.mask = 0  # 0: every call takes the slow path
         # the longest timing period that still times a call of the key every
         # gating.KEY_TIMING_SHARE of the trace key interval at its call rate (see
-        # Learner._keep_visible): a key's interval span needs a timed call
+        # Periods.keep_visible): a key's interval span needs a timed call
         self.max_period = MAX_PERIOD
         # the key just committed: its next call is timed (mask 0) so that the commitment's
-        # span can be exported; the fast path's period comes back after it (Learner._next)
+        # span can be exported; the fast path's period comes back after it (Settler._next)
         self.commit_pending = False
         self.impl: Callable[..., Any] | None = None
         # a slow key's fast path runs its arm watched (see watch.py): (the arm's function,

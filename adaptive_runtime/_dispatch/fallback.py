@@ -15,7 +15,8 @@ from .core import Core
 from .counts import Counts
 from .emission import Emission
 from .entry import Entry
-from .learner import Learner, Span
+from .period import Periods
+from .settle import Settler, Span
 
 _EXPLOIT = Reason.EXPLOIT
 
@@ -26,10 +27,11 @@ _Undo = list[tuple[ArmStats, int, float]]
 class Fallback:
     """Carries a failed call over to the arms left, recording each failure."""
 
-    def __init__(self, core: Core, learner: Learner, counts: Counts, emission: Emission,
-                 attempt: Attempt) -> None:
+    def __init__(self, core: Core, settler: Settler, periods: Periods, counts: Counts,
+                 emission: Emission, attempt: Attempt) -> None:
         self._core = core
-        self._learner = learner
+        self._settler = settler
+        self._periods = periods
         self._counts = counts
         self._emission = emission
         self._attempt = attempt.run
@@ -72,7 +74,7 @@ class Fallback:
                 exc = error
                 continue
             with self._core.lock:
-                span = self._learner.settle(op, entry, decision, ticket, learn_us, False, n,
+                span = self._settler.settle(op, entry, decision, ticket, learn_us, False, n,
                                             device_timing, times)
             if span is not None:
                 emission.emit(op.name, n, entry.bucket, span[1], nxt, times, None, None,
@@ -88,17 +90,17 @@ class Fallback:
         backend = decision.choice
         stats = key.arm(backend)
         undo.append((stats, stats.consecutive_failures, stats.quarantined_until_s))
-        self._learner.failed(entry, backend)
+        self._settler.failed(entry, backend)
         nxt = self._core.policy.fallback(key, entry.candidates, errors)
         if nxt is not None:
             self._counts.fallbacks[(op.name, backend, nxt)] += 1
-            self._learner.refresh(entry, key)
+            self._periods.refresh(entry, key)
             verdict = self._emission.failure_verdict(key, decision)
-            return nxt, (verdict, self._learner.explained(entry, decision), None) if verdict \
+            return nxt, (verdict, self._settler.explained(entry, decision), None) if verdict \
                 else None
         # Every arm failed on this input: that says nothing about which arm is bad (usually
         # the input is), so lift this call's quarantines.
         for arm_stats, consecutive, until in undo:
             arm_stats.consecutive_failures = consecutive
             arm_stats.quarantined_until_s = until
-        return None, self._learner.settle(op, entry, decision, ticket, None, True, n)
+        return None, self._settler.settle(op, entry, decision, ticket, None, True, n)

@@ -14,8 +14,8 @@ from .core import Core
 from .emission import Emission
 from .entry import TALLY_REASON, Entry
 from .fallback import Fallback
-from .learner import Learner
 from .profiling import profiler_range
+from .settle import Settler
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -28,12 +28,12 @@ class TimedCalls:
     """Runs the calls the fast path does not: every call of a key still exploring, 1-in-N of
     a converged one, the first call of a key."""
 
-    def __init__(self, core: Core, learner: Learner, emission: Emission, attempt: Attempt,
+    def __init__(self, core: Core, settler: Settler, emission: Emission, attempt: Attempt,
                  fallback: Fallback) -> None:
         self._core = core
         self._timer = core.timer  # (never replaced: read here once, not through the core)
-        self._learner = learner
-        self._settle = learner.settle
+        self._settler = settler
+        self._settle = settler.settle
         self._emission = emission
         self._attempt = attempt.run
         self._recover = fallback.recover
@@ -52,7 +52,7 @@ class TimedCalls:
             decision = None
         if decision is None:
             # validate what size_of returned (size_bucket raises a clear error)
-            entry, decision = self._learner.first_decision(op, entries, n, size_bucket(n), args)
+            entry, decision = self._settler.first_decision(op, entries, n, size_bucket(n), args)
         elif n < 0:
             size_bucket(n)  # raises: a negative size found the bucket of its bit length
         capturing = op.capturing
@@ -71,12 +71,12 @@ class TimedCalls:
             return self._recover(op, entry, n, decision, args, ticket, error,
                                  (select_ns, start_ns, end_ns))
         lock = self._core.lock
-        learner = self._learner
+        settler = self._settler
         ready = None
         lock.acquire()  # (not ``with``: it costs a timed call twice as much, ~90 ns more)
         try:
-            if learner.pending:  # (timings made on a device earlier, learned once ready)
-                ready = learner.learn_ready()
+            if settler.pending:  # (timings made on a device earlier, learned once ready)
+                ready = settler.learn_ready()
             span = self._settle(op, entry, decision, ticket, learn_us, False, n, device_timing,
                                 (select_ns, start_ns, end_ns))
         finally:

@@ -13,17 +13,18 @@ from .core import Core
 from .counts import Counts
 from .emission import Emission, relabelled
 from .fastpath import Router
-from .learner import Learner
+from .settle import Settler
 
 
 class TruenoApi:
     """Selections, recorded timings and questions about any name's keys."""
 
-    def __init__(self, core: Core, router: Router, learner: Learner, candidates: Candidates,
+    def __init__(self, core: Core, router: Router, settler: Settler, candidates: Candidates,
                  counts: Counts, emission: Emission) -> None:
         self._core = core
         self._router = router
-        self._learner = learner
+        self._settler = settler
+        self._learner = core.learner
         self._candidates = candidates
         self._counts = counts
         self._emission = emission
@@ -92,9 +93,9 @@ class TruenoApi:
         core = self._core
         with core.lock:
             key = core.history.key(operation, bucket)
-            learned = core.history.record(key, backend, duration_us, n)
-            core.policy.observe(self._learner.state_of(key), backend, learned,
-                                key.arms[backend])
+            # (no decision: a re-check's timing is not known to be one, and joins the arm's
+            # estimate rather than replacing it)
+            self._learner.learn(key, self._learner.state_of(key), backend, duration_us, n)
             self._emission.calls((operation, n, backend, duration_us, core.clock(), 1))
             self._reset_entry(operation, bucket, key)
 
@@ -121,4 +122,4 @@ class TruenoApi:
     def _reset_entry(self, operation: str, bucket: int, key: KeyHistory) -> None:
         entry = self._router.entry(operation, bucket)
         if entry is not None:
-            self._learner.reset_entry(entry, key)
+            self._settler.reset_entry(entry, key)

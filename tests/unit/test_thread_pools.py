@@ -94,7 +94,7 @@ def test_a_resized_pool_has_only_its_implementations_measured_afresh(
         if resize:
             torch.set_num_threads(threads + 1)
         h.clock.advance(2.0)
-        with caplog.at_level(logging.INFO, logger="adaptive_runtime._dispatch.learner"):
+        with caplog.at_level(logging.INFO, logger="adaptive_runtime._dispatch.settle"):
             _calls(h, 400)
     finally:
         torch.set_num_threads(threads)
