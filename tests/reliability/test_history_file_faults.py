@@ -34,7 +34,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import adaptive_runtime as ar
-from adaptive_runtime import history as history_module
 from adaptive_runtime.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import (
     HISTORY_FORMAT,
@@ -44,6 +43,8 @@ from adaptive_runtime.history import (
     read_history_file,
     write_history_file,
 )
+from adaptive_runtime.history import file as history_module
+from adaptive_runtime.history._guarded_json import _nesting_depth
 from adaptive_runtime.operations import DeviceProbe
 
 PACKAGE = Path(ar.__file__).resolve().parent
@@ -609,7 +610,7 @@ def test_a_run_of_escaped_quotes_never_closed_is_refused_in_one_pass(tmp_path: P
     path.write_bytes(b'{"records": [{"operation": "' + b'\\"' * 2_000_000)
     with pytest.raises(ValueError, match=r"^history file .*not valid JSON"):
         read_history_file(path)
-    depth = history_module._nesting_depth('[{"a": "]]\\"[[", "b": [[1]]}, "{\\\\"]')
+    depth = _nesting_depth('[{"a": "]]\\"[[", "b": [[1]]}, "{\\\\"]')
     assert depth == 4  # brackets inside strings, escaped quotes included, are not counted
 
 
