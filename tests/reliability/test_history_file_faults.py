@@ -34,7 +34,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import adaptive_runtime as ar
-from adaptive_runtime import history as history_module
 from adaptive_runtime.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import (
     HISTORY_FORMAT,
@@ -44,6 +43,8 @@ from adaptive_runtime.history import (
     read_history_file,
     write_history_file,
 )
+from adaptive_runtime.history import file as history_module
+from adaptive_runtime.history._guarded_json import _nesting_depth
 from adaptive_runtime.operations import DeviceProbe
 
 PACKAGE = Path(ar.__file__).resolve().parent
@@ -609,7 +610,7 @@ def test_a_run_of_escaped_quotes_never_closed_is_refused_in_one_pass(tmp_path: P
     path.write_bytes(b'{"records": [{"operation": "' + b'\\"' * 2_000_000)
     with pytest.raises(ValueError, match=r"^history file .*not valid JSON"):
         read_history_file(path)
-    depth = history_module._nesting_depth('[{"a": "]]\\"[[", "b": [[1]]}, "{\\\\"]')
+    depth = _nesting_depth('[{"a": "]]\\"[[", "b": [[1]]}, "{\\\\"]')
     assert depth == 4  # brackets inside strings, escaped quotes included, are not counted
 
 
@@ -726,7 +727,8 @@ def test_nothing_in_the_package_unpickles_or_evaluates_what_it_reads(reliability
     assert len(files) > 20
     assert found == []
     # the modules that read files or other processes' data import no pickle at all
-    for reader in ("history.py", "fingerprint.py", "distributed.py", "report/sources.py"):
+    for reader in ("history/file.py", "history/_guarded_json.py", "fingerprint.py",
+                   "distributed.py", "report/sources.py"):
         tree = ast.parse((PACKAGE / reader).read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
                     and any(a.name.split(".")[0] in _UNSAFE_MODULES for a in n.names)], reader

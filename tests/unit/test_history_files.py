@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime import history as history_module
 from adaptive_runtime.fingerprint import differences, hardware_fingerprint
 from adaptive_runtime.history import (
     HISTORY_FORMAT,
@@ -24,6 +23,7 @@ from adaptive_runtime.history import (
     move_aside,
     read_history_file,
 )
+from adaptive_runtime.history import file as history_module
 from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
