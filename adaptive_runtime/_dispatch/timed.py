@@ -8,14 +8,14 @@ from typing import Any
 from ..backend import Backend
 from ..decision import Decision, Reason
 from ..keys import size_bucket
-from ..operations import Operation
+from ..operations import DeviceTiming, Operation
 from .attempt import Attempt
 from .core import Core
 from .emission import Emission
 from .entry import TALLY_REASON, Entry
 from .fallback import Fallback
 from .profiling import profiler_range
-from .settle import Settler
+from .settle import Settler, Span
 
 # module globals: one dict lookup instead of two on the slow path
 _EXPLOIT = Reason.EXPLOIT
@@ -70,20 +70,8 @@ class TimedCalls:
         if error is not None:
             return self._recover(op, entry, n, decision, args, ticket, error,
                                  (select_ns, start_ns, end_ns))
-        lock = self._core.lock
-        settler = self._settler
-        ready = None
-        lock.acquire()  # (not ``with``: it costs a timed call twice as much, ~90 ns more)
-        try:
-            if settler.pending:  # (timings made on a device earlier, learned once ready)
-                ready = settler.learn_ready()
-            span = self._settle(op, entry, decision, ticket, learn_us, False, n, device_timing,
-                                (select_ns, start_ns, end_ns))
-        finally:
-            lock.release()
-        if ready:
-            for held, device_us in ready:
-                emission.emit(*held, device_us=device_us)
+        times = (select_ns, start_ns, end_ns)
+        span = self._settled(op, entry, decision, ticket, learn_us, n, device_timing, times)
         if decision.reason is _EXPLOIT or decision.reason is _FORCED:
             # What learning from a committed (or forced) key's call cost, for the period of its
             # fast path: far more between large calls (cold caches) than in a tight loop, so it
@@ -96,9 +84,31 @@ class TimedCalls:
         if emission.pending:
             emission.deliver_transitions()
         if span is not None:
-            emission.emit(op.name, n, entry.bucket, span[1], backend,
-                          (select_ns, start_ns, end_ns), None, None, span[0], sample=span[2])
+            emission.emit(op.name, n, entry.bucket, span[1], backend, times, None, None,
+                          span[0], sample=span[2])
         return result
+
+    def _settled(self, op: Operation, entry: Entry, decision: Decision, ticket: int,
+                 learn_us: float | None, n: int, device_timing: DeviceTiming | None,
+                 times: tuple[int, int, int]) -> Span | None:
+        """Settle the call under the lock (:meth:`Settler.settle`), learning first the device
+        timings that became ready; emit those calls' held spans after it. Returns this call's
+        span, if exported."""
+        lock = self._core.lock
+        settler = self._settler
+        ready = None
+        lock.acquire()  # (not ``with``: it costs a timed call twice as much, ~90 ns more)
+        try:
+            if settler.pending:  # (timings made on a device earlier, learned once ready)
+                ready = settler.learn_ready()
+            span = self._settle(op, entry, decision, ticket, learn_us, False, n, device_timing,
+                                times)
+        finally:
+            lock.release()
+        if ready:
+            for held, device_us in ready:
+                self._emission.emit(*held, device_us=device_us)
+        return span
 
     def _captured(self, entry: Entry, decision: Decision, args: tuple[Any, ...]) -> Any:
         """A call due to be timed while a CUDA graph is captured on its inputs' device: the
