@@ -1,0 +1,154 @@
+"""``adaptive-runtime demo``: a mixed ``dot``/``add`` workload over sizes from 8 to
+``--max-size`` elements on a fresh runtime, and the table of what it learned; and
+:func:`print_decisions`, the same table for any runtime (the examples print it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TextIO
+
+import numpy as np
+
+from ._progress import progress, status
+from .backend import choice_order
+from .cli_defaults import telemetry_folder
+from .keys import size_bucket
+from .operations import DeviceProbe
+from .report import decision_table, from_runtime, make_console
+from .runtime import AdaptiveRuntime
+from .telemetry import telemetry_setup
+
+__all__ = ["DEMO_OPERATIONS", "MIN_SIZE", "demo_command", "demo_sizes", "demo_workload",
+           "print_decisions", "print_report", "warm_up"]
+
+DEMO_OPERATIONS = ("dot", "add")
+MIN_SIZE = 8
+
+
+def demo_sizes(max_size: int) -> list[int]:
+    """Log-spaced sizes from 8 to ``max_size``, about two per size bucket."""
+    buckets = size_bucket(max_size) - size_bucket(MIN_SIZE) + 1
+    points = np.geomspace(MIN_SIZE, max_size, num=max(2, 2 * buckets))
+    return sorted(set(np.rint(points).astype(np.int64).tolist()) | {MIN_SIZE, max_size})
+
+
+def demo_workload(calls: int, sizes: Sequence[int], seed: int) -> list[tuple[str, int]]:
+    """``calls`` (operation, size) pairs, every pair equally often, in a shuffled order."""
+    pairs = [(op, n) for op in DEMO_OPERATIONS for n in sizes]
+    rng = np.random.default_rng(seed)
+    if calls >= len(pairs):
+        work = (pairs * -(-calls // len(pairs)))[:calls]
+    else:  # fewer calls than pairs: a random subset
+        work = [pairs[i] for i in rng.choice(len(pairs), size=calls, replace=False)]
+    order = rng.permutation(len(work))
+    return [work[i] for i in order]
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """Run ``adaptive-runtime demo``; returns the exit status."""
+    # (the SDK is loaded here, not when the CLI starts: report, replay and doctor run without)
+    setup = None if args.no_telemetry else telemetry_setup("configure")
+    telemetry = (None if setup is None
+                 else setup.configure(default_service_name="adaptive-runtime-demo"))
+    rt = AdaptiveRuntime()
+    sizes = demo_sizes(args.max_size)
+    work = demo_workload(args.calls, sizes, args.seed)
+    # Allocated once: every call uses a prefix view of the same two buffers, so the loop
+    # measures the kernels, not allocation.
+    rng = np.random.default_rng(args.seed)
+    a_buf, b_buf = rng.random(args.max_size), rng.random(args.max_size)
+    inputs = {n: (a_buf[:n], b_buf[:n]) for n in sizes}
+
+    out = sys.stdout
+    err = make_console(sys.stderr)
+    warming = ("warming up: one untimed call per arm and size (numba compiles the SCALAR "
+               "loops on first use)...")
+    with status(err, warming):
+        warm_up(rt, inputs.values())
+    print(f"adaptive-runtime demo: {len(work)} calls of {', '.join(DEMO_OPERATIONS)} over "
+          f"{len(sizes)} sizes from {sizes[0]:,} to {sizes[-1]:,} elements (seed {args.seed})",
+          file=out, flush=True)
+    run = rt.run
+    with progress(len(work), "demo", err) as update:
+        start = time.perf_counter()
+        for i, (op, n) in enumerate(work, 1):
+            a, b = inputs[n]
+            run(op, a, b)
+            update(i)
+        elapsed_s = time.perf_counter() - start
+
+    print_report(rt, sizes, len(work), elapsed_s, out)
+    if setup is not None and telemetry is not None and telemetry.enabled:
+        setup.shutdown()  # flush: every span the trace gate admitted reaches the exporter
+        exported = sum(rt.trace_counts()["exported"].values())
+        print(f"telemetry: {exported} traced calls (select + execute spans) -> "
+              f"{telemetry.traces_destination or 'the application tracer provider'}; "
+              f"metrics -> {telemetry.metrics_destination or 'the application meter provider'}",
+              file=out)
+        spans_file = telemetry.traces_destination
+        if spans_file and os.path.isfile(spans_file):  # (the embedded files, not OTLP)
+            folder = os.path.dirname(spans_file)
+            where = "" if os.path.abspath(folder) == os.path.abspath(telemetry_folder()) \
+                else f" --telemetry {folder}"
+            print(f"see them: adaptive-runtime report{where} (this table from the spans, and "
+                  "report.png: latency against size per arm, decisions over time)", file=out)
+    out.flush()
+    return 0
+
+
+def warm_up(rt: AdaptiveRuntime, inputs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Call every available implementation of the demo operations once per input, outside
+    the runtime.
+
+    One-off costs (numba compilation, the allocator's first page faults on large outputs,
+    BLAS thread start-up) would otherwise land in the first timings of whichever keys happen
+    to come first in the shuffled workload and make the demo's table depend on call order.
+    """
+    devices = DeviceProbe()
+    inputs = list(inputs)
+    for name in DEMO_OPERATIONS:
+        op = rt.operation(name)
+        for impl in op.implementations():
+            if not devices.available(impl.backend):
+                continue
+            for a, b in inputs:
+                try:
+                    impl.fn(a, b)
+                except Exception:  # the runtime meets this arm's failure itself, and falls back
+                    break
+
+
+def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_s: float,
+                 out: TextIO) -> None:
+    """Print the per-(operation, size bucket) table of the demo and a summary of the choices
+    (``sizes``: the sizes the workload ran, for the number of keys it touched)."""
+    report = from_runtime(rt, DEMO_OPERATIONS)
+    console = make_console(out)
+    console.print()
+    console.print(decision_table(report.rows))
+    chosen = Counter(row.chosen for row in report.rows if row.chosen is not None)
+    by_arm = ", ".join(f"{choice.value} {chosen[choice]}"
+                       for choice in sorted(chosen, key=choice_order))
+    keys = len({(op, size_bucket(n)) for op in DEMO_OPERATIONS for n in sizes})
+    console.print(f"\n{calls} calls in {elapsed_s:.2f} s; {len(report.rows)} of {keys} keys "
+                  f"(operation x size bucket) measured; chosen arm: {by_arm or 'none'}",
+                  markup=False)
+    console.print("latencies: learned at each bucket's reference size (its geometric middle); "
+                  "speed-up: the slowest arm measured / the chosen arm; '-' when only one arm "
+                  "was measured", markup=False)
+
+
+def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,
+                    operations: Iterable[str] | None = None) -> None:
+    """Print what ``rt`` decided for every key it has history for (or only ``operations``'
+    keys, their input families included): per (operation key, size bucket), the arm it runs
+    now, why, how sure, the latency learned on each arm, the timings behind them and the
+    speed-up over the slowest arm (``out``: standard output by default)."""
+    report = from_runtime(rt, operations)
+    make_console(sys.stdout if out is None else out).print(decision_table(report.rows))
+
