@@ -42,7 +42,8 @@ from opentelemetry import trace
 from .._default import default_runtime
 from .._version import __version__
 from ..distributed import rank_attributes
-from .spans import SpanRecorder, StandInSpan, StepRecord
+from .span_builders import StandInSpan, StepRecord
+from .spans import SpanRecorder
 
 __all__ = ["StepRuntime", "TrainStep", "train_step"]
 
@@ -214,7 +215,7 @@ def _take_stand_in(parent: otel_context.Context) -> StandInSpan:
     the same parent and nothing took its stand-in (the step left it in ``_IDLE``), else a
     new one.
 
-    A stand-in nothing took (see :class:`~adaptive_runtime.telemetry.spans.StandInSpan`)
+    A stand-in nothing took (see :class:`~adaptive_runtime.telemetry.span_builders.StandInSpan`)
     was never seen outside its step, so one object can stand for a run of steps without a
     span of their own; the step that is exported, or that something took, keeps it. One
     slot for the process: ``dict.pop`` hands it to one thread only (a single C call, atomic),

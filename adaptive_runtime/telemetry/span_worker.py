@@ -1,0 +1,370 @@
+"""A span recorder's machinery: its bounded buffer, worker thread, flush, shutdown and fork.
+
+The loop appends one tuple per admitted record to the buffer (:meth:`SpanWorker._enqueue`);
+when it is full, records are dropped and counted, never waited for. A worker thread, started
+at the first record and parked while there is nothing to do, drains the buffer in batches
+and hands each record to the recorder's :class:`~.span_builders.SpanBuilder`; its CPU time is
+measured and reported as what one call's spans cost.
+
+In a forked child (a DataLoader worker) a recorder starts afresh: an empty buffer (what the
+parent had queued is the parent's to export) and, at its first record, one worker thread of its
+own; its spans carry ``process.pid`` and ``process.parent_pid``.
+
+Every live recorder is known here: :func:`flush_all` flushes them, each flushes at exit, and
+:func:`recorder_counts` counts the spans of them all, process-wide.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .._counter import counter, issued
+from ..distributed import rank_attributes
+from .deadline import exit_deadline, remaining
+from .span_builders import SpanBuilder
+
+__all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "recorder_counts"]
+
+# (the recorders' logger is named for the module users know them by)
+_log = logging.getLogger(__package__ + ".spans")
+
+DEFAULT_CAPACITY = 8192
+# Spans a queued record becomes: a call's select and execute; a step's or a hot-path change's one.
+_SPANS_PER_ITEM = {"call": 2, "step": 1, "hot": 1}
+
+
+class _ProcessCounts:
+    """Every recorder's spans, process-wide, counted where they are admitted, made or lost
+    (``_counter``: ``next()`` is atomic, no lock on the loop's side)."""
+
+    def __init__(self) -> None:
+        self.calls = counter()  # call records queued or dropped at the buffer
+        self.singles = counter()  # step and hot-path records, likewise
+        self.made = counter()  # spans made that the SDK records (sent on to export)
+        # spans lost before export: buffer full, telemetry shut down first, the SDK raised
+        # making them, or the SDK did not record them (an unsampled parent, no SDK provider)
+        self.lost = {reason: counter()
+                     for reason in ("buffer_full", "shutdown", "error", "not_recorded")}
+
+    def lose(self, reason: str, spans: int) -> None:
+        counter = self.lost[reason]
+        for _ in range(spans):
+            next(counter)
+
+
+_counts = _ProcessCounts()
+
+
+def recorder_counts() -> dict[str, int]:
+    """The runtimes' spans in this process: ``admitted`` (by the trace gates; every one
+    queued or dropped as the buffer was full), ``made`` (handed to the tracer provider),
+    ``pending`` (queued, not made yet) and the losses before export by reason."""
+    pending = 0
+    for recorder in list(_recorders):
+        if recorder._pid == os.getpid():
+            pending += sum(_SPANS_PER_ITEM[item[0]] for item in list(recorder._buffer))
+    return {"admitted": 2 * issued(_counts.calls) + issued(_counts.singles),
+            "made": issued(_counts.made), "pending": pending,
+            **{reason: issued(counter) for reason, counter in _counts.lost.items()}}
+
+
+class SpanWorker:
+    """The buffer and worker thread of a span recorder (``spans.SpanRecorder``), which sets
+    ``_builder``, the maker of its records' spans, and queues records with ``_enqueue``.
+
+    Validates ``capacity`` (records the buffer holds) and ``flush_interval_s`` (how long a
+    batch may gather). ``on_cost`` receives, after each batch, the background CPU (µs) one
+    call's spans cost. Never raises into the caller: an SDK or exporter error is logged once
+    and counted in ``errors``.
+    """
+
+    _builder: SpanBuilder
+
+    def __init__(self, *, capacity: int, flush_interval_s: float,
+                 on_cost: Callable[[float], None] | None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
+        self.capacity = capacity
+        self._flush_interval_s = flush_interval_s
+        self._on_cost = on_cost
+        self.make_cost_us: float | None = None  # CPU to make one call's spans (EWMA)
+        self._buffer: deque[tuple[Any, ...]] = deque()
+        # counters bumped from any thread (see _counter)
+        self._dropped = counter()
+        self._spans = counter()
+        self._errors = counter()
+        self._logged_error = False
+        self._item_spans = 0  # spans made of the record being turned into spans (worker)
+        self._wake = threading.Event()
+        self._parked = False  # the worker sleeps until woken (see _park)
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._start_lock = threading.Lock()
+        self._append_lock = threading.Lock()
+        # the span attributes saying a forked child made the spans (none in the first process)
+        self._process_attrs: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ loop side
+
+    def _enqueue(self, item: tuple[Any, ...]) -> None:
+        if self._stop:
+            next(self._dropped)
+            _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
+            return
+        buffer = self._buffer
+        if len(buffer) >= self.capacity:
+            next(self._dropped)  # full: drop and count, never block the loop
+            _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
+            return
+        # Look again under a lock: look-then-append is not atomic, and producers on other
+        # threads overtaking each other between the two took the buffer past its bound (by
+        # up to one record per thread). Only the worker's pops run outside it, and they only
+        # shorten the buffer. (Taken per admitted record, not per call: the trace gate
+        # admits a few hundred a second; a full buffer is refused above without it.)
+        with self._append_lock:
+            if len(buffer) >= self.capacity:
+                next(self._dropped)
+                _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
+                return
+            buffer.append(item)
+        if self._thread is None:  # first use, or a forked child (see _after_fork)
+            self._start_worker()
+        elif self._parked:  # the first record after a quiet spell wakes the worker, once
+            self._parked = False
+            self._wake.set()
+        elif len(buffer) >= self.capacity // 2:
+            self._wake.set()  # drain early rather than drop
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def dropped(self) -> int:
+        """Records dropped because the buffer was full (or the recorder shut down)."""
+        return issued(self._dropped)
+
+    @property
+    def spans_made(self) -> int:
+        return issued(self._spans)
+
+    @property
+    def errors(self) -> int:
+        return issued(self._errors)
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    # ------------------------------------------------------------------ worker
+
+    def _start_worker(self) -> None:
+        with self._start_lock:
+            if self._pid != os.getpid():
+                self._after_fork()
+            if self._thread is not None or self._stop:
+                return
+            self._thread = threading.Thread(target=self._run, name="adaptive-runtime-spans",
+                                            daemon=True)
+            self._thread.start()
+
+    def _after_fork(self) -> None:
+        # In a forked child (a DataLoader worker) the parent's worker thread does not exist:
+        # start afresh with an empty buffer (the parent exports what it had queued).
+        parent, self._pid = self._pid, os.getpid()
+        if parent != self._pid:
+            self._process_attrs = {"process.pid": self._pid, "process.parent_pid": parent}
+        self._buffer = deque()
+        self._thread = None
+        self._wake = threading.Event()
+        self._parked = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._start_lock = threading.Lock()
+        self._append_lock = threading.Lock()
+
+    def _run(self) -> None:
+        # The worker's whole CPU time is charged to the spans it makes, waking up included:
+        # that is what it takes from the loop.
+        cpu_mark = time.thread_time_ns()
+        while True:
+            if not self._buffer and not self._stop:
+                self._park()
+            if not self._stop:
+                # let a batch gather (a flush, a half-full buffer or shutdown cut this short;
+                # not after shutdown woke the parked worker: it would wait the whole interval)
+                self._wake.wait(self._flush_interval_s)
+                self._wake.clear()
+            calls = self._drain()
+            if calls:
+                now = time.thread_time_ns()
+                self._measured(now - cpu_mark, calls)
+                cpu_mark = now
+            if self._stop and not self._buffer:
+                return
+
+    def _park(self) -> None:
+        # Sleep until there is work: a thread waking on a timer costs the loop GIL hand-offs
+        # and CPU even when it finds nothing to do. Announce first, then look again, so a
+        # record appended meanwhile is either seen here or sees _parked and wakes us.
+        self._parked = True
+        if not self._buffer and not self._stop:
+            self._wake.wait()
+        self._parked = False
+        self._wake.clear()
+
+    def _drain(self) -> float:
+        """Make the spans of everything queued; return how many calls' worth of spans were
+        made (a step's one span counts half a call's two, the budget's unit)."""
+        buffer = self._buffer
+        calls = 0.0
+        if not buffer:
+            self._idle.set()
+            return calls
+        self._idle.clear()
+        builder = self._builder
+        tracer = builder.tracer()
+        # (a distributed job's rank, read per batch: the process group may come up later)
+        builder.rank_attrs = {**rank_attributes(), **self._process_attrs}
+        try:
+            while buffer:
+                try:
+                    item = buffer.popleft()
+                except IndexError:  # (shutdown() gave up on the rest meanwhile)
+                    break
+                self._item_spans = 0
+                try:
+                    if item[0] == "call":
+                        calls += 1
+                        builder.call_spans(tracer, item[1], item[2])
+                    elif item[0] == "step":
+                        calls += 0.5
+                        builder.step_span(*item[1:])
+                    else:
+                        builder.hot_path_span(tracer, item[1], item[2], item[3])
+                except Exception as exc:  # observability never breaks the caller
+                    _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
+                    self._error(exc)
+        finally:
+            self._idle.set()
+        return calls
+
+    def _measured(self, cpu_ns: int, calls: float) -> None:
+        cost = cpu_ns / calls / 1000.0
+        previous = self.make_cost_us
+        self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
+        if self._on_cost is not None:
+            try:
+                # (imported here: the exporter side of the SDK loads only once spans are made)
+                from .switching import export_cost_us_per_span
+
+                self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
+            except Exception as exc:
+                self._error(exc)
+
+    def _error(self, exc: Exception) -> None:
+        next(self._errors)
+        if not self._logged_error:
+            self._logged_error = True
+            _log.warning("adaptive_runtime could not record spans (counted, logged once): %r",
+                         exc)
+
+    def _ended(self, recording: bool) -> None:
+        """Count one span made (``recording``: the SDK recorded it and passed it on)."""
+        self._item_spans += 1
+        next(self._spans)
+        if recording:
+            next(_counts.made)
+        else:
+            _counts.lose("not_recorded", 1)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Make spans of everything queued so far; ``False`` if ``timeout_s`` ran out."""
+        deadline = time.monotonic() + timeout_s
+        if self._thread is None or self._pid != os.getpid():
+            self._drain()  # no worker (yet): do it here
+            return not self._buffer
+        while self._buffer or not self._idle.is_set():
+            self._wake.set()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._idle.wait(min(remaining, 0.05))
+            if self._buffer:
+                time.sleep(0.001)
+        return True
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Flush, stop the worker; later submissions are dropped (and counted). Returns
+        within about ``timeout_s``: what is still queued then is given up on, counted as
+        dropped (``shutdown``), and ``False`` is returned."""
+        deadline = time.monotonic() + timeout_s
+        flushed = self.flush(timeout_s)
+        self._stop = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        if self._pid == os.getpid():
+            # (the worker may still be draining: each record is popped by one thread only)
+            buffer = self._buffer
+            while True:
+                try:
+                    item = buffer.popleft()
+                except IndexError:
+                    break
+                flushed = False
+                next(self._dropped)
+                _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
+        return flushed
+
+
+_recorders: weakref.WeakSet[SpanWorker] = weakref.WeakSet()
+
+
+def _track(recorder: SpanWorker) -> None:
+    _recorders.add(recorder)
+    # Flush at exit. Registered per recorder, when it is made: atexit runs handlers last-in
+    # first-out, so this runs before the shutdown of a tracer provider made earlier (the SDK
+    # registers one per provider) — the spans reach the provider while it still exports.
+    ref = weakref.ref(recorder)
+
+    def flush_at_exit() -> None:
+        live = ref()
+        if live is not None:
+            # (within the exit's one telemetry deadline, shared with the providers' shutdown)
+            live.flush(timeout_s=remaining(exit_deadline()))
+
+    atexit.register(flush_at_exit)
+
+
+def flush_all(timeout_s: float) -> bool:
+    """Make the spans of every live recorder's queued records (``False``: ``timeout_s`` ran
+    out first). What the SDK then does with them is the tracer provider's business."""
+    deadline = time.monotonic() + timeout_s
+    flushed = True
+    for recorder in list(_recorders):
+        flushed = recorder.flush(max(deadline - time.monotonic(), 0.0)) and flushed
+    return flushed
+
+
+def _reinit_after_fork() -> None:
+    for recorder in list(_recorders):
+        recorder._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
