@@ -21,7 +21,7 @@ import tempfile
 
 from _table import print_table, verdict
 
-from adaptive_runtime.operations import _gpu_driver_present
+from adaptive_runtime.operations.devices import _gpu_driver_present
 
 HEAVY = ("opentelemetry.sdk", "opentelemetry.exporter", "prometheus_client", "grpc", "torch",
          "jax", "numba")

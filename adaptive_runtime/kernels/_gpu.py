@@ -279,6 +279,7 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
     on the device (``numba_kernel``: of numba device arrays, for the numba path).
     ``result_bytes(*args)`` sizes its result; ``workspace`` is extra memory as a share of the
     inputs' size. The result comes back like the argument at ``template``."""
+    check_memory, device_timing = _memory_hooks(operation, result_bytes, workspace)
 
     def arm(*args: Any) -> Any:
         dev = device()
@@ -307,6 +308,19 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         if not dev.is_on_device(args[template]):
             moved += result_bytes(*args)
         return transfer_estimate_us(moved) if moved else 0.0
+
+    arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
+    # (the registration passes them on: Operation.add_implementation's floor_us, sync and
+    # device_timing)
+    arm.floor_us = floor_us  # type: ignore[attr-defined]
+    arm.sync = synchronize  # type: ignore[attr-defined]
+    arm.device_timing = device_timing  # type: ignore[attr-defined]
+    return arm
+
+
+def _memory_hooks(operation: str, result_bytes: Callable[..., int], workspace: float
+                  ) -> tuple[Callable[..., None], Callable[[tuple[Any, ...]], Any]]:
+    """:func:`gpu_arm`'s memory check, and its ``device_timing``, which runs the check."""
 
     def check_memory(dev: Device, arrays: list[Any], args: tuple[Any, ...]) -> None:
         """Raise :class:`GpuMemoryError` where the call would not fit in the device's free
@@ -338,13 +352,7 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
             _log.debug("GPU timing events unavailable, timed calls wait instead: %r", exc)
             return None
 
-    arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
-    # (the registration passes them on: Operation.add_implementation's floor_us, sync and
-    # device_timing)
-    arm.floor_us = floor_us  # type: ignore[attr-defined]
-    arm.sync = synchronize  # type: ignore[attr-defined]
-    arm.device_timing = device_timing  # type: ignore[attr-defined]
-    return arm
+    return check_memory, device_timing
 
 
 def add_gpu_arm(op: Any, arm: Callable[..., Any], family: str = "") -> None:

@@ -205,22 +205,51 @@ def _builtin(name: str) -> Callable[..., Any] | None:
 _SAVES_OUTPUT = frozenset({"softmax"})
 
 
+# The gradients that need no adaptive operation (see _gradients): one function for every runtime
+def _dot_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+    a, b = inputs
+    return g * b, g * a
+
+
+def _add_gradients(_inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+    return g, g
+
+
+def _scale_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+    return None, g * float(inputs[0]), g
+
+
+def _sum_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+    return (g.expand_as(inputs[0]),)
+
+
+def _conv1d_gradients(run: Callable[..., Any]) -> Backward:
+    """conv1d's gradients (see :func:`_gradients`): conv1d operations through ``run``."""
+
+    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        padding = int(inputs[3]) if len(inputs) > 3 else 0
+        torch = _torch()
+        k = w.shape[-1]
+        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
+            dx = run("conv1d", torch.nn.functional.pad(g, (k - 1, k - 1)), w.flip(0))
+            return dx, run("conv1d", x, g)
+        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
+        xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
+        dw = run("conv1d", xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
+        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
+        dxp = run("conv1d", g, w.flip(-1).transpose(0, 1), None, k - 1)
+        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
+        dbias = g.sum((0, 2)) if bias is not None else None
+        return (dx, dw, dbias, None)[:len(inputs)]
+
+    return conv1d
+
+
 def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
     """How each forward operation's gradients are computed from ``(inputs, output, g)``:
     through adaptive operations (``run``) wherever there is a kernel to choose."""
-
-    def dot(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        a, b = inputs
-        return g * b, g * a
-
-    def add(_inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return g, g
-
-    def scale(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return None, g * float(inputs[0]), g
-
-    def sum_(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return (g.expand_as(inputs[0]),)
 
     def relu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
         return (run(backward.RELU, g, inputs[0]),)
@@ -259,27 +288,10 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
         dbias = g_rows.sum(0) if bias is not None else None
         return (dx, dweight, dbias)[:len(inputs)]
 
-    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x, w = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        padding = int(inputs[3]) if len(inputs) > 3 else 0
-        torch = _torch()
-        k = w.shape[-1]
-        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
-            dx = run("conv1d", torch.nn.functional.pad(g, (k - 1, k - 1)), w.flip(0))
-            return dx, run("conv1d", x, g)
-        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
-        xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
-        dw = run("conv1d", xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
-        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
-        dxp = run("conv1d", g, w.flip(-1).transpose(0, 1), None, k - 1)
-        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
-        dbias = g.sum((0, 2)) if bias is not None else None
-        return (dx, dw, dbias, None)[:len(inputs)]
-
-    return {"dot": dot, "add": add, "scale": scale, "sum": sum_, "relu": relu, "gelu": gelu,
-            "softmax": softmax, "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
-            "conv1d": conv1d}
+    return {"dot": _dot_gradients, "add": _add_gradients, "scale": _scale_gradients,
+            "sum": _sum_gradients, "relu": relu, "gelu": gelu, "softmax": softmax,
+            "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
+            "conv1d": _conv1d_gradients(run)}
 
 
 def register(rt: Registrar) -> None:

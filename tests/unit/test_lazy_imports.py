@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from adaptive_runtime.operations import _gpu_driver_present
+from adaptive_runtime.operations.devices import _gpu_driver_present
 
 TELEMETRY_SDK = ("opentelemetry.sdk", "opentelemetry.exporter", "prometheus_client", "grpc",
                  "google.protobuf")

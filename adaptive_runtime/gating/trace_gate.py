@@ -1,7 +1,8 @@
-"""The gates of one call: is the operation hot, is this call timed, is it traced.
+"""The trace gate: whether a measured call's spans (and a training step's span) are exported,
+within per-key and per-process token buckets and a CPU budget.
 
-All three take the time as an argument (an injected clock upstream), so tests drive them with
-a fake clock and no sleeping.
+Time is an argument (an injected clock upstream), so tests drive it with a fake clock and no
+sleeping.
 """
 
 from __future__ import annotations
@@ -9,233 +10,12 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-from .backend import Choice
-from .decision import Reason
-from .records import HotPathTransition, SamplingReason, TraceVerdict
+from ..backend import Choice
+from ..decision import Reason
+from ..records import SamplingReason, TraceVerdict
 
-__all__ = [
-    "HotPathDetector",
-    "HotPathTransition",
-    "OperationRate",
-    "SamplingReason",
-    "TokenBucket",
-    "TraceGate",
-    "TraceVerdict",
-    "measure_period",
-]
-
-
-# ---------------------------------------------------------------------------- hot path
-
-
-class OperationRate:
-    """Call-rate window and hot state of one operation (see :class:`HotPathDetector`)."""
-
-    __slots__ = ("detector", "hot", "last_call_s", "operation", "rate", "suppressed",
-                 "window_calls", "window_start")
-
-    def __init__(self, detector: HotPathDetector, operation: str, now_s: float) -> None:
-        self.detector = detector
-        self.operation = operation
-        self.window_start = now_s
-        self.window_calls = 0
-        self.last_call_s = now_s
-        self.rate = 0.0
-        self.hot = False
-        self.suppressed = 0
-
-    def add(self, calls: int, now_s: float, since_s: float | None = None
-            ) -> HotPathTransition | None:
-        """Count ``calls`` calls made up to ``now_s`` (spread since ``since_s``, when they are
-        a batch: the fast calls of one key since its previous timed call); return a
-        transition if one happened."""
-        if self.hot:
-            self.suppressed += calls  # nothing of a hot operation is traced
-        gap = now_s - self.last_call_s
-        self.last_call_s = now_s
-        window_s = self.detector.window_s
-        if gap > window_s:
-            # Nothing was counted for a whole window: what the window holds is older than one
-            # window, and these calls (a batch: the fast calls since the key's previous timed
-            # call) were spread over the gap; their rate over it is the most recent rate.
-            self.window_calls = 0
-            return self._close(now_s, calls / gap)
-        if since_s is not None and since_s < self.window_start < now_s:
-            # A batch that began before this window: only its share inside the window counts
-            # here (calls spread evenly over the batch). Counted whole, the batches of several
-            # keys of one operation, reported in one window after minutes of slow calls (keys
-            # called in lockstep are timed together), would read as a burst that never was.
-            calls = round(calls * (now_s - self.window_start) / (now_s - since_s))
-        self.window_calls += calls
-        # (close_window() inlined, on every timed call; its silence test is false here: the
-        # last call is this one)
-        elapsed = now_s - self.window_start
-        if elapsed < window_s:
-            return None
-        return self._close(now_s, self.window_calls / elapsed)
-
-    def close_window(self, now_s: float) -> HotPathTransition | None:
-        """Close the window if it is over: its rate decides whether the operation is hot.
-
-        The rate that counts is that of the most recent ``window_s``: after a whole window
-        without a call it is zero, however busy the window before the silence was (its calls
-        averaged over the silence would keep a quiet operation hot for several windows).
-        """
-        window_s = self.detector.window_s
-        if now_s - self.last_call_s > window_s:
-            return self._close(now_s, 0.0)
-        elapsed = now_s - self.window_start
-        if elapsed < window_s:
-            return None
-        return self._close(now_s, self.window_calls / elapsed)
-
-    def _close(self, now_s: float, rate: float) -> HotPathTransition | None:
-        self.rate = rate
-        self.window_start = now_s
-        self.window_calls = 0
-        if not self.hot and rate > self.detector.enter_calls_per_sec:
-            self.hot = True
-            self.suppressed = 0
-            return HotPathTransition(self.operation, True, rate, 0)
-        if self.hot and rate < self.detector.leave_calls_per_sec:
-            self.hot = False
-            return HotPathTransition(self.operation, False, rate, self.suppressed)
-        return None
-
-
-class HotPathDetector:
-    """Calls per second per operation over windows of ``window_s`` (1 s).
-
-    An operation becomes hot when a window's rate is above ``enter_calls_per_sec`` and stops
-    being hot when a window's rate is below half of it. A rate, not a lifetime total: 15,000
-    calls spread over 3 s are 5,000 calls/s and never hot. Bounded: at most ``max_operations``
-    unpinned operations are tracked, least recently seen dropped first; registered operations
-    are pinned (there are few, and their state is looked up once per route).
-    """
-
-    def __init__(self, enter_calls_per_sec: float, *, window_s: float = 1.0,
-                 max_operations: int = 16_384) -> None:
-        if enter_calls_per_sec <= 0:
-            raise ValueError(f"enter_calls_per_sec must be > 0, got {enter_calls_per_sec}")
-        if window_s <= 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
-        self.enter_calls_per_sec = float(enter_calls_per_sec)
-        self.leave_calls_per_sec = self.enter_calls_per_sec / 2.0
-        self.window_s = float(window_s)
-        self.max_operations = max_operations
-        self._pinned: dict[str, OperationRate] = {}
-        self._ops: OrderedDict[str, OperationRate] = OrderedDict()
-
-    def state(self, operation: str, now_s: float, *, pin: bool = False) -> OperationRate:
-        """The rate state of ``operation``, created if new (``pin``: never evicted)."""
-        state = self._pinned.get(operation)
-        if state is not None:
-            return state
-        state = self._ops.get(operation)
-        if state is None:
-            state = OperationRate(self, operation, now_s)
-        if pin:
-            self._ops.pop(operation, None)
-            self._pinned[operation] = state
-        elif operation in self._ops:
-            self._ops.move_to_end(operation)
-        else:
-            self._ops[operation] = state
-            if len(self._ops) > self.max_operations:
-                self._ops.popitem(last=False)
-        return state
-
-    def observe(self, operation: str, calls: int, now_s: float, since_s: float | None = None
-                ) -> HotPathTransition | None:
-        """Count ``calls`` calls of ``operation`` made up to ``now_s`` (since ``since_s``, for
-        a batch); return a transition if any."""
-        return self.state(operation, now_s).add(calls, now_s, since_s)
-
-    def _find(self, operation: str) -> OperationRate | None:
-        state = self._pinned.get(operation)
-        return state if state is not None else self._ops.get(operation)
-
-    def check(self, operation: str, now_s: float) -> tuple[bool, HotPathTransition | None]:
-        """Whether ``operation`` is hot now, and the transition if closing its stale window
-        (a hot operation that went quiet) just ended the hot path."""
-        state = self._find(operation)
-        if state is None or not state.hot:
-            return False, None
-        transition = state.close_window(now_s)
-        return state.hot, transition
-
-    def is_hot(self, operation: str, now_s: float) -> bool:
-        """Whether ``operation`` is hot now (a stale window is closed first)."""
-        return self.check(operation, now_s)[0]
-
-    def rate(self, operation: str) -> float:
-        """Calls/s measured over the last closed window (0 before the first one closes)."""
-        state = self._find(operation)
-        return state.rate if state is not None else 0.0
-
-    def hot_operations(self) -> list[str]:
-        return [s.operation for s in (*self._pinned.values(), *self._ops.values()) if s.hot]
-
-    def clear(self) -> None:
-        """Forget every window (pinned states are reset in place, since routes hold them)."""
-        self._ops.clear()
-        for state in self._pinned.values():
-            state.window_calls = 0
-            state.rate = 0.0
-            state.hot = False
-            state.suppressed = 0
-
-
-# ---------------------------------------------------------------------------- measurement
-
-
-# The share of a key's time that timing its calls may take, and what a timed call is taken to
-# cost over a plain one until the runtime has measured it (two clock reads, the lock, learning,
-# the next decision; warm caches). Measured between large array calls, whose memory traffic
-# leaves the interpreter's caches cold, a timed call costs 10-60 us more: the dispatcher
-# measures each key's own cost and passes it here.
-TIMED_CALL_COST_US = 4.0
-TIMING_SHARE = 0.005
-# A slow call (at least the sampling threshold) is timed at least 1-in-this-many, whatever
-# timing costs: a slowdown of a slow key costs the most, so it must be seen within a few calls.
-SLOW_CALL_MAX_PERIOD = 4
-# While the committed arm looks slower than it was (its drift statistic is up, no alarm yet),
-# it is timed at least once per this much of its calls' time: the alarm, or the all-clear,
-# comes within a few calls (a slow call: every call) without timing a tiny call every time.
-SUSPECT_SPAN_US = 100.0
-
-
-def measure_period(mean_us: float, timed_cost_us: float, max_period: int, *,
-                   slow_call_us: float = math.inf, suspect: bool = False,
-                   slow_max_period: int = SLOW_CALL_MAX_PERIOD) -> int:
-    """How many calls of a converged key share one timing: a power of two in [1, max_period].
-
-    N is the smallest power of two that keeps timing under ``TIMING_SHARE`` of the key's time
-    (``timed_cost_us`` per timed call, ``mean_us`` per call): a call slow enough that timing
-    it is noise is timed every time; cheaper calls are timed 1-in-N. A call of at least
-    ``slow_call_us`` is timed at least 1-in-``slow_max_period`` (a watched key's is longer:
-    see ``_dispatch.watch``), and while ``suspect``
-    (the arm looks slower) at least once per ``SUSPECT_SPAN_US`` of calls: drift on a slow
-    key is seen within a few calls.
-    """
-    if not mean_us * TIMING_SHARE < timed_cost_us:  # also NaN: unknown cost is timed every call
-        return 1
-    if TIMING_SHARE * mean_us * max_period <= timed_cost_us:  # also 0 and subnormal
-        period = max_period
-    else:
-        wanted = timed_cost_us / (TIMING_SHARE * mean_us)
-        period = 1
-        while period < wanted:
-            period <<= 1
-    if mean_us >= slow_call_us and period > slow_max_period:
-        period = slow_max_period
-    if suspect:
-        while period > 1 and period * mean_us > SUSPECT_SPAN_US:
-            period >>= 1
-    return period
-
-
-# ---------------------------------------------------------------------------- tracing
+__all__ = ["DEFAULT_SPAN_COST_US", "INTERVAL_SPAN_AFTER", "KEY_TIMING_SHARE", "MAX_BANKED_CALLS",
+           "STEP_BUDGET_SHARE", "TokenBucket", "TraceGate"]
 
 
 # Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared,
@@ -370,6 +150,8 @@ class TraceGate:
               backend: Choice | None = None) -> TraceVerdict:
         """Verdict for one measured call that stands for ``calls`` calls of ``key``, run on
         ``backend`` (``None``: not known, no commitment is told)."""
+        # The common case (a routine call not sampled) runs inline to its "no"; the rarer
+        # branches, and every export, go through helpers.
         if not self.tracing:
             return self._no(SamplingReason.TRACING_OFF, calls)
         share = self.cpu_share
@@ -380,56 +162,65 @@ class TraceGate:
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
         sampling = self._keys.get(key) or self._sampling(key, now_s)
+        # (reason is not EXPLOIT: Reason.is_routine, without the call)
+        if failed or first_call or reason is not Reason.EXPLOIT:
+            return self._decision(sampling, reason, failed, first_call, calls, now_s)
+        if backend is not None and backend is not sampling.committed:
+            return self._commit(sampling, backend, calls, now_s)
+        if now_s - sampling.last_span_s >= self._interval_due_s:
+            # (it stands for the routine calls since the key's last sampled span)
+            sampling.pending_calls += calls
+            return self._export(sampling, SamplingReason.INTERVAL,
+                                float(sampling.pending_calls), calls, now_s)
+        if duration_us >= self.sampling_threshold_us:
+            sampling.pending_slow += calls
+            return self._export(sampling, SamplingReason.SLOW, float(sampling.pending_slow),
+                                calls, now_s)
+        sampling.pending_calls += calls
+        # Deterministic systematic sampling: credit accrues per call represented, a span goes
+        # out each time it reaches 1. One span stands for all the pending calls (its weight),
+        # so whole credits are spent at once: banking them would over-sample when the key is
+        # timed more often.
+        sampling.credit += calls * self.sample_rate
+        if sampling.credit < 1.0:
+            return self._no(SamplingReason.NOT_SAMPLED, calls)
+        sampling.credit %= 1.0
+        return self._export(sampling, SamplingReason.SAMPLED, float(sampling.pending_calls),
+                            calls, now_s)
+
+    def _decision(self, sampling: _KeySampling, reason: Reason, failed: bool,
+                  first_call: bool, calls: int, now_s: float) -> TraceVerdict:
+        """admit for an error, a key's first call or a decision that is not a plain exploit:
+        exported within the token buckets (not the CPU credit)."""
         if failed:
             why = SamplingReason.ERROR
             sampling.committed = None  # (a failed arm is left: the next exploit commits)
         elif first_call:
             why = SamplingReason.FIRST_CALL
-        elif reason is not Reason.EXPLOIT:  # (Reason.is_routine, without the call)
+        else:
             why = SamplingReason.DECISION
             if reason is not Reason.RECHECK:
                 # (exploring again: whatever the key exploits next is a commitment; a
                 # re-check leaves the commitment standing unless another arm takes over)
                 sampling.committed = None
-        elif backend is not None and backend is not sampling.committed:
-            return self._commit(sampling, backend, calls, now_s)
-        elif now_s - sampling.last_span_s >= self._interval_due_s:
-            why = SamplingReason.INTERVAL
-        elif duration_us >= self.sampling_threshold_us:
-            why = SamplingReason.SLOW
-        else:
-            why = SamplingReason.SAMPLED
-        weight = 1.0
-        sampled = why is SamplingReason.SAMPLED
-        routine = sampled or why is SamplingReason.SLOW
-        if why is SamplingReason.INTERVAL:
-            # (it stands for the routine calls since the key's last sampled span)
-            sampling.pending_calls += calls
-            weight = float(sampling.pending_calls)
-        elif sampled:
-            sampling.pending_calls += calls
-            # Deterministic systematic sampling: credit accrues per call represented, a span
-            # goes out each time it reaches 1. One span stands for all the pending calls (its
-            # weight), so whole credits are spent at once: banking them would over-sample
-            # when the key is timed more often.
-            sampling.credit += calls * self.sample_rate
-            if sampling.credit < 1.0:
-                return self._no(SamplingReason.NOT_SAMPLED, calls)
-            sampling.credit %= 1.0
-            weight = float(sampling.pending_calls)
-        elif routine:
-            sampling.pending_slow += calls
-            weight = float(sampling.pending_slow)
-        if routine and share is not None and self.cpu_credit_us < self.span_cost_us:
+        return self._export(sampling, why, 1.0, calls, now_s)
+
+    def _export(self, sampling: _KeySampling, why: SamplingReason, weight: float, calls: int,
+                now_s: float) -> TraceVerdict:
+        """admit past its classification: a routine span (slow or sampled) needs the CPU
+        credit, every span a token from the key's and the process's buckets; then the span
+        is counted and the calls it stands for start afresh."""
+        routine = why is SamplingReason.SAMPLED or why is SamplingReason.SLOW
+        if routine and self.cpu_share is not None and self.cpu_credit_us < self.span_cost_us:
             return self._no(SamplingReason.BUDGET, calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
-        if sampled or why is SamplingReason.INTERVAL:
+        if why is SamplingReason.SAMPLED or why is SamplingReason.INTERVAL:
             sampling.pending_calls = 0
         elif routine:
             sampling.pending_slow = 0
         # (_spent, inlined: every exported call comes through here)
-        if share is not None:
+        if self.cpu_share is not None:
             cost = self.span_cost_us
             self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
         sampling.last_span_s = now_s

@@ -1,85 +1,33 @@
-"""Operations, their per-arm implementations, and which arms can run on this machine.
+"""An operation and its per-arm implementations: :class:`Operation`, :class:`Implementation`,
+and what an operation sees of its runtime (:class:`OperationOwner`) and of a device timing
+(:class:`DeviceTiming`).
 
-The registry is strict and says exactly what is wrong: a duplicate name, an implementation for
-an arm that does not exist, an operation with no implementation at all.
+Registration is strict and says exactly what is wrong: a duplicate implementation, one for an
+arm that does not exist, a bad variant or family name.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
-import os
 import re
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._forks import renew_after_fork
-from .backend import VARIANT_NAME, Backend, Choice, Kind, Variant, choice_of, infer_kind
-from .errors import RegistrationError, UnknownOperationError
-from .threads import POOLS
+from ..backend import VARIANT_NAME, Backend, Choice, Kind, Variant, choice_of
+from ..errors import RegistrationError
+from ..threads import POOLS
+from .devices import cuda_graph_capturing
 
-__all__ = [
-    "DeviceProbe",
-    "Implementation",
-    "Kind",
-    "Operation",
-    "OperationOwner",
-    "OperationRegistry",
-    "Registrar",
-    "infer_kind",
-    "utf8_encodable",
-]
-
-_log = logging.getLogger(__name__)
+__all__ = ["DEVICE_FAMILY", "DEVICE_SUFFIX", "FAMILY_SEPARATOR", "DeviceTiming",
+           "Implementation", "Operation", "OperationOwner"]
 
 # An operation's calls of one input family are learned as "<name>@<family>"; calls with inputs
 # already on the GPU form the family "device".
 FAMILY_SEPARATOR = "@"
 DEVICE_FAMILY = "device"
-
-
-def cuda_graph_capturing() -> bool:
-    """Whether torch is capturing a CUDA graph on the current stream (``False`` without torch
-    or CUDA). While it is, work is recorded, not run: nothing can be timed or waited for, and
-    a synchronisation would break the capture."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.cuda.is_current_stream_capturing())
-    except RuntimeError:  # (a torch build without CUDA)
-        return False
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
 _THREAD_POOLS = ("", *POOLS)
-
-
-# Operation names are identifiers: a longer one is a mistake (a tensor's repr passed as a name,
-# say) and would be copied into every history key, span and metric label of the operation.
-# (How many names there may be is bounded elsewhere: max_history_keys, the metrics' label cap.)
-MAX_NAME_LENGTH = 256
-
-
-def name_too_long(name: str) -> str | None:
-    """Why ``name`` cannot name an operation, if it is over ``MAX_NAME_LENGTH`` characters
-    (the message shows its start, not all of it); else ``None``."""
-    if len(name) <= MAX_NAME_LENGTH:
-        return None
-    return (f"operation names are at most {MAX_NAME_LENGTH} characters, got one of "
-            f"{len(name):,} starting {name[:40]!r}")
-
-
-def utf8_encodable(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate): operation names travel in
-    OTLP protobuf strings, which must be valid UTF-8, or the whole export fails."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,24 +116,6 @@ def _numba_compile_count(fn: Callable[..., Any]) -> Callable[[], int] | None:
     return None
 
 
-def _default_size_of(*args: Any, **_kwargs: Any) -> int:
-    """Elements of the first argument: ``.size``, else ``len()``, else 1 (a scalar)."""
-    if not args:
-        return 0
-    first = args[0]
-    size = getattr(first, "size", None)
-    if isinstance(size, int):
-        return size
-    if callable(size):  # torch.Tensor.size is a method; numel() is the element count
-        numel = getattr(first, "numel", None)
-        if callable(numel):
-            return int(numel())
-    try:
-        return len(first)
-    except TypeError:
-        return 1
-
-
 class OperationOwner(Protocol):
     """The runtime an operation is registered with, as the operation sees it: it runs the
     operation's calls, and hears when its implementations change."""
@@ -193,19 +123,6 @@ class OperationOwner(Protocol):
     def run(self, name: str, *args: Any) -> Any: ...
 
     def _implementations_changed(self, name: str) -> None: ...
-
-
-class Registrar(Protocol):
-    """What registering operations needs of a runtime (``kernels``' ``register(rt)``)."""
-
-    def register(self, name: str, *, size: Callable[..., int] | None = None,
-                 kind: Kind | str = Kind.OTHER,
-                 on_device: Callable[..., bool] | None = None,
-                 family: Callable[..., str] | None = None) -> Operation: ...
-
-    def operation(self, name: str) -> Operation: ...
-
-    def run(self, name: str, *args: Any) -> Any: ...
 
 
 class Operation:
@@ -417,175 +334,3 @@ def _arm(backend: object, operation: str) -> Backend:
 
 def _describe(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-class OperationRegistry:
-    """Operations by name. Thread-safe for registration; lookups are plain dict reads."""
-
-    def __init__(self) -> None:
-        self._ops: dict[str, Operation] = {}
-        self._lock = threading.Lock()
-        renew_after_fork(self, OperationRegistry._renew_lock)
-
-    def _renew_lock(self) -> None:
-        self._lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
-
-    def register(self, name: str, *, size: Callable[..., int] | None = None,
-                 kind: Kind | str = Kind.OTHER, owner: OperationOwner | None = None,
-                 on_device: Callable[..., bool] | None = None,
-                 family: Callable[..., str] | None = None) -> Operation:
-        if (not isinstance(name, str) or not name.strip() or name != name.strip()
-                or not utf8_encodable(name)):
-            raise RegistrationError(
-                f"operation name must be a non-empty string (valid UTF-8) without surrounding "
-                f"spaces, got {name!r}")
-        too_long = name_too_long(name)
-        if too_long is not None:
-            raise RegistrationError(too_long)
-        if size is not None and not callable(size):
-            raise RegistrationError(
-                f"size= of operation {name!r} must be a callable returning the element count, "
-                f"got {size!r}")
-        if on_device is not None and not callable(on_device):
-            raise RegistrationError(
-                f"on_device= of operation {name!r} must be a callable telling whether a call's "
-                f"inputs are on the GPU, got {on_device!r}")
-        if family is not None and not callable(family):
-            raise RegistrationError(
-                f"family= of operation {name!r} must be a callable naming a call's input "
-                f"family, got {family!r}")
-        if FAMILY_SEPARATOR in name:
-            raise RegistrationError(
-                f"operation name {name!r} must not contain {FAMILY_SEPARATOR!r} (it names an "
-                f"operation's calls of one input family, such as {DEVICE_SUFFIX!r}: inputs "
-                f"on the GPU)")
-        op = Operation(name, size or _default_size_of, Kind.parse(kind), owner, on_device,
-                       family)
-        with self._lock:
-            if name in self._ops:
-                raise RegistrationError(f"operation {name!r} is already registered")
-            self._ops[name] = op
-        return op
-
-    def get(self, name: str) -> Operation:
-        try:
-            return self._ops[name]
-        except KeyError:
-            known = ", ".join(sorted(self._ops)) or "none"
-            raise UnknownOperationError(
-                f"operation {name!r} is not registered (registered: {known})") from None
-
-    def find(self, name: str) -> Operation | None:
-        return self._ops.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._ops
-
-    def __iter__(self) -> Iterator[Operation]:
-        return iter(list(self._ops.values()))
-
-    def __len__(self) -> int:
-        return len(self._ops)
-
-
-class DeviceProbe:
-    """Which arms this machine can run, found once and then cached.
-
-    SIMD and SCALAR always run (numpy is a dependency). GPU is available when torch sees a
-    CUDA device, else when JAX has a GPU device, else when numba sees a real CUDA device. Tests
-    pass ``gpu=True`` to mark the GPU arm available without a device (a test double).
-
-    Probed on first need, not at construction, and cheaply where there is no GPU: without a
-    GPU driver (see ``_gpu_driver_present``) the answer takes milliseconds and no GPU library
-    is imported.
-    """
-
-    def __init__(self, *, gpu: bool | None = None) -> None:
-        self._gpu = gpu
-        self._given = gpu  # (what a pickled copy keeps: a stand-in, never a probe result)
-        self._lock = threading.Lock()
-        # (the probe may run on the metric reader's thread, from a callback's decide())
-        renew_after_fork(self, DeviceProbe._renew_lock)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The receiving process probes its own devices; only a stand-in given to the
-        # constructor (tests' ``gpu=True``) travels.
-        return (_device_probe, (self._given,))
-
-    def _renew_lock(self) -> None:
-        self._lock = threading.Lock()
-
-    @property
-    def gpu_available(self) -> bool:
-        if self._gpu is None:
-            with self._lock:
-                if self._gpu is None:
-                    self._gpu = _probe_gpu()
-        return self._gpu
-
-    def available(self, choice: Choice) -> bool:
-        return self.gpu_available if choice.arm is Backend.GPU else True
-
-
-def _device_probe(gpu: bool | None) -> DeviceProbe:
-    """A :class:`DeviceProbe` unpickled (keyword-only arguments cannot be given by pickle)."""
-    return DeviceProbe(gpu=gpu)
-
-
-def _gpu_driver_present() -> bool:
-    """Whether this machine has a GPU driver any GPU library could use — asked in
-    milliseconds, before a GPU library is imported to ask about devices (importing torch
-    takes ~1 s and ~300 MiB; JAX starts threads): a machine without one has no GPU arm.
-
-    Linux: the CUDA driver library loads (``libcuda.so.1``, also what containers with the
-    NVIDIA toolkit and WSL2 provide), or a ROCm (``/dev/kfd``) or WSL2 GPU (``/dev/dxg``)
-    device exists. Windows: ``nvcuda.dll`` loads. macOS has no CUDA. Elsewhere: unknown, so
-    the libraries are asked. Loading the driver library initialises nothing (no ``cuInit``),
-    so a process that forks afterwards can still use CUDA in its children.
-    """
-    if sys.platform == "darwin":
-        return False
-    if sys.platform.startswith("linux"):
-        if os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg"):
-            return True
-        names: tuple[str, ...] = ("libcuda.so.1", "libcuda.so")
-    elif sys.platform == "win32":
-        names = ("nvcuda.dll",)
-    else:
-        return True
-    import ctypes
-
-    for name in names:
-        try:
-            ctypes.CDLL(name)
-        except OSError:
-            continue
-        return True
-    return False
-
-
-def _probe_gpu() -> bool:
-    # Only import a GPU library that is installed, and never let a broken driver crash start-up:
-    # a GPU we cannot use is simply not a candidate.
-    if not _gpu_driver_present():
-        return False
-    probes: list[tuple[str, Callable[[], bool]]] = [
-        ("torch", lambda: bool(__import__("torch").cuda.is_available())),
-    ]
-    if importlib.util.find_spec("jax_plugins") is not None:
-        # JAX sees a GPU only through a plugin package (jax[cuda12] installs one): without
-        # it, importing JAX to ask would only start its threads (and make os.fork warn)
-        probes.append(("jax", lambda: any(d.platform == "gpu"
-                                          for d in __import__("jax").devices())))
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
-        # The CUDA simulator says "available" on any machine; it is not a GPU.
-        probes.append(("numba", lambda: bool(__import__("numba.cuda").cuda.is_available())))
-    for module, probe in probes:
-        if importlib.util.find_spec(module) is None:
-            continue
-        try:
-            if probe():
-                return True
-        except Exception as exc:  # a missing driver raises all sorts of things
-            _log.debug("GPU probe via %s failed: %s", module, exc)
-    return False
