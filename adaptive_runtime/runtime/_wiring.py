@@ -22,7 +22,7 @@ from ..operations import DeviceProbe, OperationRegistry
 from ..policy import Policy, PolicyConfig
 from ..telemetry import instrumentation
 from ..telemetry.call_log import CallRecorder
-from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink, metrics_sink, span_sink
+from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
     from ..telemetry.metrics import MetricsSource
 
-__all__ = ["RuntimeParts", "call_recorder", "checked_devices", "dispatcher", "policy_config",
-           "trace_gate"]
+__all__ = ["RuntimeParts", "call_recorder", "checked_devices", "dispatcher", "metrics_sink",
+           "policy_config", "span_sink", "trace_gate"]
 
 # Settings of the trace gate that are derived, not configured.
 # The share of fast routine calls sampled. The CPU budget (trace_cpu_share) binds long before
@@ -61,9 +61,10 @@ def checked_devices(cfg: RuntimeConfig, devices: DeviceProbe | None) -> DevicePr
 
 def policy_config(cfg: RuntimeConfig) -> PolicyConfig:
     """The policy's settings that :class:`RuntimeConfig` sets (the other knobs keep their
-    defaults)."""
+    defaults); the re-check interval is set on ``RuntimeConfig``, the policy carries it out."""
     return PolicyConfig(min_samples=cfg.min_samples_per_arm, switch_margin=cfg.switch_margin,
-                        drift_threshold=cfg.drift_threshold)
+                        drift_threshold=cfg.drift_threshold,
+                        recheck_interval=cfg.recheck_interval)
 
 
 def trace_gate(cfg: RuntimeConfig, now_s: float) -> TraceGate:
@@ -87,6 +88,26 @@ def dispatcher(cfg: RuntimeConfig, registry: OperationRegistry, history: History
                       gate=trace_gate(cfg, clock()),
                       devices=devices, clock=clock, timer=timer)
 
+
+def span_sink(*, enabled: bool, timer: Callable[[], int],
+              tracer_provider: TracerProvider | None = None,
+              on_cost: Callable[[float], None] | None = None) -> SpanSink:
+    """A :class:`~adaptive_runtime.telemetry.spans.SpanRecorder` into ``tracer_provider``
+    (default: the global one) when ``enabled``, else :data:`NO_SPANS`."""
+    if not enabled:
+        return NO_SPANS
+    from ..telemetry.spans import SpanRecorder
+
+    return SpanRecorder(timer=timer, tracer_provider=tracer_provider, on_cost=on_cost)
+
+
+def metrics_sink(source: MetricsSource, *,
+                 meter_provider: MeterProvider | None = None) -> MetricsSink:
+    """A :class:`~adaptive_runtime.telemetry.metrics.RuntimeMetrics` reading ``source``
+    into ``meter_provider`` (default: the global one)."""
+    from ..telemetry.metrics import RuntimeMetrics
+
+    return RuntimeMetrics(source, meter_provider=meter_provider)
 
 def call_recorder(dispatcher: Dispatcher, path: str | os.PathLike[str],
                   max_calls: int) -> CallRecorder:
