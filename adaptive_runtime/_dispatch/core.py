@@ -7,7 +7,6 @@ one every part takes (see ``_forks``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Callable
@@ -36,10 +35,6 @@ class Core:
         self.config = config
         self.registry = registry
         self.history = history
-        if policy.config.recheck_interval != config.recheck_interval:
-            # (the re-check interval is set on RuntimeConfig; the policy carries it out)
-            policy = Policy(dataclasses.replace(policy.config,
-                                                recheck_interval=config.recheck_interval))
         self.policy = policy
         self.hot = hot
         self.gate = gate

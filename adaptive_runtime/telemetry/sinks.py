@@ -1,12 +1,13 @@
-"""The seam between a runtime and its telemetry: two interfaces, their no-op implementations,
-and the factories that pick (the OpenTelemetry API/SDK pattern).
+"""The seam between a runtime and its telemetry: two interfaces and their no-op
+implementations (the OpenTelemetry API/SDK pattern; the factories that pick are the runtime's,
+in ``adaptive_runtime.runtime._wiring``).
 
 A runtime always holds a :class:`SpanSink` and a :class:`MetricsSink`. Until telemetry is
 switched on (``ar.telemetry.configure()``, an application's own SDK provider, or
 ``ar.telemetry.instrument(rt)``) both are the no-ops below, which record nothing and import
 nothing: this module loads neither the OpenTelemetry SDK nor even its API. The real ones —
 :class:`~adaptive_runtime.telemetry.spans.SpanRecorder` and
-:class:`~adaptive_runtime.telemetry.metrics.RuntimeMetrics` — are imported by the factories
+:class:`~adaptive_runtime.telemetry.metrics.RuntimeMetrics` — are imported by those factories
 only when they are made.
 
 ``recording`` tells the two apart without an ``isinstance`` or ``None`` check: the no-ops
@@ -19,15 +20,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from opentelemetry.metrics import MeterProvider
-    from opentelemetry.trace import TracerProvider
-
-    from .metrics import MetricsSource
-
-__all__ = ["NO_METRICS", "NO_SPANS", "MetricsSink", "SpanSink", "metrics_sink", "span_sink"]
+__all__ = ["NO_METRICS", "NO_SPANS", "MetricsSink", "SpanSink"]
 
 
 class SpanSink(Protocol):
@@ -123,23 +118,3 @@ class _NoMetrics:
 NO_SPANS: SpanSink = _NoSpans()
 NO_METRICS: MetricsSink = _NoMetrics()
 
-
-def span_sink(*, enabled: bool, timer: Callable[[], int],
-              tracer_provider: TracerProvider | None = None,
-              on_cost: Callable[[float], None] | None = None) -> SpanSink:
-    """A :class:`~adaptive_runtime.telemetry.spans.SpanRecorder` into ``tracer_provider``
-    (default: the global one) when ``enabled``, else :data:`NO_SPANS`."""
-    if not enabled:
-        return NO_SPANS
-    from .spans import SpanRecorder
-
-    return SpanRecorder(timer=timer, tracer_provider=tracer_provider, on_cost=on_cost)
-
-
-def metrics_sink(source: MetricsSource, *,
-                 meter_provider: MeterProvider | None = None) -> MetricsSink:
-    """A :class:`~adaptive_runtime.telemetry.metrics.RuntimeMetrics` reading ``source``
-    into ``meter_provider`` (default: the global one)."""
-    from .metrics import RuntimeMetrics
-
-    return RuntimeMetrics(source, meter_provider=meter_provider)

@@ -642,10 +642,11 @@ def test_a_valid_file_still_reads_after_the_hostile_checks(tmp_path: Path) -> No
 _UNSAFE_MODULES = {"pickle", "_pickle", "cPickle", "cloudpickle", "dill", "jsonpickle",
                    "marshal", "shelve", "joblib"}
 # pickle is imported for one reason: AdaptiveRuntime.__reduce__ lets the user's own
-# multiprocessing (a spawned DataLoader worker) pickle a runtime object, and runtime.py checks
-# with pickle.dumps that each registered function will pickle. It only ever pickles (dumps);
-# it never unpickles, and no file is involved.
-_ALLOWED_PICKLE_USES = {("runtime.py", "dumps"), ("runtime.py", "HIGHEST_PROTOCOL")}
+# multiprocessing (a spawned DataLoader worker) pickle a runtime object, and runtime/_pickling.py
+# checks with pickle.dumps that each registered function will pickle. It only ever pickles
+# (dumps); it never unpickles, and no file is involved.
+_ALLOWED_PICKLE_USES = {("runtime/_pickling.py", "dumps"),
+                        ("runtime/_pickling.py", "HIGHEST_PROTOCOL")}
 
 
 def _unsafe_uses(tree: ast.AST, name: str) -> list[str]:

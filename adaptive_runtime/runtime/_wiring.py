@@ -1,0 +1,224 @@
+"""A runtime's parts and their wiring: :class:`RuntimeParts` builds them from the
+:class:`RuntimeConfig` (the devices check, the policy's settings — ``RuntimeConfig`` →
+``PolicyConfig``, here only —, the trace gate and the dispatcher that holds them), switches
+the telemetry sinks on and off, and takes the parts' callbacks. ``AdaptiveRuntime`` (in
+:mod:`.facade`) is its public face."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from .._dispatch import Dispatcher
+from .._forks import renew_after_fork
+from ..config import RuntimeConfig
+from ..errors import BackendUnavailableError
+from ..gating import HotPathDetector, TraceGate
+from ..history import HistoryRecord, HistoryStore, Origins
+from ..operations import DeviceProbe, OperationRegistry
+from ..policy import Policy, PolicyConfig
+from ..telemetry import instrumentation
+from ..telemetry.call_log import CallRecorder
+from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from ..telemetry.metrics import MetricsSource
+
+__all__ = ["RuntimeParts", "call_recorder", "checked_devices", "dispatcher", "metrics_sink",
+           "policy_config", "span_sink", "trace_gate"]
+
+# Settings of the trace gate that are derived, not configured.
+# The share of fast routine calls sampled. The CPU budget (trace_cpu_share) binds long before
+# it: a sampled call takes under sampling_threshold_us and its spans ~200 us of background
+# CPU, so 0.5 % of its time pays for a span every 2,000 calls or more. Measured with
+# benchmarks/tracing_overhead.py (its mixed loop): 2 and 4 spans/s, +1.23 % and +1.08 % of
+# the loop with every routine call eligible, 2 and 9 spans/s, +1.10 % and +2.04 % with 1 %.
+# It bounds sampling only where trace_cpu_share is lifted (inf).
+_TRACE_SAMPLE_RATE = 0.01
+# One key's share of the per-process span budget (spans_per_sec): a key whose every call is
+# remarkable (an arm failing on each call, a decision each time) cannot take the spans of
+# the others. A tenth: ten such keys at once still fill the budget.
+_KEY_SPAN_SHARE = 0.1
+
+
+def checked_devices(cfg: RuntimeConfig, devices: DeviceProbe | None) -> DeviceProbe:
+    """``devices`` (default: a probe of this machine); :class:`BackendUnavailableError` when
+    the arm ``cfg`` forces cannot run on them."""
+    probe = devices if devices is not None else DeviceProbe()
+    forced = cfg.force_backend
+    if forced is not None and not probe.available(forced):
+        raise BackendUnavailableError(
+            f"backend {forced.value!r} is forced (force_backend / "
+            f"ADAPTIVE_RUNTIME_FORCE_BACKEND) but is not available on this machine")
+    return probe
+
+
+def policy_config(cfg: RuntimeConfig) -> PolicyConfig:
+    """The policy's settings that :class:`RuntimeConfig` sets (the other knobs keep their
+    defaults); the re-check interval is set on ``RuntimeConfig``, the policy carries it out."""
+    return PolicyConfig(min_samples=cfg.min_samples_per_arm, switch_margin=cfg.switch_margin,
+                        drift_threshold=cfg.drift_threshold,
+                        recheck_interval=cfg.recheck_interval)
+
+
+def trace_gate(cfg: RuntimeConfig, now_s: float) -> TraceGate:
+    """The gate that admits or suppresses each call's spans, budgeted as ``cfg`` says."""
+    return TraceGate(tracing=cfg.tracing, sampling_threshold_us=cfg.sampling_threshold_us,
+                     sample_rate=_TRACE_SAMPLE_RATE, spans_per_sec=cfg.spans_per_sec,
+                     spans_per_sec_per_key=_KEY_SPAN_SHARE * cfg.spans_per_sec,
+                     now_s=now_s,
+                     max_keys=cfg.max_history_keys,
+                     cpu_share=None if cfg.trace_cpu_share == math.inf
+                     else cfg.trace_cpu_share,
+                     key_interval_s=cfg.trace_key_interval_s)
+
+
+def dispatcher(cfg: RuntimeConfig, registry: OperationRegistry, history: HistoryStore,
+               hot: HotPathDetector, devices: DeviceProbe, clock: Callable[[], float],
+               timer: Callable[[], int]) -> Dispatcher:
+    """The dispatcher over a runtime's parts, with its policy and trace gate made here."""
+    return Dispatcher(config=cfg, registry=registry, history=history,
+                      policy=Policy(policy_config(cfg)), hot=hot,
+                      gate=trace_gate(cfg, clock()),
+                      devices=devices, clock=clock, timer=timer)
+
+
+def span_sink(*, enabled: bool, timer: Callable[[], int],
+              tracer_provider: TracerProvider | None = None,
+              on_cost: Callable[[float], None] | None = None) -> SpanSink:
+    """A :class:`~adaptive_runtime.telemetry.spans.SpanRecorder` into ``tracer_provider``
+    (default: the global one) when ``enabled``, else :data:`NO_SPANS`."""
+    if not enabled:
+        return NO_SPANS
+    from ..telemetry.spans import SpanRecorder
+
+    return SpanRecorder(timer=timer, tracer_provider=tracer_provider, on_cost=on_cost)
+
+
+def metrics_sink(source: MetricsSource, *,
+                 meter_provider: MeterProvider | None = None) -> MetricsSink:
+    """A :class:`~adaptive_runtime.telemetry.metrics.RuntimeMetrics` reading ``source``
+    into ``meter_provider`` (default: the global one)."""
+    from ..telemetry.metrics import RuntimeMetrics
+
+    return RuntimeMetrics(source, meter_provider=meter_provider)
+
+def call_recorder(dispatcher: Dispatcher, path: str | os.PathLike[str],
+                  max_calls: int) -> CallRecorder:
+    """A :class:`CallRecorder` of ``dispatcher``'s timed calls into ``path``, attached to it
+    until closed."""
+    recorder = CallRecorder(path, max_calls)
+
+    def detach() -> None:
+        if dispatcher.call_sink is recorder:
+            dispatcher.call_sink = None
+
+    recorder._detach = detach
+    dispatcher.call_sink = recorder
+    return recorder
+
+
+class RuntimeParts:
+    """The parts of a runtime, built from its config, the telemetry sinks (the no-ops until
+    telemetry is switched on) and the callbacks the parts make; the base of
+    ``AdaptiveRuntime``, which adds the public methods."""
+
+    def _wire(self, cfg: RuntimeConfig, devices: DeviceProbe | None,
+              clock: Callable[[], float], timer: Callable[[], int]) -> None:
+        """The parts; :class:`BackendUnavailableError` when a forced arm cannot run here."""
+        self.config = cfg
+        self._devices = checked_devices(cfg, devices)
+        self._clock = clock
+        self._timer = timer
+        # Telemetry behind a seam: no-op sinks until telemetry is switched on (see sinks)
+        self._spans: SpanSink = NO_SPANS
+        self._metrics: MetricsSink = NO_METRICS
+        self._telemetry_lock = threading.Lock()
+        # (a thread configuring telemetry may hold it at a fork: see _forks)
+        renew_after_fork(self, RuntimeParts._renew_lock)
+        self._registry = OperationRegistry()
+        self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
+        self._hot = HotPathDetector(cfg.hot_path_calls_per_sec,
+                                    max_operations=cfg.max_history_keys)
+        self._dispatcher = dispatcher(cfg, self._registry, self._history, self._hot,
+                                      self._devices, clock, timer)
+
+    def _renew_lock(self) -> None:
+        self._telemetry_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"<AdaptiveRuntime ops={len(self._registry)} keys={len(self._history)} "
+                f"tracing={'on' if self.config.tracing else 'off'}>")
+
+    # ------------------------------------------------------------------ telemetry hooks
+
+    def _telemetry_on(self, tracer_provider: TracerProvider | None = None,
+                      meter_provider: MeterProvider | None = None) -> None:
+        """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``.
+
+        Into the given providers, else the global ones. Already exporting: kept as it is,
+        unless a provider is given (then what was admitted is flushed and export moves).
+        No spans while ``configure()`` exports no traces (``OTEL_TRACES_EXPORTER=none``).
+        """
+        if tracer_provider is not None or meter_provider is not None:
+            self._telemetry_off(timeout_s=5.0)
+        with self._telemetry_lock:
+            if not self._spans.recording:
+                self._spans = span_sink(
+                    enabled=self.config.tracing and instrumentation.records_spans(
+                        tracer_provider),
+                    timer=self._timer, tracer_provider=tracer_provider,
+                    on_cost=self._span_cost_measured)
+            if not self._metrics.recording:  # metrics whatever config.tracing says
+                # (the counters are the public face's: AdaptiveRuntime is a MetricsSource)
+                self._metrics = metrics_sink(cast("MetricsSource", self),
+                                             meter_provider=meter_provider)
+            self._hook_dispatcher()
+
+    def _hook_dispatcher(self) -> None:
+        """Hand the dispatcher the sinks (the no-ops while telemetry is off). Telemetry lock
+        held."""
+        self._dispatcher.attach(self._spans, self._metrics)
+
+    def _span_cost_measured(self, cost_us: float) -> None:
+        # (a float attribute store: atomic under the GIL, no lock on the worker thread)
+        self._dispatcher.trace_gate.span_cost_us = cost_us
+
+    def _telemetry_off(self, timeout_s: float) -> None:
+        """Stop exporting; what was admitted before is flushed first."""
+        with self._telemetry_lock:
+            spans, self._spans = self._spans, NO_SPANS
+            metrics, self._metrics = self._metrics, NO_METRICS
+            self._hook_dispatcher()
+        spans.shutdown(timeout_s)
+        metrics.close()  # a last reading, so the shutdown export holds every call
+
+    # ------------------------------------------------------------------ callbacks of the parts
+
+    def _implementations_changed(self, name: str) -> None:
+        self._dispatcher.reset_route(name)
+
+    def _evicted(self, operation: str, bucket: int) -> None:
+        self._dispatcher.forget(operation, bucket)
+
+    # ------------------------------------------------------------------ a sync's two ends
+
+    def _rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
+        """What this runtime sends in a sync as ``rank`` (see ``HistoryStore.rank_rows``)."""
+        with self._dispatcher.lock:
+            return self._history.rank_rows(rank)
+
+    def _replace_history(self, rows: list[tuple[HistoryRecord, Origins]]) -> None:
+        """Forget this runtime's history and hold ``rows`` instead (a sync's merge), every
+        key's policy state started afresh (what a sync needs: the same state on every rank)
+        and every fast-path entry dropped."""
+        with self._dispatcher.lock:
+            self._history.replace(rows)
+        for op in self._registry:
+            self._dispatcher.reset_route(op.name)

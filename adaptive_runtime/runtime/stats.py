@@ -1,0 +1,66 @@
+"""``RuntimeStats``: one frozen reading of a runtime's per-call counters; what its trace gate
+did with the calls it saw."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..backend import Backend
+from ..decision import Reason
+from ..gating import TraceGate
+from ..records import SelectionKey
+from ..telemetry.sinks import SpanSink
+
+__all__ = ["RuntimeStats", "trace_counts"]
+
+
+@dataclass(frozen=True)
+class RuntimeStats:
+    """A runtime's per-call counters at one moment (:meth:`AdaptiveRuntime.stats`).
+
+    - ``selections``: calls by ``(operation, backend, reason)`` (a key with those three
+      fields), traced or not; :meth:`calls` sums them;
+    - ``fallbacks``: calls re-routed after an arm raised, by ``(operation, failed arm,
+      fallback arm)``;
+    - ``hot_operations``: operations on the hot path now (their spans off, learning on);
+    - ``spans_admitted``: timed calls whose spans the trace gate admitted;
+    - ``spans_exported`` / ``spans_suppressed``: those calls by the trace gate's reason
+      (``decision``, ``slow``, ``sampled``, ... / ``hot_path``, ``not_sampled``, ``budget``,
+      ``buffer_full``, ...).
+    """
+
+    selections: Mapping[SelectionKey, int]
+    fallbacks: Mapping[tuple[str, Backend, Backend], int]
+    hot_operations: tuple[str, ...]
+    spans_admitted: int
+    spans_exported: Mapping[str, int]
+    spans_suppressed: Mapping[str, int]
+
+    def calls(self, operation: str | None = None, backend: Backend | str | None = None,
+              reason: Reason | str | None = None) -> int:
+        """Calls counted in :attr:`selections`, all of them or those matching every filter
+        given (``backend`` and ``reason`` as enums or their string values)."""
+        arm = None if backend is None else Backend.parse(backend)
+        why = None if reason is None else Reason(reason)
+        return sum(n for key, n in self.selections.items()
+                   if (operation is None or key.operation == operation)
+                   and (arm is None or key.backend is arm)
+                   and (why is None or key.reason is why))
+
+
+def trace_counts(gate: TraceGate, lock: threading.Lock,
+                 spans: SpanSink) -> dict[str, dict[str, int]]:
+    """:meth:`AdaptiveRuntime.trace_counts <adaptive_runtime.AdaptiveRuntime.trace_counts>`
+    of ``gate`` (read under the dispatcher's ``lock``) and the span sink ``spans``."""
+    with lock:
+        counts = {"exported": {r.value: n for r, n in gate.exported.items() if n},
+                  "suppressed": {r.value: n for r, n in gate.suppressed.items() if n}}
+        if gate.steps_exported or gate.steps_suppressed:
+            counts["steps"] = {"exported": gate.steps_exported,
+                               "suppressed": gate.steps_suppressed}
+    dropped = spans.dropped
+    if dropped:
+        counts["suppressed"]["buffer_full"] = dropped
+    return counts
