@@ -310,8 +310,8 @@ class AdaptiveRuntime(RuntimeParts):
 
     def stats(self) -> RuntimeStats:
         """One frozen reading of this runtime's per-call counters (every call, traced or
-        not): selections by (operation, arm, reason), fallbacks, the operations on the hot
-        path now, and what the trace gate did with the calls it saw."""
+        not): selections by (operation, arm, reason), fallbacks, the operations on the hot path
+        now, what the trace gate did with the calls it saw, and whether it records spans."""
         traces = self.trace_counts()
         return RuntimeStats(
             selections=MappingProxyType(self.selection_counts()),
@@ -319,7 +319,8 @@ class AdaptiveRuntime(RuntimeParts):
             hot_operations=tuple(self.hot_operations()),
             spans_admitted=self._dispatcher.spans_admitted(),
             spans_exported=MappingProxyType(dict(traces["exported"])),
-            spans_suppressed=MappingProxyType(dict(traces["suppressed"])))
+            spans_suppressed=MappingProxyType(dict(traces["suppressed"])),
+            recording_spans=self._dispatcher.tracing)
 
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call so far, counted by (operation, arm, reason), traced or not."""

@@ -28,7 +28,10 @@ class RuntimeStats:
     - ``spans_admitted``: timed calls whose spans the trace gate admitted;
     - ``spans_exported`` / ``spans_suppressed``: those calls by the trace gate's reason
       (``decision``, ``slow``, ``sampled``, ... / ``hot_path``, ``not_sampled``, ``budget``,
-      ``buffer_full``, ...).
+      ``buffer_full``, ...);
+    - ``recording_spans``: whether the runtime's calls can become spans now: telemetry is on
+      for it (``ar.telemetry.configure()``, an application's SDK tracer provider or
+      ``ar.telemetry.instrument(rt)``), exports traces, and ``config.tracing`` is on.
     """
 
     selections: Mapping[SelectionKey, int]
@@ -37,6 +40,7 @@ class RuntimeStats:
     spans_admitted: int
     spans_exported: Mapping[str, int]
     spans_suppressed: Mapping[str, int]
+    recording_spans: bool
 
     def calls(self, operation: str | None = None, backend: Backend | str | None = None,
               reason: Reason | str | None = None) -> int:

@@ -3,7 +3,8 @@
 ``configure()`` sets up an OpenTelemetry SDK for applications that have none (OTLP when an
 endpoint is configured, else OTLP/JSON lines files) and switches every runtime's export on;
 ``shutdown()`` flushes it. An application with its own SDK providers keeps them: runtimes
-export into those as soon as they exist, or on ``instrument(rt)``.
+export into those as soon as they exist, or on ``instrument(rt)``; ``uninstrument(rt)`` stops
+one runtime's export.
 
 Importing this package loads the OpenTelemetry API only: the SDK, the exporters and
 Prometheus load with ``configure()`` (``setup``), or when a runtime first makes spans for an
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingExtraError
 from .defaults import DEFAULT_DIRECTORY
-from .instrumentation import instrument
+from .instrumentation import instrument, uninstrument
 from .stats import TelemetryStats, stats
 from .steps import TrainStep, train_step
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .setup import Telemetry, configure, shutdown
 
 __all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "TrainStep", "configure",
-           "instrument", "shutdown", "stats", "telemetry_setup", "train_step"]
+           "instrument", "shutdown", "stats", "telemetry_setup", "train_step", "uninstrument"]
 
 # names served by ``setup``, which imports the SDK: imported on first use (PEP 562)
 _FROM_SETUP = frozenset({"Telemetry", "configure", "shutdown"})

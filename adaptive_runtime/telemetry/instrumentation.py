@@ -19,8 +19,8 @@ from opentelemetry import metrics, trace
 
 from .._forks import after_fork_in_child
 
-__all__ = ["Instrumentable", "activate", "app_has_sdk_provider", "deactivate", "is_active",
-           "records_metrics", "records_spans", "register"]
+__all__ = ["Instrumentable", "activate", "app_has_sdk_provider", "deactivate", "instrument",
+           "is_active", "records_metrics", "records_spans", "register", "uninstrument"]
 
 
 class Instrumentable(Protocol):
@@ -93,6 +93,15 @@ def instrument(target: Instrumentable, *, tracer_provider: trace.TracerProvider 
     with _lock:
         _targets.add(target)
     target._telemetry_on(tracer_provider, meter_provider)
+
+
+def uninstrument(target: Instrumentable, *, timeout_s: float = 5.0) -> None:
+    """Stop exporting ``target``'s spans and metrics now, whoever switched them on
+    (:func:`instrument`, ``configure()`` or an application's SDK provider): what it admitted is
+    made into spans first, within ``timeout_s`` (the rest is dropped, counted), and its metrics
+    are read one last time. ``target`` stays known here: a later ``configure()`` or
+    :func:`instrument` switches it on again."""
+    target._telemetry_off(timeout_s)
 
 
 def activate(*, spans: bool = True) -> None:

@@ -200,7 +200,7 @@ def test_otel_sdk_disabled_exports_nothing_and_the_loop_still_runs(
         rt = make_runtime()
         loop(rt)
         result(enabled=tel.enabled, tracer_provider=tel.tracer_provider is None,
-               attached=rt._spans.recording,
+               attached=rt.stats().recording_spans,
                global_provider=type(trace.get_tracer_provider()).__name__)
     ''', tmp_path, OTEL_SDK_DISABLED="true",
         OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.http_endpoint)
@@ -389,7 +389,7 @@ def test_explicit_shutdown_then_more_calls_and_exit_are_quiet(tmp_path: Path) ->
         ar.telemetry.shutdown()
         ar.telemetry.shutdown()  # idempotent
         loop(rt, calls=50, size=5)  # telemetry is off now; the loop goes on
-        result(attached=rt._spans.recording)
+        result(attached=rt.stats().recording_spans)
     ''', tmp_path)
     ran.ok()
     assert ran.result == {"attached": False}

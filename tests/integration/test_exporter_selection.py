@@ -162,7 +162,7 @@ def test_traces_exporter_none_records_no_spans_and_runs_no_span_worker(
         after = make_runtime()  # attached when made
         loop(before)
         loop(after)
-        result(recording=[rt._spans.recording for rt in (before, after)],
+        result(recording=[rt.stats().recording_spans for rt in (before, after)],
                worker={SPAN_WORKER!r} in [t.name for t in threading.enumerate()],
                traces=tel.traces_destination, tracer_provider=tel.tracer_provider is not None,
                global_provider=type(trace.get_tracer_provider()).__name__)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from internals import attach_sinks
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -67,7 +68,7 @@ def _kernel(backend: Backend, fail: bool) -> Callable[[int], int]:
 
 def wire(rt: ar.AdaptiveRuntime, metrics: RuntimeMetrics) -> None:
     """Feed timed-call durations to ``metrics`` the way the runtime's telemetry hook does."""
-    rt._dispatcher.attach(rt._spans, metrics)
+    attach_sinks(rt, metrics=metrics)
 
 
 def total(points: Sequence[ReceivedDataPoint]) -> float:

@@ -1,10 +1,12 @@
 """Spans end to end: a real runtime, the real SDK, real OTLP exporters into a real OTLP receiver.
 
 No global provider is ever set here: each test builds its own ``TracerProvider`` (shut down at
-teardown) and attaches a runtime to it with :func:`attach`, which mirrors
-``AdaptiveRuntime._telemetry_on`` with a local provider instead of the global one. (Tests of
-``ar.telemetry.configure()``, which does set the global providers, live in
-``test_configure.py`` and run in subprocesses.)
+teardown) and attaches a runtime to it with :func:`export_into`, which is
+``ar.telemetry.instrument(rt, tracer_provider=...)`` (metrics into a no-op provider), or, where a
+test needs what ``instrument`` does not offer (a tiny span buffer, a recorder although
+``config.tracing`` is off, the gate's assumed span cost), with a recorder made by hand
+(``internals.attach_span_recorder``). (Tests of ``ar.telemetry.configure()``, which does set
+the global providers, live in ``test_configure.py`` and run in subprocesses.)
 
 Time: ``clock`` (the ``FakeClock`` fixture of ``tests/conftest.py``) drives hot-path windows and
 span budgets where a test needs them deterministic; the kernel timer is always the real one, so
@@ -24,12 +26,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from internals import attach_span_recorder, span_worker_thread
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
+from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -84,18 +88,18 @@ class ArmBroken(RuntimeError):
 # ---------------------------------------------------------------------------- wiring
 
 
-def attach(rt: ar.AdaptiveRuntime, provider: TracerProvider, **recorder_args: Any) -> SpanRecorder:
-    """Export ``rt``'s spans into ``provider`` (never the global one).
+def span_recorder(rt: ar.AdaptiveRuntime) -> SpanRecorder:
+    """The span recorder ``rt`` hands its calls to now (its span sink: ``rt.step_hooks()``)."""
+    sink, _gate = rt.step_hooks()
+    assert isinstance(sink, SpanRecorder), f"no span recorder attached: {sink!r}"
+    return sink
 
-    Mirrors ``AdaptiveRuntime._telemetry_on`` with a local provider: the runtime offers no
-    public way to export into a given provider (``ar.telemetry.instrument(rt)`` always uses the
-    global one), so this sets the same private attributes it does. ``rt._spans`` is set too so
-    that ``rt.flush_telemetry()`` and ``rt.trace_counts()`` see the recorder.
-    """
-    recorder = SpanRecorder(timer=rt._timer, tracer_provider=provider, **recorder_args)
-    rt._spans = recorder
-    rt._dispatcher.attach(recorder, rt._metrics)
-    return recorder
+
+def export_into(rt: ar.AdaptiveRuntime, provider: TracerProvider) -> SpanRecorder:
+    """Export ``rt``'s spans into ``provider`` (never the global one), its metrics into a no-op
+    provider; the span recorder it now has. ``ar.telemetry.uninstrument(rt)`` stops it."""
+    ar.telemetry.instrument(rt, tracer_provider=provider, meter_provider=NoOpMeterProvider())
+    return span_recorder(rt)
 
 
 def make_runtime(config: ar.RuntimeConfig | None = None, *,
@@ -117,7 +121,8 @@ def two_arms(rt: ar.AdaptiveRuntime, name: str = "scale", *,
 
 
 class Tracing:
-    """A local TracerProvider exporting over real OTLP to the receiver, and its recorders."""
+    """A local TracerProvider exporting over real OTLP to the receiver, and the runtimes
+    exporting into it."""
 
     def __init__(self, receiver: OtlpReceiver, *, transport: str = "grpc",
                  timeout_s: float = 5.0) -> None:
@@ -133,23 +138,34 @@ class Tracing:
         self.provider.add_span_processor(BatchSpanProcessor(
             exporter, max_queue_size=1 << 16, schedule_delay_millis=50))
         self.tracer = self.provider.get_tracer("tests.integration.test_tracing")
-        self.recorders: list[SpanRecorder] = []
+        self.runtimes: list[ar.AdaptiveRuntime] = []
 
-    def attach(self, rt: ar.AdaptiveRuntime, **recorder_args: Any) -> SpanRecorder:
-        recorder = attach(rt, self.provider, **recorder_args)
-        self.recorders.append(recorder)
+    def attach(self, rt: ar.AdaptiveRuntime) -> SpanRecorder:
+        """Export ``rt``'s spans here (see :func:`export_into`); its span recorder."""
+        recorder = export_into(rt, self.provider)
+        self.runtimes.append(rt)
+        return recorder
+
+    def attach_recorder(self, rt: ar.AdaptiveRuntime) -> SpanRecorder:
+        """Export ``rt``'s spans here through a span recorder made by hand
+        (:func:`internals.attach_span_recorder`): attached whatever ``config.tracing`` says,
+        and its measured span cost never fed to the trace gate, which keeps the gate's
+        assumed cost (``instrument`` feeds it: see
+        ``test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gate``)."""
+        recorder = attach_span_recorder(rt, self.provider)
+        self.runtimes.append(rt)
         return recorder
 
     def flush(self) -> list[ReceivedSpan]:
         """Every admitted call made into spans and exported; what the receiver holds."""
-        for recorder in self.recorders:
-            assert recorder.flush(10.0), "the span recorder did not drain in 10 s"
+        for rt in self.runtimes:
+            assert rt.flush_telemetry(10.0), "the span recorder did not drain in 10 s"
         assert self.provider.force_flush(10_000), "the SDK did not export in 10 s"
         return self.receiver.spans()
 
     def close(self) -> None:
-        for recorder in self.recorders:
-            recorder.shutdown(5.0)
+        for rt in self.runtimes:
+            ar.telemetry.uninstrument(rt, timeout_s=5.0)
         self.provider.shutdown()
 
 
@@ -585,7 +601,7 @@ def test_the_span_budget_caps_exports_and_weights_still_cover_the_calls(
 def test_trace_counts_count_suppressed_calls_by_reason(tracing: Tracing, clock: Any) -> None:
     rt = make_runtime(ar.RuntimeConfig(tracing=False), clock=clock)
     two_arms(rt)
-    tracing.attach(rt)  # attached anyway: the gate itself says no
+    tracing.attach_recorder(rt)  # attached anyway: the gate itself says no
     for _ in range(100):
         rt.run("scale", 1000)
         clock.advance(0.01)
@@ -600,11 +616,12 @@ def test_tracing_off_in_config_attaches_no_recorder() -> None:
     two_arms(rt)
     ar.telemetry.instrument(rt)  # global provider is the API's no-op proxy here
     try:
-        assert not rt._spans.recording and not rt._dispatcher.tracing
+        sink, _gate = rt.step_hooks()
+        assert not sink.recording and not rt.stats().recording_spans
         rt.run("scale", 10)
         assert rt.trace_counts() == {"exported": {}, "suppressed": {}}
     finally:
-        rt._telemetry_off(1.0)
+        ar.telemetry.uninstrument(rt, timeout_s=1.0)
 
 
 # ---------------------------------------------------------------------------- 6. hot path
@@ -714,7 +731,7 @@ def test_a_full_span_buffer_drops_and_counts_without_blocking(
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
     capacity, calls = 4, 200
-    recorder = attach(rt, provider, capacity=capacity)
+    recorder = attach_span_recorder(rt, provider, capacity=capacity)
     try:
         rt.run("scale", 10)
         assert exporter.waiting.wait(10.0), "the recorder never reached the exporter"
@@ -807,7 +824,7 @@ def test_flush_delivers_every_admitted_span_pair(tracing: Tracing) -> None:
 def _child_checks(rt: ar.AdaptiveRuntime, recorder: SpanRecorder,
                   exporter: InMemorySpanExporter, parent_thread: threading.Thread) -> str:
     """Run in the forked child; returns "" if all is well, else what went wrong."""
-    if recorder._thread is not None:
+    if span_worker_thread(recorder) is not None:
         return "the recorder kept the parent's worker thread after fork"
     if recorder.pending:
         return f"the child inherited {recorder.pending} queued records"
@@ -816,7 +833,7 @@ def _child_checks(rt: ar.AdaptiveRuntime, recorder: SpanRecorder,
         result = rt.run("scale", 64)
         if result[1] != 64:
             return f"rt.run returned {result!r} in the child"
-    thread = recorder._thread
+    thread = span_worker_thread(recorder)
     if thread is None or thread is parent_thread or not thread.is_alive():
         return f"no new live worker thread in the child: {thread!r}"
     if not recorder.flush(5.0):
@@ -834,13 +851,13 @@ def test_a_forked_child_gets_a_fresh_span_worker(tmp_path: Any) -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
-    recorder = attach(rt, provider)
+    recorder = export_into(rt, provider)
     report = tmp_path / "child.txt"
     try:
         for _ in range(5):
             rt.run("scale", 64)
         assert recorder.flush(5.0)  # idle worker: no lock held across the fork
-        parent_thread = recorder._thread
+        parent_thread = span_worker_thread(recorder)
         assert parent_thread is not None and parent_thread.is_alive()
         made_before = recorder.spans_made
 
@@ -882,10 +899,10 @@ def test_a_forked_child_gets_a_fresh_span_worker(tmp_path: Any) -> None:
         for _ in range(3):
             rt.run("scale", 64)
         assert recorder.flush(5.0)
-        assert recorder._thread is parent_thread and parent_thread.is_alive()
+        assert span_worker_thread(recorder) is parent_thread and parent_thread.is_alive()
         assert recorder.spans_made == made_before + 6
     finally:
-        recorder.shutdown(5.0)
+        ar.telemetry.uninstrument(rt, timeout_s=5.0)
         provider.shutdown()
 
 
@@ -898,25 +915,26 @@ def test_instrument_into_given_providers_feeds_the_measured_span_cost_to_the_gat
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
-    gate = rt._dispatcher.trace_gate
+    _sink, gate = rt.step_hooks()
     assumed = gate.span_cost_us
     ar.telemetry.instrument(rt, tracer_provider=provider)
     try:
         for _ in range(50):
             rt.run("scale", 10)
-        assert rt._spans.recording
-        assert rt._spans.flush(10.0)
+        recorder = span_recorder(rt)
+        assert recorder.recording and rt.stats().recording_spans
+        assert rt.flush_telemetry(10.0)
         # the worker thread made the spans, measured its CPU and told the runtime's gate
         deadline = time.monotonic() + 10.0
         while gate.span_cost_us == assumed and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert rt._spans.make_cost_us is not None and rt._spans.make_cost_us > 0
+        assert recorder.make_cost_us is not None and recorder.make_cost_us > 0
         assert gate.span_cost_us != assumed
-        assert gate.span_cost_us > rt._spans.make_cost_us  # plus the exporter's share
+        assert gate.span_cost_us > recorder.make_cost_us  # plus the exporter's share
         names = Counter(s.name for s in exporter.get_finished_spans())
         assert names == {"adaptive.select scale": 50, "adaptive.execute scale": 50}
     finally:
-        rt._telemetry_off(5.0)
+        ar.telemetry.uninstrument(rt, timeout_s=5.0)
         provider.shutdown()
 
 
@@ -962,7 +980,11 @@ def test_at_default_settings_each_key_exports_its_commitment_and_stays_visible(
 
     interval_s = 2.0
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_key_interval_s=interval_s))
-    tracing.attach(rt)
+    # (a recorder made by hand: the gate keeps its assumed span cost. The cost instrument()
+    # has it measure here, milliseconds on a busy machine with the exporter's share, leaves
+    # no routine span, so a key's first window after its commitment would hang on its
+    # interval span alone, due 1.5 s in, and fail when a loaded machine delays it.)
+    tracing.attach_recorder(rt)
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(100_000), rng.standard_normal(100_000)
     rows = rng.standard_normal((1, 2_000))

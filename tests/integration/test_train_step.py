@@ -12,7 +12,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from test_tracing import EXPORT_ALL, attach, make_runtime, two_arms
+from test_tracing import EXPORT_ALL, export_into, make_runtime, two_arms
 
 import adaptive_runtime as ar
 
@@ -37,7 +37,7 @@ def _loop(rt: ar.AdaptiveRuntime, provider: TracerProvider, steps: int) -> None:
 def test_runtime_spans_land_under_their_train_step(otlp_receiver, provider) -> None:
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
-    attach(rt, provider)
+    export_into(rt, provider)
     _loop(rt, provider, 4)
     assert rt.flush_telemetry(10.0)
     spans = otlp_receiver.wait_for_spans(lambda s: len([x for x in s if x.name.startswith(
@@ -60,7 +60,7 @@ def test_runtime_spans_land_under_their_train_step(otlp_receiver, provider) -> N
 def test_as_a_decorator_each_call_is_a_numbered_step(otlp_receiver, provider) -> None:
     rt = make_runtime(EXPORT_ALL)
     two_arms(rt)
-    attach(rt, provider)
+    export_into(rt, provider)
 
     @ar.train_step(epoch=0, runtime=rt, tracer_provider=provider)
     def step(n: int) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from internals import pending_device_timings
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.settle import MAX_PENDING_TIMINGS
@@ -277,10 +278,10 @@ def test_timing_events_that_never_complete_cannot_block_the_loop_with_fake_cuda_
         rt.run("relu", x)
     assert not _rows(rt, "relu@device")
     assert len(fake.timings) > MAX_PENDING_TIMINGS  # (every call timed: nothing converges)
-    assert len(rt._dispatcher._settler.pending) == MAX_PENDING_TIMINGS
+    assert len(pending_device_timings(rt)) == MAX_PENDING_TIMINGS
     assert fake.syncs == 0
     rt.flush_telemetry()  # (asks, never waits: a wait here would never return)
-    assert len(rt._dispatcher._settler.pending) == MAX_PENDING_TIMINGS
+    assert len(pending_device_timings(rt)) == MAX_PENDING_TIMINGS
 
 
 def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back_with_fake_cuda_events(

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from internals import hot_path_entries, select_labels, selection_counters, trace_gate_keys
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -522,12 +523,11 @@ def test_a_million_distinct_names_keep_memory_and_metric_attributes_bounded(
         for i in range(warm, NAMES):
             record(f"op{i}", 1000, simd, 10.0)
         rss_end = _rss_mib()
-        dispatcher = rt._dispatcher
         assert len(rt.history_snapshot()) <= cap
-        assert len(dispatcher._hot._ops) <= cap
-        assert len(dispatcher.trace_gate._keys) <= cap
-        assert len(dispatcher._select_labels) <= MAX_SELECT_LABELS
-        assert len(dispatcher._selections) <= (MAX_SELECT_LABELS + 1) * 3 * len(ar.Reason)
+        assert len(hot_path_entries(rt)) <= cap
+        assert len(trace_gate_keys(rt)) <= cap
+        assert len(select_labels(rt)) <= MAX_SELECT_LABELS
+        assert len(selection_counters(rt)) <= (MAX_SELECT_LABELS + 1) * 3 * len(ar.Reason)
         growth_mib = rss_end - rss_warm
         assert growth_mib < 16, (rss_warm, rss_end)  # 800k names at 20 B each would be 16 MiB
 
@@ -572,7 +572,7 @@ def test_hot_path_spans_of_select_names_past_the_cap_are_named_other(reliability
         assert len(operations) == MAX_SELECT_LABELS + 1 and OTHER_LABEL in operations
         assert len(span_names) == MAX_SELECT_LABELS + 1  # ...under bounded names
     finally:
-        rt._telemetry_off(5.0)
+        ar.telemetry.uninstrument(rt, timeout_s=5.0)
         tracer_provider.shutdown()
     reliability.record(load=f"{names} invented select() names each entering the hot path",
                        hot_path_spans=len(hot), distinct_span_operations=len(operations))

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from internals import history_saver
 
 import adaptive_runtime as ar
 from adaptive_runtime.fingerprint import hardware_fingerprint
@@ -63,7 +64,7 @@ def _start(path: Path) -> tuple[ar.AdaptiveRuntime, list[warnings.WarningMessage
         rt = ar.AdaptiveRuntime(
             ar.RuntimeConfig(tracing=False, history_path=str(path), history_save_interval_s=0),
             builtin_ops=False, devices=DeviceProbe(gpu=False))
-    saver = getattr(rt, "_history_saver", None)
+    saver = history_saver(rt)
     if saver is not None:
         saver.stop()  # (a test's runtime must not save into its tmp_path at interpreter exit)
     return rt, list(caught)

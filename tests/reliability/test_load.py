@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from internals import replace_span_buffer
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -39,6 +40,7 @@ from otlp_receiver import OtlpReceiver
 import adaptive_runtime as ar
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
+from adaptive_runtime.telemetry.spans import SpanRecorder
 
 Backend = ar.Backend
 THREADS = 8
@@ -245,10 +247,11 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
             OTLPSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True, timeout=5)))
         try:
             instrumentation.instrument(rt, tracer_provider=provider)
-            recorder = rt._spans
-            assert recorder.recording
+            recorder, _gate = rt.step_hooks()
+            assert isinstance(recorder, SpanRecorder) and recorder.recording
             bound = recorder.capacity
-            watched = recorder._buffer = _WatchedBuffer(bound, THREADS)
+            watched = _WatchedBuffer(bound, THREADS)
+            replace_span_buffer(recorder, watched)
 
             def work(_seed: int) -> None:
                 run = rt.run
@@ -265,7 +268,7 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
             made = recorder.spans_made // 2  # two spans a call
             receiver.delay_s = 0.0
         finally:
-            rt._telemetry_off(timeout_s=10.0)
+            instrumentation.uninstrument(rt, timeout_s=10.0)
             provider.shutdown()
     reliability.record(load=f"{THREADS} threads, every call's spans admitted, span worker "
                             "held at 2 ms a span, receiver 0.2 s an export",

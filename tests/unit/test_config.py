@@ -8,6 +8,7 @@ import re
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.gating import TraceGate
 from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
@@ -56,20 +57,24 @@ def test_invalid_field_error_names_field_and_range(fields: dict[str, object], na
     assert range_text in message
 
 
+def _trace_gate(config: ar.RuntimeConfig | None = None) -> TraceGate:
+    """The trace gate of a runtime made with ``config`` (``rt.step_hooks()``: span sink, gate)."""
+    _sink, gate = ar.AdaptiveRuntime(config, builtin_ops=False).step_hooks()
+    return gate
+
+
 def test_an_infinite_trace_cpu_share_lifts_the_limit() -> None:
     assert ar.RuntimeConfig(trace_cpu_share=math.inf).trace_cpu_share == math.inf
     env = ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "inf"})
     assert env.trace_cpu_share == math.inf
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(trace_cpu_share=math.inf), builtin_ops=False)
-    assert rt._dispatcher.trace_gate.cpu_share is None
-    assert ar.AdaptiveRuntime(builtin_ops=False)._dispatcher.trace_gate.cpu_share == 0.005
+    assert _trace_gate(ar.RuntimeConfig(trace_cpu_share=math.inf)).cpu_share is None
+    assert _trace_gate().cpu_share == 0.005
 
 
 def test_a_keys_span_budget_is_a_tenth_of_the_process_budget() -> None:
-    gate = ar.AdaptiveRuntime(ar.RuntimeConfig(spans_per_sec=50.0),
-                              builtin_ops=False)._dispatcher.trace_gate
+    gate = _trace_gate(ar.RuntimeConfig(spans_per_sec=50.0))
     assert gate.spans_per_sec_per_key == 5.0
-    default = ar.AdaptiveRuntime(builtin_ops=False)._dispatcher.trace_gate
+    default = _trace_gate()
     assert default.spans_per_sec_per_key == 20.0
 
 

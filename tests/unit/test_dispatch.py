@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from internals import attach_sinks
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.watch import WATCHED_MAX_PERIOD
@@ -191,7 +192,7 @@ def _learning_costs(h, cost_us: float) -> None:
     """Make learning from a timed call take ``cost_us`` on the fake timer: the duration sink
     runs while the call is learned from (it stands for costly bookkeeping)."""
     pending = SimpleNamespace(append=lambda _timing: h.timer.advance_us(cost_us))
-    h.rt._dispatcher.attach(NO_SPANS, SimpleNamespace(recording=True, pending=pending))
+    attach_sinks(h.rt, spans=NO_SPANS, metrics=SimpleNamespace(recording=True, pending=pending))
 
 
 def _timings_learned(h, calls: int) -> int:
@@ -270,7 +271,7 @@ def _spans_recorded(h) -> list[object]:
     sink = SimpleNamespace(recording=True, dropped=0, submit=records.append,
                            submit_transition=records.append, submit_step=records.append,
                            timer=h.timer, flush=lambda _timeout_s: True)
-    h.rt._dispatcher.attach(sink, h.rt._metrics)
+    attach_sinks(h.rt, spans=sink)
     return records
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from internals import dispatcher_lock, registry_lock, telemetry_lock
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -113,14 +114,15 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
 
     return {
         # the history saver and the metric callbacks read the history under it
-        "dispatcher": (lambda: rt._dispatcher.lock, learn),
-        "registry": (lambda: rt._registry._lock, lambda: rt.register("late", size=len)),
+        "dispatcher": (lambda: dispatcher_lock(rt), learn),
+        "registry": (lambda: registry_lock(rt), lambda: rt.register("late", size=len)),
         # decide() on the metric reader's thread may probe the devices
         "device probe": (lambda: probe._lock, lambda: probe.gpu_available),
         "gpu device": (lambda: _gpu._lock, lambda: _gpu.set_device(None)),
         # the history saver's save fingerprints the machine
         "fingerprint": (lambda: fingerprint._lock, fingerprint.hardware_fingerprint),
-        "runtime telemetry": (lambda: rt._telemetry_lock, lambda: rt._telemetry_off(1.0)),
+        "runtime telemetry": (lambda: telemetry_lock(rt),
+                              lambda: ar.telemetry.uninstrument(rt, timeout_s=1.0)),
         "instrumentation": (lambda: instrumentation._lock, _runtime),
         "configure": (lambda: telemetry_setup._lock, lambda: ar.telemetry.shutdown(1.0)),
         # the metric reader (or a Prometheus scrape) runs the hub's callbacks under them

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from internals import history_saver
 
 import adaptive_runtime as ar
 from adaptive_runtime.fingerprint import differences, hardware_fingerprint
@@ -39,7 +40,7 @@ def _no_history_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def _rt(**config: object) -> ar.AdaptiveRuntime:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, **config), builtin_ops=False,
                             devices=DeviceProbe(gpu=True))
-    saver = getattr(rt, "_history_saver", None)
+    saver = history_saver(rt)
     if saver is not None:
         # (a test's runtime must not save into its tmp_path at interpreter exit)
         atexit.unregister(saver.at_exit)
@@ -47,7 +48,7 @@ def _rt(**config: object) -> ar.AdaptiveRuntime:
 
 
 def _stop(rt: ar.AdaptiveRuntime) -> None:
-    saver = getattr(rt, "_history_saver", None)
+    saver = history_saver(rt)
     if saver is not None:
         saver.stop()
 
@@ -204,7 +205,7 @@ def test_the_force_switch_in_the_environment_applies_it(tmp_path: Path,
     monkeypatch.setenv(P + "HISTORY_SAVE_INTERVAL_S", "0")
     rt = ar.AdaptiveRuntime(builtin_ops=False, devices=DeviceProbe(gpu=True))
     try:
-        atexit.unregister(rt._history_saver.at_exit)
+        atexit.unregister(history_saver(rt).at_exit)
         assert rt.config.history_force is True
         assert _rows(rt) == _rows(source)
         # the switch also applies to explicit loads
@@ -444,10 +445,10 @@ def test_the_exit_save_writes_only_a_changed_history(tmp_path: Path) -> None:
     rt = _rt(history_path=str(path), history_save_interval_s=0)
     try:
         os.utime(path, (0, 0))
-        rt._history_saver.save_if_changed()  # what the exit handler does
+        history_saver(rt).save_if_changed()  # what the exit handler does
         assert path.stat().st_mtime == 0  # loaded and unchanged: not rewritten
         rt.record_performance("dot", 1000, "simd", 10.0)
-        rt._history_saver.save_if_changed()
+        history_saver(rt).save_if_changed()
         assert path.stat().st_mtime != 0
         assert sum(r.samples for r in read_history_file(path).records) == 19
     finally:
@@ -469,15 +470,15 @@ def test_a_forked_child_never_saves_to_the_parents_file(tmp_path: Path) -> None:
             code = 1
             try:
                 rt.record_performance("dot", 1000, "simd", 12.0)
-                rt._history_saver.save_if_changed()
-                rt._history_saver.at_exit()
+                history_saver(rt).save_if_changed()
+                history_saver(rt).at_exit()
                 code = 0 if not path.exists() else 2
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert not path.exists()
-        rt._history_saver.save_if_changed()  # the parent still saves
+        history_saver(rt).save_if_changed()  # the parent still saves
         assert sum(r.samples for r in read_history_file(path).records) == 1
     finally:
         _stop(rt)

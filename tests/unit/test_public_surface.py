@@ -47,6 +47,7 @@ def test_stats_is_one_frozen_snapshot_of_the_per_call_counters() -> None:
     assert stats.fallbacks == {("double", ar.Backend.SCALAR, ar.Backend.SIMD): 1}
     assert stats.hot_operations == ()
     assert stats.spans_admitted == 0  # tracing off
+    assert stats.recording_spans is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.spans_admitted = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
