@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from adaptive_runtime.telemetry.otlp_json import (
+from adaptive_runtime.telemetry.sdk.otlp_json import (
     DEFAULT_MAX_BYTES,
     OtlpJsonFileMetricExporter,
     OtlpJsonFileSpanExporter,
@@ -41,7 +41,7 @@ from adaptive_runtime.telemetry.otlp_json import (
 )
 
 RESOURCE = Resource.create({"service.name": "adaptive-runtime-test"})
-LOGGER_NAME = "adaptive_runtime.telemetry.otlp_json"
+LOGGER_NAME = "adaptive_runtime.telemetry.sdk.otlp_json"
 _T = TypeVar("_T")
 
 

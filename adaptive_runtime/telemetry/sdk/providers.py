@@ -6,7 +6,7 @@
   ``http/protobuf`` as the specification says). Headers and certificate come from the
   argument or the standard ``OTEL_EXPORTER_OTLP_HEADERS`` / ``_CERTIFICATE`` variables; a
   malformed header setting is a ``ConfigError`` that never shows a value (see
-  :mod:`~adaptive_runtime.telemetry.credentials`), and the CA file wins over
+  :mod:`~adaptive_runtime.telemetry.sdk.credentials`), and the CA file wins over
   ``REQUESTS_CA_BUNDLE`` for OTLP/HTTP.
 - No endpoint → the embedded default: OTLP/JSON lines files ``traces.jsonl`` and
   ``metrics.jsonl`` under ``directory`` (argument, ``ADAPTIVE_RUNTIME_TELEMETRY_DIR``, else
@@ -26,7 +26,7 @@
   else the files.
 - The resource: ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` and the arguments, by the
   specification's precedence, with a ``service.instance.id`` per process (see
-  :mod:`~adaptive_runtime.telemetry.resource`).
+  :mod:`~adaptive_runtime.telemetry.sdk.resource`).
 - An endpoint without an OTLP metrics service (gRPC ``UNIMPLEMENTED``, HTTP 404/405: a
   traces-only backend such as Jaeger) gets one warning saying metrics export is off and why,
   then metric export stops; traces go on.
@@ -50,7 +50,7 @@ Forked children (``DataLoader(num_workers=..., multiprocessing_context="fork")``
   SDK restarts, empty, in the child): what the parent had queued is exported by the parent
   only. An OTLP exporter is made afresh in the child on its first export (the inherited one's
   connections are the parent's); the OTLP/JSON file is appended to beside the parent (see
-  :mod:`~adaptive_runtime.telemetry.otlp_json`). Their spans carry ``process.pid``.
+  :mod:`~adaptive_runtime.telemetry.sdk.otlp_json`). Their spans carry ``process.pid``.
 - export no metrics: the child's counters start as a copy of the parent's, and exporting them
   under the parent's resource would duplicate its series. The SDK restarts the periodic metric
   reader in every child; here its exporter is switched to dropping and the reader shut down.
@@ -93,16 +93,10 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from .._forks import after_fork_in_child
-from ..errors import ConfigError
-from . import instrumentation
-from .credentials import (
-    check_header_settings,
-    otlp_http_session,
-    quiet_grpc_handshake_logs,
-    shown_url,
-)
-from .deadline import (
+from ..._forks import after_fork_in_child
+from ...errors import ConfigError
+from .. import instrumentation
+from ..deadline import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     exit_deadline,
     flush_deadline,
@@ -110,13 +104,19 @@ from .deadline import (
     resolve_shutdown_timeout,
     set_shutdown_timeout_s,
 )
-from .deadline import shutdown_timeout_s as configured_shutdown_timeout_s
-from .defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
+from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from ..defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
+from ..spans import flush_all, is_runtime_span
+from ..stats import TelemetryStats, stats, use_processor
+from .credentials import (
+    check_header_settings,
+    otlp_http_session,
+    quiet_grpc_handshake_logs,
+    shown_url,
+)
 from .export import BoundedSpanProcessor, batch_settings
 from .otlp_json import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 from .resource import make_resource
-from .spans import flush_all, is_runtime_span
-from .stats import TelemetryStats, stats, use_processor
 from .switching import (
     SwitchableMetricExporter,
     SwitchableSpanExporter,

@@ -83,7 +83,7 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .._forks import renew_after_fork
+from ..._forks import renew_after_fork
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
