@@ -13,7 +13,7 @@ logged. Here:
 - Exports run only on the processor's worker thread, a batch at a time.
 - :meth:`flush` asks the worker to export what is queued and waits at most its timeout;
   :meth:`abandon` then gives up on what is still queued, counted (``shutdown``). Whoever
-  calls it also stops the exporter (see ``providers``), which cuts the export in progress short.
+  calls it also stops the exporter (see ``handle``), which cuts the export in progress short.
 - Every span that reached the processor ends exactly once as exported, dropped (by reason) or
   still pending: ``received == exported + dropped + pending``.
 """

@@ -1,4 +1,5 @@
-"""Embedded-default exporters: spans and metrics as OTLP/JSON Lines files.
+"""The OTLP/JSON encoding: export requests to and from OTLP/JSON, and reading OTLP/JSON Lines
+files back (the files ``otlp_json_file``'s exporters write, one export request per line).
 
 With no OTLP endpoint configured, telemetry still has to land somewhere useful. These exporters
 write it to local files in exactly the format the OpenTelemetry Collector's ``file`` exporter
@@ -18,77 +19,26 @@ OTLP/JSON is *not* the default protobuf JSON mapping
 - 64-bit integers are written as decimal strings (``"startTimeUnixNano": "17..."``), which proto3
   JSON and the collector both accept — and which is what the collector's own file exporter writes.
 - Fields at their default value (empty ids, zero counts, empty lists) are omitted.
-
-Files are opened lazily (on the first export), appended to, flushed after every line (so a crash
-loses at most the line being written), and guarded by one lock per exporter so lines from
-concurrent exports never interleave. Use one exporter per path (and a separate path per signal,
-e.g. ``traces.jsonl`` / ``metrics.jsonl``): the lock and the size accounting are per instance.
-
-Forked children (DataLoader workers) append to the same file as their parent: one file keeps
-the whole run where the Collector's ``otlpjsonfile`` receiver and ``adaptive-runtime report``
-look for it. Every line is written with a single ``write()`` on a descriptor opened with
-``O_APPEND`` (unbuffered, in the parent too), and a local file system appends each such write
-whole at the end of the file, so lines of the parent and its children never interleave (not
-guaranteed on NFS). A child renews the lock (the parent's export thread may have held it at the
-fork), never rotates (that would move the file away under its parent: rotation is the parent's
-job) and opens the path for each line, so it follows the parent's rotations.
-
-Size guard: once appending the next line would take the file past ``max_bytes`` (default
-256 MiB), the file is rotated to ``<path>.1`` (replacing any previous backup — one backup only)
-and a fresh file is started, so a long run keeps at most about ``2 * max_bytes`` on disk. A single
-line larger than ``max_bytes`` is still written whole, alone in a fresh file. ``max_bytes=None``
-disables rotation.
-
-Failures never reach the caller (a telemetry problem must not break a training loop): I/O and
-encoding errors make ``export`` return ``FAILURE``, are counted in ``failed_exports`` and are
-logged once per exporter through ``logging.getLogger(__name__)``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
-import logging
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.metrics import (
-    Counter,
-    Histogram,
-    ObservableCounter,
-    ObservableGauge,
-    ObservableUpDownCounter,
-    UpDownCounter,
-)
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-)
-from opentelemetry.sdk.metrics.view import Aggregation
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-from ..._forks import renew_after_fork
 
 __all__ = [
-    "DEFAULT_MAX_BYTES",
-    "OtlpJsonFileMetricExporter",
-    "OtlpJsonFileSpanExporter",
     "decode_metrics_requests",
     "decode_trace_requests",
     "from_otlp_json",
@@ -96,11 +46,7 @@ __all__ = [
     "to_otlp_json",
 ]
 
-_logger = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=Message)
-
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-"""Default rotation threshold: large enough for hours of sampled spans, small enough for a disk."""
 
 # The OTLP/JSON fields that carry trace/span ids. They only ever occur as real message fields:
 # attribute keys are *values* (``{"key": "traceId", ...}``), never dict keys, so rewriting these
@@ -173,329 +119,6 @@ def _dumps_line(tree: dict[str, Any]) -> bytes:
     # Compact separators: the files are for machines, and size is what triggers rotation.
     # ensure_ascii=False keeps non-ASCII span names readable; the bytes are UTF-8 either way.
     return (json.dumps(tree, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
-
-
-# --------------------------------------------------------------------------- file writer
-
-
-class _JsonLinesFile:
-    """Append-only JSON Lines file with rotation, one lock, and logged-once failure handling.
-
-    In a forked child it becomes a *shared* appender (see the module docstring): each line is
-    one ``O_APPEND`` write through a descriptor opened for it; no rotation.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None) -> None:
-        if max_bytes is not None and max_bytes <= 0:
-            raise ValueError(f"max_bytes must be positive or None, got {max_bytes}")
-        self.path = Path(path)
-        self.backup_path = self.path.with_name(self.path.name + ".1")
-        self.max_bytes = max_bytes
-        self.failed_exports = 0
-        self.lines_written = 0
-        self.rotations = 0
-        self._lock = threading.Lock()
-        self._file: IO[bytes] | None = None
-        self._size = 0
-        self._closed = False
-        self._warned = False
-        self._shared = False  # a forked child's: appends beside its parent, never rotates
-        renew_after_fork(self, _JsonLinesFile._after_fork)
-
-    def _after_fork(self) -> None:
-        # The parent's export thread may have held the lock at the fork. The inherited handle
-        # is unbuffered (nothing of the parent's half-written line sits in it): closing it
-        # closes only this process's descriptor.
-        self._lock = threading.Lock()
-        self._close_locked()
-        self._shared = True
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def record_failure(self, what: str, exc: BaseException) -> None:
-        """Count a failed export and log the first one (later ones would only flood the log)."""
-        with self._lock:
-            self._record_failure_locked(what, exc)
-
-    def _record_failure_locked(self, what: str, exc: BaseException) -> None:
-        self.failed_exports += 1
-        if not self._warned:
-            self._warned = True
-            _logger.warning(
-                "OTLP/JSON file export to %s failed while %s: %r; further failures of this "
-                "exporter are counted in failed_exports but not logged",
-                self.path,
-                what,
-                exc,
-            )
-
-    def write_line(self, line: bytes) -> bool:
-        """Append one line; returns False (never raises) if it could not be written."""
-        with self._lock:
-            if self._closed:
-                return False
-            try:
-                self._write_locked(line)
-            except OSError as exc:
-                # Drop the handle so the next export reopens the file: that recovers from e.g. a
-                # deleted directory or a disk that had filled up and was cleaned.
-                self._close_locked()
-                self._record_failure_locked("writing", exc)
-                return False
-            self.lines_written += 1
-            return True
-
-    def _write_locked(self, line: bytes) -> None:
-        if self._shared:
-            self._append_shared(line)
-            return
-        if self._file is None:
-            self._open_locked()
-        if (
-            self.max_bytes is not None
-            and self._size > 0
-            and self._size + len(line) > self.max_bytes
-        ):
-            self._rotate_locked()
-        assert self._file is not None
-        # One unbuffered write per line: a crash (or a reader tailing the file) then sees whole
-        # requests only, at the cost of one write() syscall per export — exports are batched,
-        # so that is cheap — and a forked child's lines land between ours, never inside them.
-        _write_all(self._file.write, line)
-        self._size += len(line)
-
-    def _append_shared(self, line: bytes) -> None:
-        """A forked child's line: opened per line, so the parent's rotations are followed."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.path, flags, 0o666)
-        try:
-            _write_all(lambda data: os.write(fd, data), line)
-        finally:
-            os.close(fd)
-
-    def _open_locked(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # "a+b": appends always go to the end (O_APPEND) whatever the read position, and the read
-        # side lets us check how an existing file ends. Unbuffered: each line is one write().
-        handle = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - outlives this method
-        try:
-            size = os.fstat(handle.fileno()).st_size
-            if size > 0:
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
-                    # A previous writer died mid-line (crash, full disk). Terminate that torn
-                    # line so it stays one bad line instead of corrupting our first good one.
-                    _write_all(handle.write, b"\n")
-                    size += 1
-        except OSError:
-            handle.close()
-            raise
-        self._file = handle
-        self._size = size
-
-    def _rotate_locked(self) -> None:
-        self._close_locked()
-        os.replace(self.path, self.backup_path)  # atomic; replaces the previous backup
-        self.rotations += 1
-        self._open_locked()
-
-    def _close_locked(self) -> None:
-        handle, self._file = self._file, None
-        if handle is not None:
-            # Closing after a failed write can fail again (the buffered tail cannot be flushed);
-            # that failure has already been counted, and the handle must go either way.
-            with contextlib.suppress(OSError):
-                handle.close()
-
-    def flush(self) -> bool:
-        """Flush and fsync the current file; False if that failed."""
-        with self._lock:
-            if self._file is None:
-                return True
-            try:
-                self._file.flush()
-                # fsync only here (not per line): force_flush is rare (shutdown, explicit calls)
-                # and is where a caller asks for durability.
-                os.fsync(self._file.fileno())
-            except OSError as exc:
-                self._close_locked()
-                self._record_failure_locked("flushing", exc)
-                return False
-            return True
-
-    def close(self) -> None:
-        """Close the file; later writes are refused. Idempotent."""
-        with self._lock:
-            self._closed = True
-            self._close_locked()
-
-
-def _write_all(write: Callable[[memoryview], int | None], line: bytes) -> None:
-    """Write ``line`` whole: one call does it on a regular file (a short write happens only
-    when the disk fills up or a signal interrupts; the rest then follows)."""
-    view = memoryview(line)
-    while view:
-        written = write(view)
-        if not written:
-            raise OSError(f"could not write {len(view)} bytes (no progress)")
-        view = view[written:]
-
-
-# --------------------------------------------------------------------------- exporters
-
-
-class _OtlpJsonFileMixin:
-    """Shared plumbing of the two exporters: the file, its counters and the export step."""
-
-    _writer: _JsonLinesFile
-
-    @property
-    def path(self) -> Path:
-        """The file being written."""
-        return self._writer.path
-
-    @property
-    def backup_path(self) -> Path:
-        """Where the file is rotated to once it reaches ``max_bytes``."""
-        return self._writer.backup_path
-
-    @property
-    def max_bytes(self) -> int | None:
-        """Rotation threshold in bytes (``None``: never rotate)."""
-        return self._writer.max_bytes
-
-    @property
-    def failed_exports(self) -> int:
-        """Exports that could not be encoded or written (refusals after shutdown not included)."""
-        return self._writer.failed_exports
-
-    @property
-    def lines_written(self) -> int:
-        """Export requests successfully written (one line each)."""
-        return self._writer.lines_written
-
-    @property
-    def rotations(self) -> int:
-        """How many times the file has been rotated to ``backup_path``."""
-        return self._writer.rotations
-
-    def _export_message(self, encode: Callable[[Any], Message], data: Any) -> bool:
-        if self._writer.closed:
-            return False
-        try:
-            request = encode(data)
-            tree = to_otlp_json(request)
-            line = _dumps_line(tree) if tree else None
-        except Exception as exc:  # telemetry must never raise into the instrumented code
-            self._writer.record_failure("encoding", exc)
-            return False
-        if line is None:
-            return True  # an empty request carries nothing; a "{}" line would only be noise
-        return self._writer.write_line(line)
-
-
-class OtlpJsonFileSpanExporter(_OtlpJsonFileMixin, SpanExporter):
-    """Span exporter writing one OTLP/JSON ``ExportTraceServiceRequest`` per line to ``path``.
-
-    Plug it into a ``BatchSpanProcessor`` (one line per batch) or ``SimpleSpanProcessor`` (one line
-    per span). See the module docstring for the format, the rotation guard and failure handling.
-
-    Args:
-        path: File to append to; parent directories are created on the first export.
-        max_bytes: Rotate to ``<path>.1`` before the file would exceed this size; ``None`` never
-            rotates.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES
-    ) -> None:
-        self._writer = _JsonLinesFile(path, max_bytes)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Append the spans as one line; ``FAILURE`` (never an exception) if that fails."""
-        if not spans:
-            return (
-                SpanExportResult.FAILURE if self._writer.closed else SpanExportResult.SUCCESS
-            )
-        ok = self._export_message(encode_spans, spans)
-        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Flush written lines to disk (lines are already flushed to the OS on every export)."""
-        return self._writer.flush()
-
-    def shutdown(self) -> None:
-        """Flush and close the file; later exports return ``FAILURE`` without writing."""
-        self._writer.flush()
-        self._writer.close()
-
-
-def _cumulative_everywhere() -> dict[type, AggregationTemporality]:
-    # Cumulative is the SDK default too; spelling it out keeps the files self-describing and
-    # independent of any exporter-specific environment preference. Replaying cumulative data is
-    # also safe: a lost line loses resolution, not totals.
-    instruments = (
-        Counter,
-        UpDownCounter,
-        Histogram,
-        ObservableCounter,
-        ObservableUpDownCounter,
-        ObservableGauge,
-    )
-    return dict.fromkeys(instruments, AggregationTemporality.CUMULATIVE)
-
-
-class OtlpJsonFileMetricExporter(_OtlpJsonFileMixin, MetricExporter):
-    """Metric exporter writing one OTLP/JSON ``ExportMetricsServiceRequest`` per line to ``path``.
-
-    Use it with a ``PeriodicExportingMetricReader`` (one line per collection). Temporality is
-    cumulative for every instrument and aggregations are the SDK defaults unless overridden. See
-    the module docstring for the format, the rotation guard and failure handling.
-
-    Args:
-        path: File to append to; parent directories are created on the first export.
-        max_bytes: Rotate to ``<path>.1`` before the file would exceed this size; ``None`` never
-            rotates.
-        preferred_temporality: Per-instrument-class override (default: cumulative for all).
-        preferred_aggregation: Per-instrument-class override (default: SDK defaults).
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        max_bytes: int | None = DEFAULT_MAX_BYTES,
-        preferred_temporality: dict[type, AggregationTemporality] | None = None,
-        preferred_aggregation: dict[type, Aggregation] | None = None,
-    ) -> None:
-        super().__init__(
-            preferred_temporality=(
-                _cumulative_everywhere()
-                if preferred_temporality is None
-                else preferred_temporality
-            ),
-            preferred_aggregation=preferred_aggregation,
-        )
-        self._writer = _JsonLinesFile(path, max_bytes)
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        """Append the collected metrics as one line; ``FAILURE`` (never an exception) on error."""
-        ok = self._export_message(encode_metrics, metrics_data)
-        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        """Flush written lines to disk (lines are already flushed to the OS on every export)."""
-        return self._writer.flush()
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        """Flush and close the file; later exports return ``FAILURE`` without writing."""
-        self._writer.flush()
-        self._writer.close()
 
 
 # --------------------------------------------------------------------------- reading back
