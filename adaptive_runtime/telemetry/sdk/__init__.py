@@ -2,8 +2,9 @@
 sets up. The package's modules that import ``opentelemetry.sdk`` (or an exporter, or
 Prometheus) are here, and only ``adaptive_runtime.telemetry``'s lazy ``__getattr__``
 (``configure``, ``shutdown``, ``Telemetry``) imports this package: ``import adaptive_runtime``
-loads none of it. Elsewhere only ``telemetry.span_builders`` imports the SDK, on first use,
-where an SDK tracer makes step spans (its id generator).
+loads none of it (``.importlinter``'s contract ``telemetry-sdk`` keeps it so). Elsewhere
+only ``telemetry.span_builders`` imports the SDK, on first use, where an SDK tracer makes step
+spans (its id generator).
 
 - ``configure``: ``configure()`` and the resolution of its settings (arguments, ``OTEL_*``).
 - ``providers``: the global tracer and meter providers, made once and switched after; the
