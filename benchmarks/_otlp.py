@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import adaptive_runtime as ar
+from adaptive_runtime.telemetry.sdk.switching import SwitchableSpanExporter
 from adaptive_runtime.telemetry.spans import SpanRecorder
-from adaptive_runtime.telemetry.switching import SwitchableSpanExporter
 
 __all__ = ["Pipeline", "Receiver", "background_cpu_s"]
 

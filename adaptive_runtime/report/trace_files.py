@@ -1,7 +1,7 @@
 """Report rows and the decision timeline from the embedded telemetry files.
 
 Without a collector the runtime appends its spans to ``<folder>/traces.jsonl`` (rotated to
-``traces.jsonl.1``): OTLP/JSON, one export request per line (see ``telemetry.otlp_json``).
+``traces.jsonl.1``): OTLP/JSON, one export request per line (see ``telemetry.sdk.otlp_json``).
 Every traced selection is an ``adaptive.select {operation}`` span carrying the key, the arm,
 the reason, the confidence, the key's timings so far (``adaptive.samples``) and each arm's
 latency estimate (``adaptive.estimate_us.<arm>``) when it was made. Per key the report takes

@@ -7,10 +7,10 @@ export into those as soon as they exist, or on ``instrument(rt)``; ``uninstrumen
 one runtime's export.
 
 Importing this package loads the OpenTelemetry API only: the SDK, the exporters and
-Prometheus load with ``configure()`` (``setup``), or when a runtime first makes spans for an
-SDK the application set up itself. A program that never configures telemetry pays for none,
-and runs where only the API is installed (``pip install adaptive_runtime``; ``configure()``
-needs the ``otlp`` extra, and says so).
+Prometheus load with ``configure()`` (the ``sdk`` subpackage), or when a runtime first makes
+spans for an SDK the application set up itself. A program that never configures telemetry
+pays for none, and runs where only the API is installed (``pip install adaptive_runtime``;
+``configure()`` needs the ``otlp`` extra, and says so).
 """
 
 from __future__ import annotations
@@ -24,21 +24,23 @@ from .stats import TelemetryStats, stats
 from .steps import TrainStep, train_step
 
 if TYPE_CHECKING:
-    from .setup import Telemetry, configure, shutdown
+    from .sdk import Telemetry, configure, shutdown
 
 __all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "TrainStep", "configure",
            "instrument", "shutdown", "stats", "telemetry_setup", "train_step", "uninstrument"]
 
-# names served by ``setup``, which imports the SDK: imported on first use (PEP 562)
-_FROM_SETUP = frozenset({"Telemetry", "configure", "shutdown"})
+# names served by ``sdk``, which imports the SDK: imported on first use (PEP 562). This
+# module's imports of ``sdk`` (that one, and the type-only one above) are the only ones from
+# below the tools: .importlinter's contract "telemetry-sdk" ignores them.
+_FROM_SDK = frozenset({"Telemetry", "configure", "shutdown"})
 
 
 def telemetry_setup(needed_by: str) -> Any:
-    """The ``setup`` module (it imports the OpenTelemetry SDK); :class:`MissingExtraError`
+    """The ``sdk`` package (it imports the OpenTelemetry SDK); :class:`MissingExtraError`
     (a ``ModuleNotFoundError``) naming the extra that brings the SDK where it is not
     installed (the package runs on the API alone; exporting needs the SDK)."""
     try:
-        from . import setup
+        from . import sdk
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith(("opentelemetry", "prometheus_client")):
             raise
@@ -46,14 +48,14 @@ def telemetry_setup(needed_by: str) -> Any:
             f"ar.telemetry.{needed_by} needs the OpenTelemetry SDK and exporters, not installed "
             f"here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]'",
             name=exc.name) from exc
-    return setup
+    return sdk
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_SETUP:
-        setup = telemetry_setup(name)
+    if name in _FROM_SDK:
+        sdk = telemetry_setup(name)
 
-        value = getattr(setup, name)
+        value = getattr(sdk, name)
         globals()[name] = value  # (later lookups are plain module attributes)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """Where telemetry goes unless told otherwise. A module of its own, importing nothing: the CLI
-and ``adaptive-runtime doctor`` read these where the OpenTelemetry SDK (``setup``) may not be
+and ``adaptive-runtime doctor`` read these where the OpenTelemetry SDK (``sdk``) may not be
 installed."""
 
 __all__ = ["DEFAULT_DIRECTORY", "DEFAULT_PROMETHEUS_HOST", "DEFAULT_PROMETHEUS_PORT"]

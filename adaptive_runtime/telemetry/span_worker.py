@@ -29,6 +29,7 @@ from typing import Any
 from .._counter import counter, issued
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
+from .export_cost import export_cost_us_per_span
 from .span_builders import SpanBuilder
 
 __all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "recorder_counts"]
@@ -266,9 +267,6 @@ class SpanWorker:
         self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
         if self._on_cost is not None:
             try:
-                # (imported here: the exporter side of the SDK loads only once spans are made)
-                from .switching import export_cost_us_per_span
-
                 self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
             except Exception as exc:
                 self._error(exc)

@@ -58,7 +58,7 @@ class SpanRecorder(SpanWorker):
     still served. Never raises into the caller: an SDK or exporter error is logged once and
     counted in ``errors``. ``on_cost`` receives, after each batch, the background CPU (µs)
     one call's spans cost: measured making them, plus the exporter's share (see
-    :func:`~adaptive_runtime.telemetry.switching.export_cost_us_per_span`).
+    :func:`~adaptive_runtime.telemetry.export_cost.export_cost_us_per_span`).
 
     The buffer, the worker thread, flush, shutdown and fork handling are
     :class:`~.span_worker.SpanWorker`'s; the spans are made by a

@@ -15,19 +15,26 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .spans import recorder_counts
 
-if TYPE_CHECKING:
-    from .export import BoundedSpanProcessor
-
 __all__ = ["TelemetryStats", "export_losses", "stats"]
 
-_processor: BoundedSpanProcessor | None = None
+
+class ExportCounts(Protocol):
+    """What is read of configure()'s span processor (``sdk.export.BoundedSpanProcessor``;
+    typed by this Protocol so that this module imports nothing of the SDK side)."""
+
+    def counts(self) -> dict[str, int]:
+        """``received`` (of which ``received_runtime``), ``exported``, ``pending`` and the
+        drops by reason."""
 
 
-def use_processor(processor: BoundedSpanProcessor | None) -> None:
+_processor: ExportCounts | None = None
+
+
+def use_processor(processor: ExportCounts | None) -> None:
     """The export processor of configure()'s tracer provider (its counts are reported)."""
     global _processor
     _processor = processor
@@ -107,7 +114,7 @@ def export_losses() -> dict[str, int]:
 
 
 def _switching() -> Any:
-    """The exporters' counting module, or ``None`` while it is not imported: only
-    ``configure()`` imports it (with the SDK), so until then no export was ever attempted and
-    every count it keeps is 0. Read this way so that ``stats()`` loads no SDK."""
-    return sys.modules.get(__name__.rpartition(".")[0] + ".switching")
+    """The exporters' counting module (``sdk.switching``), or ``None`` while it is not
+    imported: only ``configure()`` imports it (with the SDK), so until then no export was ever
+    attempted and every count it keeps is 0. Read this way so that ``stats()`` loads no SDK."""
+    return sys.modules.get(__name__.rpartition(".")[0] + ".sdk.switching")

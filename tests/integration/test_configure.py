@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 
-from adaptive_runtime.telemetry.otlp_json import decode_trace_requests
+from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
 
 TIMEOUT_S = 60
 

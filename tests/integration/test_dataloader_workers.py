@@ -25,7 +25,7 @@ from typing import Any
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 from required import require_module
 
-from adaptive_runtime.telemetry.otlp_json import decode_trace_requests
+from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
 
 require_module("torch", "torch")
 

@@ -69,10 +69,10 @@ def test_a_traces_only_endpoint_gets_one_line_about_metrics_then_silence(
     receiver = traces_only_receiver
     ran = run_script('''
         import time
-        from adaptive_runtime.telemetry import setup
+        from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        switch = setup._process.metric_switch
+        switch = providers._process.metric_switch
         # run until the periodic reader's first export was refused and export switched off
         deadline = time.monotonic() + 30
         while switch.target is not None and time.monotonic() < deadline:
@@ -117,10 +117,10 @@ def test_a_traces_only_endpoint_does_not_silence_a_later_span_outage(
     receiver = traces_only_receiver
     ran = run_in_steps('''
         import time
-        from adaptive_runtime.telemetry import setup
+        from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        switch = setup._process.metric_switch
+        switch = providers._process.metric_switch
         deadline = time.monotonic() + 30
         while switch.target is not None and time.monotonic() < deadline:
             loop(rt, calls=20)

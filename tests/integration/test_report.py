@@ -35,7 +35,7 @@ from adaptive_runtime.report import (
     from_telemetry,
     render_figure,
 )
-from adaptive_runtime.telemetry.otlp_json import decode_trace_requests
+from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
 
 BUCKETS = range(4, 18)
 

@@ -45,7 +45,7 @@ from tls_certs import CertificateAuthority, make_ca
 
 import adaptive_runtime as ar
 from adaptive_runtime.errors import ConfigError
-from adaptive_runtime.telemetry.credentials import HEADER_VARIABLES
+from adaptive_runtime.telemetry.sdk.credentials import HEADER_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -76,7 +76,7 @@ SCRIPT = textwrap.dedent('''
 
     import adaptive_runtime as ar
     from adaptive_runtime.operations import DeviceProbe
-    from adaptive_runtime.telemetry import setup
+    from adaptive_runtime.telemetry.sdk import providers
     from opentelemetry.sdk.trace import SpanProcessor
 
     class CountEnded(SpanProcessor):
@@ -102,12 +102,12 @@ SCRIPT = textwrap.dedent('''
             time.sleep(0.05)
     exported_phase = len(records)
 
-    objects = {"Telemetry": tel, "process providers": setup._process,
+    objects = {"Telemetry": tel, "process providers": providers._process,
                "config": ar.RuntimeConfig.from_env(), "runtime config": rt.config,
-               "span switch": setup._process.span_switch,
-               "span exporter": setup._process.span_switch.target,
-               "metric switch": setup._process.metric_switch,
-               "metric exporter": getattr(setup._process.metric_switch, "target", None),
+               "span switch": providers._process.span_switch,
+               "span exporter": providers._process.span_switch.target,
+               "metric switch": providers._process.metric_switch,
+               "metric exporter": getattr(providers._process.metric_switch, "target", None),
                "tracer provider": tel.tracer_provider, "meter provider": tel.meter_provider}
     reprs = {f"{kind}({name})": show(value) for name, value in objects.items()
              for kind, show in (("repr", repr), ("str", str))}

@@ -34,7 +34,7 @@ import grpc
 import pytest
 from otlp_receiver import OtlpReceiver
 
-from adaptive_runtime.telemetry.setup import GRPC_RECONNECT
+from adaptive_runtime.telemetry.sdk.providers import GRPC_RECONNECT
 
 CALLS_PER_PHASE = 300
 
@@ -43,7 +43,7 @@ PROGRAM = r'''
 import json, sys, threading
 import numpy as np
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry import switching
+from adaptive_runtime.telemetry.sdk import switching
 
 export_threads = set()
 for cls in (switching.SwitchableSpanExporter, switching.SwitchableMetricExporter):
@@ -166,7 +166,7 @@ def _flapping(receiver: OtlpReceiver, phase: int) -> None:
     else:
         receiver.start()  # the same ports again
         # A gRPC channel that failed dials again only after its reconnect back-off, which the
-        # runtime caps at 2 s (setup.GRPC_RECONNECT; gRPC's own default grows to 120 s): from
+        # runtime caps at 2 s (providers.GRPC_RECONNECT; gRPC's own default grows to 120 s): from
         # then on the collector is up as the program sees it.
         time.sleep(max(ms for _, ms in GRPC_RECONNECT) / 1000 + 0.5)
 

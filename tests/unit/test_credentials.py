@@ -1,4 +1,4 @@
-"""``telemetry.credentials``: header settings parsed as the SDK parses them, refused without
+"""``telemetry.sdk.credentials``: header settings parsed as the SDK parses them, refused without
 their values, and an HTTPS session that keeps the CA file it was given."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from opentelemetry.util.re import parse_env_headers
 
 from adaptive_runtime.errors import ConfigError
-from adaptive_runtime.telemetry import setup
-from adaptive_runtime.telemetry.credentials import (
+from adaptive_runtime.telemetry.sdk import providers
+from adaptive_runtime.telemetry.sdk.credentials import (
     check_header_settings,
     otlp_http_session,
     parse_headers,
@@ -84,8 +84,8 @@ def test_a_user_name_or_password_in_an_endpoint_is_never_shown(url: str, shown: 
 def test_the_destinations_telemetry_shows_carry_no_password(tmp_path, protocol: str) -> None:
     # (what the shutdown warning, Telemetry.traces_destination and the CLI print)
     url = "http://user:s3cret@127.0.0.1:4318"
-    spans, traces_shown = setup._span_exporter("otlp", url, protocol, None, str(tmp_path), {})
-    metrics, metrics_shown = setup._metric_exporter("otlp", url, protocol, None,
+    spans, traces_shown = providers._span_exporter("otlp", url, protocol, None, str(tmp_path), {})
+    metrics, metrics_shown = providers._metric_exporter("otlp", url, protocol, None,
                                                     str(tmp_path), {})
     try:
         for shown in (traces_shown, metrics_shown):

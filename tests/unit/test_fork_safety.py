@@ -34,10 +34,11 @@ from adaptive_runtime.kernels import _gpu
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
 from adaptive_runtime.telemetry import metrics as metrics_module
-from adaptive_runtime.telemetry import setup as telemetry_setup
 from adaptive_runtime.telemetry.metrics import RuntimeMetrics
-from adaptive_runtime.telemetry.otlp_json import OtlpJsonFileSpanExporter, decode_trace_requests
-from adaptive_runtime.telemetry.switching import SwitchableSpanExporter
+from adaptive_runtime.telemetry.sdk import handle as telemetry_handle
+from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
+from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
+from adaptive_runtime.telemetry.sdk.switching import SwitchableSpanExporter
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 
@@ -124,7 +125,7 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
         "runtime telemetry": (lambda: telemetry_lock(rt),
                               lambda: ar.telemetry.uninstrument(rt, timeout_s=1.0)),
         "instrumentation": (lambda: instrumentation._lock, _runtime),
-        "configure": (lambda: telemetry_setup._lock, lambda: ar.telemetry.shutdown(1.0)),
+        "configure": (lambda: telemetry_handle._lock, lambda: ar.telemetry.shutdown(1.0)),
         # the metric reader (or a Prometheus scrape) runs the hub's callbacks under them
         "metrics hub": (lambda: metrics._hub._lock, metrics.close),
         "metrics hubs": (lambda: metrics_module._hubs_lock,

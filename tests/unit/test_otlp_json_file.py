@@ -29,19 +29,21 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from adaptive_runtime.telemetry.otlp_json import (
-    DEFAULT_MAX_BYTES,
-    OtlpJsonFileMetricExporter,
-    OtlpJsonFileSpanExporter,
+from adaptive_runtime.telemetry.sdk.otlp_json import (
     decode_metrics_requests,
     decode_trace_requests,
     from_otlp_json,
     read_otlp_json_lines,
     to_otlp_json,
 )
+from adaptive_runtime.telemetry.sdk.otlp_json_file import (
+    DEFAULT_MAX_BYTES,
+    OtlpJsonFileMetricExporter,
+    OtlpJsonFileSpanExporter,
+)
 
 RESOURCE = Resource.create({"service.name": "adaptive-runtime-test"})
-LOGGER_NAME = "adaptive_runtime.telemetry.otlp_json"
+LOGGER_NAME = "adaptive_runtime.telemetry.sdk.json_lines"  # (the file writer logs failures)
 _T = TypeVar("_T")
 
 

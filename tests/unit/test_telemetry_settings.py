@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry.setup import DEFAULT_PROMETHEUS_PORT, _prometheus_port
+from adaptive_runtime.telemetry.defaults import DEFAULT_PROMETHEUS_PORT
+from adaptive_runtime.telemetry.sdk.configure import _prometheus_port
 
 
 @pytest.mark.parametrize(("argument", "env", "port"), [

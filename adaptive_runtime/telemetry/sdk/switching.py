@@ -23,39 +23,17 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .._counter import counter, issued
-from .._forks import renew_after_fork
+from ..._counter import counter, issued
+from ..._forks import renew_after_fork
+from ..export_cost import record_export_cost
 
-__all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "export_cost_us_per_span",
-           "metric_export_counts", "note_http_status", "quiet_repeated_exporter_logs",
-           "spans_lost_in_export"]
+__all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "metric_export_counts",
+           "note_http_status", "quiet_repeated_exporter_logs", "spans_lost_in_export"]
 
 _log = logging.getLogger(__name__)
 # The line saying metric export is off goes through a logger without the one-per-outage
 # filter: it must always appear, and must not use up the warning of a later span outage.
 _backend_log = logging.getLogger("adaptive_runtime.telemetry")
-
-# CPU one span costs the exporter until ours has measured it (or when the application's own
-# exporter does the work, which we cannot see): the OTel Python OTLP encoder takes ~65 us per
-# span of ours on the project's CI machine.
-ASSUMED_EXPORT_COST_US = 65.0
-_measured_export_cost_us: float | None = None
-
-
-def export_cost_us_per_span() -> float:
-    """Exporter CPU per span: measured by configure()'s exporter, else assumed."""
-    measured = _measured_export_cost_us
-    return ASSUMED_EXPORT_COST_US if measured is None else measured
-
-
-def _record_export_cost(cpu_ns: int, spans: int) -> None:
-    global _measured_export_cost_us
-    if spans <= 0:
-        return
-    cost = cpu_ns / spans / 1000.0
-    previous = _measured_export_cost_us
-    _measured_export_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
-
 
 class _Switch:
     """The current target; ``None`` drops what is exported (telemetry shut down)."""
@@ -229,7 +207,7 @@ class SwitchableSpanExporter(_Switch, SpanExporter):
             _log.warning("adaptive_runtime: span export failed: %r (spans lost are counted)",
                          exc)
             result = SpanExportResult.FAILURE
-        _record_export_cost(time.thread_time_ns() - started, len(spans))
+        record_export_cost(time.thread_time_ns() - started, len(spans))
         _delivered(result, len(spans))
         return result
 

@@ -13,7 +13,7 @@ logged. Here:
 - Exports run only on the processor's worker thread, a batch at a time.
 - :meth:`flush` asks the worker to export what is queued and waits at most its timeout;
   :meth:`abandon` then gives up on what is still queued, counted (``shutdown``). Whoever
-  calls it also stops the exporter (see ``setup``), which cuts the export in progress short.
+  calls it also stops the exporter (see ``handle``), which cuts the export in progress short.
 - Every span that reached the processor ends exactly once as exported, dropped (by reason) or
   still pending: ``received == exported + dropped + pending``.
 """
@@ -33,8 +33,8 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .._counter import counter, issued
-from ..errors import ConfigError
+from ..._counter import counter, issued
+from ...errors import ConfigError
 
 __all__ = ["DROP_REASONS", "BoundedSpanProcessor", "batch_settings"]
 
@@ -259,5 +259,3 @@ class BoundedSpanProcessor(SpanProcessor):
         self._closed = True
         self._stop = True
         self._wake.set()
-
-

@@ -1,0 +1,130 @@
+"""The handle ``configure()`` returns — :class:`Telemetry`: what it set up, its shutdown within
+a bound, and the one warning line saying what was not sent — and the process's current one,
+which :func:`shutdown` (and a later ``configure()``) shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
+from .. import instrumentation
+from ..deadline import flush_deadline, remaining
+from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from ..stats import TelemetryStats, stats
+from .providers import _Bounded, _process
+from .switching import spans_lost_in_export
+
+__all__ = ["Telemetry", "shutdown"]
+
+_log = logging.getLogger(__name__)
+# the one line saying what a shutdown could not send (not the exporters' outage filter's)
+_shutdown_log = logging.getLogger("adaptive_runtime.telemetry")
+
+
+@dataclass
+class Telemetry:
+    """What :func:`configure` set up (``None`` where the application's own provider stays)."""
+
+    enabled: bool
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    traces_destination: str | None = None
+    metrics_destination: str | None = None
+    prometheus_port: int | None = None
+    _shut_down: bool = field(default=False, repr=False)
+    _baseline: TelemetryStats | None = field(default=None, repr=False)
+    _prometheus_server: Any = field(default=None, repr=False)
+
+    @property
+    def spans_lost(self) -> int:
+        """Spans our exporter failed to deliver in this process (collector down, refusing,
+        an exporter error); also ``adaptive.span.suppressed{reason="export_failed"}``."""
+        return spans_lost_in_export()
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush the runtimes' buffered spans, then our providers' exporters; stop them.
+
+        Returns within ``timeout_s`` (default: ``shutdown_timeout_s``, see :func:`configure`)
+        whatever the collector does — down, slow, or never answering: what is not sent by
+        then is given up on and counted (:func:`~adaptive_runtime.telemetry.stats`), and
+        one warning line says what was lost.
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
+        bound = configured_shutdown_timeout_s() if timeout_s is None else timeout_s
+        started = time.monotonic()
+        deadline = flush_deadline(started, bound)
+        instrumentation.deactivate(bound)  # the runtimes' buffered spans, into the provider
+        # Metrics and spans flush side by side, each on a thread of its own (the SDK's metric
+        # flush exports on the calling thread and may retry for the exporter's whole timeout)
+        metric_flush = None
+        if self.meter_provider is not None and _process.metric_switch is not None and not (
+                self.meter_provider is _process.meter_provider and _process.metrics_stopped):
+            # (a forked child's metric export is off, and collecting could wait on SDK locks
+            # the parent's reader held at the fork)
+            metric_flush = _Bounded(self.meter_provider.force_flush, deadline)
+        spans_unsent = 0
+        processor = _process.span_processor
+        if self.tracer_provider is not None and processor is not None:
+            processor.close()  # (spans the application ends from now on: dropped, counted)
+            if not processor.flush(remaining(deadline)):
+                spans_unsent = processor.abandon()
+        metrics_unsent = metric_flush is not None and not metric_flush.finished(deadline)
+        # Stopping the exporters cuts short an export still retrying (its back-off wait, a
+        # gRPC call); later exports (the application's own spans) are dropped.
+        for provider, switch in ((self.tracer_provider, _process.span_switch),
+                                 (self.meter_provider, _process.metric_switch)):
+            if provider is not None and switch is not None:
+                try:
+                    switch.shutdown()
+                except Exception as exc:  # observability never breaks the caller, even at exit
+                    _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
+        if self._prometheus_server is not None:
+            self._prometheus_server.shutdown()
+            self._prometheus_server.server_close()
+        self._report_losses(time.monotonic() - started, spans_unsent, metrics_unsent)
+
+    def _report_losses(self, took_s: float, spans_unsent: int, metrics_unsent: bool) -> None:
+        """One warning line if anything admitted since :func:`configure` was not sent."""
+        now, before = stats(), self._baseline
+        if before is None:
+            return
+        spans = now.spans_dropped - before.spans_dropped
+        metric_exports = (now.metric_exports_failed - before.metric_exports_failed
+                          + int(metrics_unsent))
+        if not spans and not metric_exports:
+            return
+        lost = [f"{spans:,} span{'s' * (spans != 1)}"] if spans else []
+        if metric_exports:
+            lost.append(f"{metric_exports} metric export{'s' * (metric_exports != 1)}")
+        where = self.traces_destination or self.metrics_destination or "the exporter"
+        why = ("unreachable or too slow" if spans_unsent or metrics_unsent or spans > (
+            now.dropped["queue_full"] - before.dropped["queue_full"]) else "export queue full")
+        _shutdown_log.warning(
+            "adaptive_runtime: telemetry shutdown after %.1f s: %s not sent (collector at %s "
+            "%s); counts: ar.telemetry.stats()", took_s, " and ".join(lost), where, why)
+
+
+# What configure() set up last, replaced by configure() under the lock; a forked child renews
+# the lock (``lifecycle``). Both are read through this module (``handle._lock``), never
+# imported by name: the child's lock is a new object.
+_lock = threading.Lock()
+_current: Telemetry | None = None
+
+
+def shutdown(timeout_s: float | None = None) -> None:
+    """Flush and stop what :func:`configure` set up (also runs at interpreter exit), within
+    ``timeout_s`` (default: ``shutdown_timeout_s``; see :meth:`Telemetry.shutdown`)."""
+    global _current
+    with _lock:
+        current, _current = _current, None
+    if current is not None:
+        current.shutdown(timeout_s)

@@ -1,0 +1,346 @@
+"""The global providers ``configure()`` installs — made by the first call, kept until exit, their
+exporters switched by later calls — and the exporters it makes: OTLP over gRPC or HTTP, the
+OTLP/JSON files, the console; the Prometheus scrape endpoint. Also how they are stopped within a
+bound (:class:`_Bounded`) and what a forked child does to the meter provider (see
+``lifecycle``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from ..._forks import after_fork_in_child
+from .. import instrumentation
+from ..deadline import remaining
+from ..spans import is_runtime_span
+from ..stats import use_processor
+from .credentials import otlp_http_session, quiet_grpc_handshake_logs, shown_url
+from .export import BoundedSpanProcessor
+from .otlp_json_file import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from .switching import SwitchableMetricExporter, SwitchableSpanExporter, note_http_status
+
+__all__ = ["GRPC_RECONNECT"]
+
+_log = logging.getLogger(__name__)
+
+# where `otlp` sends when no endpoint is configured (the OTLP exporter specification's defaults)
+_DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+# A forked child waits this long for the metric reader thread the SDK restarted in it to stop
+# (its last collection reads nothing of ours there, and exports into a dropping exporter).
+_CHILD_READER_STOP_MS = 500.0
+
+
+class _Bounded:
+    """``call(timeout_millis)`` on a daemon thread of its own, waited for until ``deadline``
+    at most (the SDK's flushes take a timeout they do not always keep)."""
+
+    def __init__(self, call: Callable[[int], Any], deadline: float) -> None:
+        self._ok = False
+        millis = int(remaining(deadline) * 1000)
+
+        def run() -> None:
+            try:
+                self._ok = call(millis) is not False
+            except Exception as exc:  # observability never breaks the caller
+                _log.debug("adaptive_runtime: telemetry flush: %r", exc)
+
+        self._thread: threading.Thread | None = threading.Thread(
+            target=run, name="adaptive-runtime-flush", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:
+            # Python 3.12 refuses new threads once interpreter shutdown has begun, and atexit
+            # handlers run after that: the call runs here, bounded by its own timeout only.
+            self._thread = None
+            run()
+
+    def finished(self, deadline: float) -> bool:
+        """Wait until ``deadline`` at most; whether the call returned and succeeded."""
+        if self._thread is None:
+            return self._ok
+        self._thread.join(remaining(deadline))
+        return not self._thread.is_alive() and self._ok
+
+
+@dataclass
+class _ProcessProviders:
+    """The global providers configure() installed: made once, kept until exit."""
+
+    resource: Resource | None = None
+    tracer_provider: TracerProvider | None = None
+    span_switch: SwitchableSpanExporter | None = None
+    meter_provider: MeterProvider | None = None
+    metric_switch: SwitchableMetricExporter | None = None
+    metrics_interval_s: float | None = None
+    prometheus: bool = False  # whether the meter provider has a Prometheus reader
+    periodic_reader: PeriodicExportingMetricReader | None = None
+    # makes the span exporter afresh in a forked child (None: the inherited one serves there);
+    # not in repr: it holds the headers (credentials) and the environment
+    span_exporter_remake: Callable[[], SpanExporter] | None = field(default=None, repr=False)
+    metrics_stopped: bool = False  # a forked child: the meter provider exports nothing
+    span_processor: BoundedSpanProcessor | None = None
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Stop the providers' threads, within ``timeout_s`` (their exporters were stopped
+        first: nothing is left to send)."""
+        deadline = time.monotonic() + timeout_s
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()  # (our processor: stops its worker, no wait)
+        if self.meter_provider is not None and not self.metrics_stopped:
+            # (the reader joins its thread, which may still be in an export that ends only
+            # with the exporter's own timeout: waited for until the deadline, no longer)
+            _Bounded(lambda millis: self.meter_provider.shutdown(timeout_millis=millis),
+                     deadline).finished(deadline)
+
+
+_process = _ProcessProviders()
+# what a forked child inherited and must never close or finalise: its connections, threads and
+# files are the parent's
+_inherited: list[Any] = []
+
+
+def _stop_metric_export_in_child() -> None:
+    """A forked child exports no metrics (see ``lifecycle``); registered once the periodic
+    reader exists."""
+    _process.metrics_stopped = True
+    switch = _process.metric_switch
+    if switch is not None:
+        # (the inherited exporter's connection or file is the parent's: dropped, not closed)
+        _inherited.append(switch.switch(None))
+    reader = _process.periodic_reader
+    if reader is not None:
+        try:
+            # Public API only: the SDK restarted the reader's thread in this child; this
+            # stops it (its last collection exports into the dropping switch).
+            reader.shutdown(timeout_millis=_CHILD_READER_STOP_MS)
+        except Exception as exc:  # observability never breaks the caller
+            _log.debug("adaptive_runtime: stopping the metric reader in a child: %r", exc)
+
+
+# ---------------------------------------------------------------------------- providers
+
+
+def _install_tracer_provider(resource: Resource, exporter: SpanExporter,
+                             batch: tuple[int, int, float]) -> TracerProvider:
+    if _process.tracer_provider is None:
+        switch = SwitchableSpanExporter()
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        queue_size, batch_size, delay_s = batch
+        processor = BoundedSpanProcessor(switch, max_queue_size=queue_size,
+                                         max_export_batch_size=batch_size,
+                                         schedule_delay_s=delay_s,
+                                         is_runtime_span=is_runtime_span)
+        provider.add_span_processor(processor)
+        trace.set_tracer_provider(provider)
+        _process.tracer_provider, _process.span_switch = provider, switch
+        _process.span_processor = processor
+        _process.resource = resource
+        use_processor(processor)
+    else:
+        _warn_if_changed("the resource (service name)", _process.resource, resource)
+    assert _process.span_switch is not None and _process.span_processor is not None
+    _process.span_switch.switch(exporter)
+    _process.span_processor.reopen()
+    return _process.tracer_provider
+
+
+def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
+                            destination: str | None, interval_s: float,
+                            prometheus: bool) -> MeterProvider | None:
+    """The global meter provider exporting to ``exporter`` (``None``: no periodic export,
+    ``OTEL_METRICS_EXPORTER=none``); ``None`` when there is nothing to read metrics for."""
+    if _process.meter_provider is None:
+        switch = None
+        readers: list[MetricReader] = []
+        periodic = None
+        if exporter is not None:
+            switch = SwitchableMetricExporter(exporter, destination)
+            periodic = PeriodicExportingMetricReader(
+                switch, export_interval_millis=interval_s * 1000.0)
+            readers.append(periodic)
+        if prometheus:
+            from .prometheus import exemplar_reader
+
+            readers.append(exemplar_reader())
+        if not readers:
+            # (the runtimes' instruments stay no-ops of the API's proxy provider; a later
+            # configure() that exports metrics installs the provider and they follow)
+            return None
+        provider = MeterProvider(resource=resource, metric_readers=readers,
+                                 shutdown_on_exit=False)
+        metrics.set_meter_provider(provider)
+        _process.meter_provider, _process.metric_switch = provider, switch
+        _process.periodic_reader = periodic
+        # Registered after the SDK's own fork hooks of the reader and the provider (made just
+        # now), so it runs after them: the reader's thread the SDK restarts in a child is
+        # there to be stopped. (Once per process: the provider is made once.)
+        after_fork_in_child(_stop_metric_export_in_child)
+        _process.metrics_interval_s, _process.prometheus = interval_s, prometheus
+        if _process.resource is None:
+            _process.resource = resource
+        return provider
+    _warn_if_changed("the resource (service name)", _process.resource, resource)
+    _warn_if_changed("metrics_interval_s", _process.metrics_interval_s, interval_s)
+    if prometheus and not _process.prometheus:
+        _log.warning("adaptive_runtime: no Prometheus endpoint — only the first configure() "
+                     "in a process can add one (its meter provider is global and fixed)")
+    if _process.metric_switch is not None:
+        _process.metric_switch.switch(exporter, destination)
+    elif exporter is not None:
+        _log.warning("adaptive_runtime: metrics are not exported — the first configure() in "
+                     "a process decides whether they are (OTEL_METRICS_EXPORTER=none there; "
+                     "its meter provider is global and fixed)")
+        exporter.shutdown()  # never used: close its connection pool or file now
+    return _process.meter_provider
+
+
+def _warn_if_changed(what: str, first: Any, now: Any) -> None:
+    if first is not None and first != now:
+        _log.warning("adaptive_runtime: %s stays as the first configure() set it (the "
+                     "OpenTelemetry API accepts one global provider per process)", what)
+
+
+def _serve_prometheus(port: int, host: str) -> Any:
+    """The scrape endpoint's HTTP server on ``host:port``, or ``None`` (one warning line)
+    where it cannot listen there: the port taken (several ranks on one machine, each asking
+    for the same port), the host not this machine's. Training goes on either way."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(port, addr=host)
+    except OSError as exc:
+        _log.warning("adaptive_runtime: no Prometheus endpoint: cannot listen on %s:%d (%s); "
+                     "metrics are not scraped from this process (give each process its own "
+                     "port: ADAPTIVE_RUNTIME_PROMETHEUS_PORT / OTEL_EXPORTER_PROMETHEUS_PORT)",
+                     host, port, exc.strerror or exc)
+        return None
+    return server
+
+
+def _app_has_tracer_provider() -> bool:
+    return (instrumentation.app_has_sdk_provider()
+            and trace.get_tracer_provider() is not _process.tracer_provider)
+
+
+def _app_has_meter_provider() -> bool:
+    provider = metrics.get_meter_provider()
+    return (instrumentation.records_metrics(provider)
+            and provider is not _process.meter_provider)
+
+
+# ---------------------------------------------------------------------------- exporters
+
+
+def _endpoint(signal: str, endpoint: str | None, env: Any) -> str | None:
+    return (endpoint or env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+
+def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | None) -> str:
+    # The generic endpoint is a base URL the signal path is appended to; a signal-specific
+    # one (or an explicit argument ending in the path) is used as it is.
+    if env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") and not explicit:
+        return endpoint
+    base = endpoint.rstrip("/")
+    return base if base.endswith(path) else base + path
+
+
+def _remake_span_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                          headers: dict[str, str] | None, folder: str,
+                          env: Any) -> SpanExporter:
+    return _span_exporter(choice, endpoint, protocol, headers, folder, env)[0]
+
+
+# gRPC waits up to 120 s (growing with each failure) before it dials a collector that went
+# away again: a collector back after a restart would see nothing for minutes, every export
+# in between failing unsent. Dial again within 2 s instead.
+GRPC_RECONNECT: Any = (("grpc.initial_reconnect_backoff_ms", 250),
+                       ("grpc.min_reconnect_backoff_ms", 250),
+                       ("grpc.max_reconnect_backoff_ms", 2000))
+
+
+def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                   headers: dict[str, str] | None, folder: str,
+                   env: Any) -> tuple[SpanExporter, str]:
+    if choice == "console":
+        return ConsoleSpanExporter(), "stdout"
+    url = _endpoint("TRACES", endpoint, env)
+    if url is None and choice == "otlp":
+        url = _DEFAULT_OTLP_ENDPOINTS[protocol]
+    if url is None:
+        path = os.path.join(folder, "traces.jsonl")
+        return OtlpJsonFileSpanExporter(path), path
+    if protocol == "grpc":
+        quiet_grpc_handshake_logs()
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(endpoint=url, insecure=url.startswith("http://"),
+                                headers=headers, channel_options=GRPC_RECONNECT), shown_url(url)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    full = _http_url(url, "/v1/traces", "TRACES", env, endpoint)
+    # (our session lets OTEL_EXPORTER_OTLP_CERTIFICATE win over REQUESTS_CA_BUNDLE; not when
+    # a credential provider supplies the session: the SDK reads that variable and it must win)
+    session = None if _credential_provider_set("TRACES") else otlp_http_session()
+    return HttpSpanExporter(endpoint=full, headers=headers, session=session), shown_url(full)
+
+
+def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
+                     headers: dict[str, str] | None, folder: str,
+                     env: Any) -> tuple[MetricExporter, str]:
+    if choice == "console":
+        return ConsoleMetricExporter(), "stdout"
+    url = _endpoint("METRICS", endpoint, env)
+    if url is None and choice == "otlp":
+        url = _DEFAULT_OTLP_ENDPOINTS[protocol]
+    if url is None:
+        path = os.path.join(folder, "metrics.jsonl")
+        return OtlpJsonFileMetricExporter(path), path
+    if protocol == "grpc":
+        quiet_grpc_handshake_logs()
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter(endpoint=url, insecure=url.startswith("http://"),
+                                  headers=headers, channel_options=GRPC_RECONNECT), shown_url(url)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    full = _http_url(url, "/v1/metrics", "METRICS", env, endpoint)
+    session = None
+    # Our own requests session, whose response hook tells the switch the HTTP status of a
+    # failed export (404: no metrics service there), and which lets the configured CA win
+    # over REQUESTS_CA_BUNDLE. Not when a credential provider supplies the session: the SDK
+    # reads that variable and it must win.
+    if not _credential_provider_set("METRICS"):
+        session = otlp_http_session()
+        session.hooks["response"].append(note_http_status)
+    return HttpMetricExporter(endpoint=full, headers=headers, session=session), shown_url(full)
+
+
+def _credential_provider_set(signal: str) -> bool:
+    return any(os.environ.get(f"OTEL_PYTHON_EXPORTER_OTLP_HTTP{kind}_CREDENTIAL_PROVIDER")
+               for kind in ("", f"_{signal}"))
