@@ -57,8 +57,7 @@ from .backend import Backend, Choice, choice_of, choice_order, infer_kind, parse
 from .decision import Reason
 from .history import HistoryStore, KeyHistory
 from .keys import size_bucket
-from .learner import Learner
-from .policy import Policy, PolicyConfig, heuristic_order
+from .policy import Learner, Policy, PolicyConfig, heuristic_order
 from .telemetry.call_log import CALLS_FORMAT, DEFAULT_MAX_CALLS, CallRecorder
 
 __all__ = ["CALLS_FORMAT", "DEFAULT_MAX_CALLS", "CallRecorder", "CallTiming", "KeyReplay",

@@ -16,9 +16,8 @@ from ..backend import Backend, Choice
 from ..config import RuntimeConfig
 from ..gating import HotPathDetector, TraceGate
 from ..history import HistoryStore
-from ..learner import Learner
 from ..operations import DeviceProbe, OperationRegistry
-from ..policy import Policy
+from ..policy import Learner, Policy
 
 
 class Core:

@@ -1,5 +1,5 @@
 """After a timed call, under the lock: count it, feed the hot-path rate, learn the timing
-(through the policy's :class:`~adaptive_runtime.learner.Learner`, the one learning loop),
+(through the policy's :class:`~adaptive_runtime.policy.Learner`, the one learning loop),
 decide the key's next timed call and point the fast path at the committed arm
 (:class:`~adaptive_runtime._dispatch.period.Periods`)."""
 

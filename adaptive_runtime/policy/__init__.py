@@ -7,8 +7,9 @@ recorded timings can be replayed against another policy configuration offline
 (:mod:`adaptive_runtime.replay`), and tests drive it with fake statistics and a fake clock.
 :meth:`Policy.decide` is pure; the transitions (:meth:`Policy.step`, :meth:`Policy.next`,
 :meth:`Policy.apply`, :meth:`Policy.observe`, :meth:`Policy.observe_failure`) change only the
-state. What touches the measured history is the caller's: after a ``drift`` decision it starts
-a new epoch of the key's estimates (``KeyHistory.start_epoch``), and where
+state. What touches the measured history is the :class:`Learner`'s, the one online loop every
+caller runs (the dispatcher, the Trueno API, replay): after a ``drift`` decision it starts a
+new epoch of the key's estimates (``KeyHistory.start_epoch``), and where
 :meth:`Policy.remeasures` says so, a re-check timing replaces its arm's estimate.
 
 Phases of one key:
@@ -73,6 +74,8 @@ all:
   memo (``_reusable_memo``).
 - :mod:`.policy` — :class:`Policy`, the transitions and the decision over the phases, and
   fallback (``_all_quarantined``, :meth:`Policy.fallback`); :class:`Step`.
+- :mod:`.learner` — :class:`Learner`: each key's :class:`KeyState`, and learning a timing or a
+  failure into the measured history and the state (the only place the two meet).
 """
 
 from __future__ import annotations
@@ -86,12 +89,14 @@ from .floors import Neighbours
 from .heuristics import MATRIX_GPU_MIN_ELEMENTS as MATRIX_GPU_MIN_ELEMENTS
 from .heuristics import SCALAR_MAX_ELEMENTS as SCALAR_MAX_ELEMENTS
 from .heuristics import heuristic_order, heuristic_preference
+from .learner import Learner
 from .policy import Policy, Step
 from .state import KeyState
 
 __all__ = [
     "Decision",
     "KeyState",
+    "Learner",
     "Neighbours",
     "Policy",
     "PolicyConfig",

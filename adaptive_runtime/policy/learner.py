@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .backend import Choice
-from .decision import Decision, Reason
-from .history import HistoryStore, KeyHistory
-from .policy import KeyState, Policy, Step
+from ..backend import Choice
+from ..decision import Decision, Reason
+from ..history import HistoryStore, KeyHistory
+from .policy import Policy, Step
+from .state import KeyState
 
 __all__ = ["Learner"]
 
