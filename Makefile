@@ -3,7 +3,8 @@
 #   make test    run the test suite (fails when no test was collected)
 #   make bench   run every benchmarks/*.py (not the _helpers)
 #   make lint    ruff over the sources, tests, benchmarks and examples; the import layers
-#                (.importlinter) and mypy over the lower layers (pyproject.toml)
+#                (.importlinter), mypy over the lower layers (pyproject.toml) and the size
+#                limits of modules, functions and classes (tools/check_sizes.py)
 #
 # Set-up: a virtualenv in .venv (python3 -m venv), torch pinned *first* to the exact CPU build
 # that lies on local disk (a looser requirement would pull a multi-GB CUDA build), then the
@@ -30,7 +31,7 @@ STAMP := $(VENV)/.installed-$(INSTALL_HASH)
 
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
-LINT_PATHS := adaptive_runtime tests benchmarks $(wildcard examples)
+LINT_PATHS := adaptive_runtime tests benchmarks tools $(wildcard examples)
 BENCHMARKS := $(filter-out benchmarks/_%,$(wildcard benchmarks/*.py))
 
 .PHONY: help venv deps-apt demo test reliability bench lint clean distclean gpu-check gpu-wheels
@@ -40,7 +41,7 @@ help:
 	@echo "make test   run the test suite"
 	@echo "make reliability  run the reliability tests, rewrite RELIABILITY.md's table"
 	@echo "make bench  run the benchmarks"
-	@echo "make lint   ruff, the import layers (lint-imports), mypy on the lower layers"
+	@echo "make lint   ruff, the import layers (lint-imports), mypy on the lower layers, sizes"
 	@echo "make venv   only create .venv and install the package"
 	@echo "make gpu-check   on a machine with a CUDA GPU: the GPU paths in one table (docs/gpu.md)"
 	@echo "make gpu-wheels  fetch the wheels gpu-check carries to a GPU machine with no network"
@@ -91,6 +92,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
+	$(PY) tools/check_sizes.py adaptive_runtime
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

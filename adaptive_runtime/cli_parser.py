@@ -106,7 +106,7 @@ def _add_replay(commands: Any) -> None:
                              f"./{DEFAULT_DIRECTORY})")
     replay.add_argument("--config", metavar="KNOB=VALUE[,...]", action="append", default=[],
                         help="a policy configuration to replay besides the default one, e.g. "
-                             "'switch_margin=0.1,min_samples=5' (repeatable; knobs: the "
+                             "'switch_margin=0.1,min_samples_per_arm=5' (repeatable; knobs: the "
                              "fields of adaptive_runtime.policy.PolicyConfig)")
     replay.add_argument("--pick", choices=("nearest", "cycle"), default="nearest",
                         help="which recorded timing answers an arm the policy picks "

@@ -14,14 +14,15 @@ from typing import Any
 
 from .backend import Backend, Choice, parse_choice
 from .errors import ConfigError
+from .knobs import PolicyKnobs
 
 __all__ = ["ENV_PREFIX", "RuntimeConfig"]
 
 ENV_PREFIX = "ADAPTIVE_RUNTIME_"
 
 
-@dataclasses.dataclass(frozen=True)
-class RuntimeConfig:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeConfig(PolicyKnobs):
     """Everything the runtime can be told. Build with keywords or :meth:`from_env`.
 
     Selection
@@ -29,16 +30,10 @@ class RuntimeConfig:
         of it ("simd:numpy"); an error at start-up if the arm is unavailable, and at a call
         of an operation that has no such implementation.
       disabled_backends: arms never selected.
-      min_samples_per_arm: timings each plausible arm gets before the runtime commits (1: one
-        timing each, an unsure commitment re-checked soon; above 1, up to twice as many for
-        the two fastest while they cannot be told apart).
-      switch_margin: a challenger must be this fraction faster than the committed arm to take
-        over (hysteresis against flip-flopping on near-ties).
-      recheck_interval: decisions between sparse re-checks of other plausible arms on a
-        committed key (doubles each time a re-check confirms the choice, up to 64x); after a
-        commitment under 95% sure, the first re-check comes after min_samples_per_arm.
-      drift_threshold: Page-Hinkley alarm level, in units of the committed arm's mean latency;
-        lower reacts faster to a slowdown, higher ignores more noise.
+      the policy's knobs (``min_samples_per_arm``, ``switch_margin``, ``recheck_interval``,
+        ``drift_threshold``, ...): the fields of :class:`~adaptive_runtime.knobs.PolicyKnobs`,
+        described there, under the same names here, in ``ADAPTIVE_RUNTIME_<KNOB>`` and in
+        ``adaptive-runtime replay --config``.
     Gating
       sampling_threshold_us: a timed call at least this long is traced (unless hot or over
         the span budget); shorter ones are sampled.
@@ -82,10 +77,6 @@ class RuntimeConfig:
     history_path: str | None = None
     tracing: bool = True
     max_history_keys: int = 16_384
-    min_samples_per_arm: int = 1
-    switch_margin: float = 0.05
-    recheck_interval: int = 64
-    drift_threshold: float = 4.0
     max_measure_period: int = 1024
     spans_per_sec: float = 200.0
     trace_cpu_share: float = 0.005
@@ -95,6 +86,7 @@ class RuntimeConfig:
     validate_sample_rate: float = 0.0
 
     def __post_init__(self) -> None:
+        PolicyKnobs.__post_init__(self)  # (the policy's knobs, checked where they are declared)
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
         if self.force_backend is not None:
             object.__setattr__(
@@ -112,16 +104,12 @@ class RuntimeConfig:
                               "at least one must stay enabled", field="disabled_backends")
         _number(self, "sampling_threshold_us", low=0.0)
         _number(self, "hot_path_calls_per_sec", low=0.0, low_open=True)
-        _number(self, "switch_margin", low=0.0, high=0.9)
-        _number(self, "drift_threshold", low=0.0, low_open=True)
         _number(self, "spans_per_sec", low=0.0)
         _number(self, "trace_cpu_share", low=0.0, infinite=True)
         _number(self, "trace_key_interval_s", low=0.0, low_open=True, infinite=True)
         _number(self, "history_save_interval_s", low=0.0, high=_MAX_INTERVAL_S)
         _number(self, "validate_sample_rate", low=0.0, high=1.0)
         _integer(self, "max_history_keys", low=1)
-        _integer(self, "min_samples_per_arm", low=1, high=1000)
-        _integer(self, "recheck_interval", low=1)
         _integer(self, "max_measure_period", low=1, high=1 << 20)
         if self.max_measure_period & (self.max_measure_period - 1):
             raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "

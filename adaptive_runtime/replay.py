@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -372,9 +373,9 @@ def load_calls(source: str | os.PathLike[str]) -> list[CallTiming]:
 
 def parse_config(text: str, base: PolicyConfig | None = None) -> PolicyConfig:
     """A :class:`~adaptive_runtime.policy.PolicyConfig` from ``"knob=value,knob=value"``
-    (e.g. ``"switch_margin=0.1,min_samples=5"``) over ``base``; ``ValueError`` naming the knob
-    (and the knobs there are) when one is unknown, its value not a number of its type or out
-    of the knob's range (:class:`~adaptive_runtime.errors.ConfigError`, a ``ValueError``)."""
+    (e.g. ``"switch_margin=0.1,min_samples_per_arm=5"``) over ``base``; ``ValueError`` naming
+    the knob (and the knobs there are) when one is unknown, its value not a number of its type
+    or out of the knob's range (:class:`~adaptive_runtime.errors.ConfigError`, a ``ValueError``)."""
     config = base or PolicyConfig()
     knobs = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     changes: dict[str, Any] = {}
@@ -382,7 +383,9 @@ def parse_config(text: str, base: PolicyConfig | None = None) -> PolicyConfig:
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or name not in knobs:
-            raise ValueError(f"{item!r} is not KNOB=VALUE with a policy knob (knobs: "
+            close = difflib.get_close_matches(name, knobs, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ValueError(f"{item!r} is not KNOB=VALUE with a policy knob ({hint}knobs: "
                              f"{', '.join(sorted(knobs))})")
         integer = knobs[name].type in (int, "int")
         try:

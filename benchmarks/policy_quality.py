@@ -85,7 +85,7 @@ SWITCH_CALLS_3X_TARGET = 10
 FLIPS_TARGET = 3
 FIRST_TIMED_TARGET = 3  # the best arm runs within this many calls, whatever the heuristic
 # policy configurations replayed over each scenario's recorded trial (besides the default)
-REPLAYED = ("switch_margin=0", "min_samples=6", "drift_threshold=12")
+REPLAYED = ("switch_margin=0", "min_samples_per_arm=6", "drift_threshold=12")
 
 GPU, SIMD, SCALAR = ar.Backend.GPU, ar.Backend.SIMD, ar.Backend.SCALAR
 Latencies = dict[ar.Backend, float]

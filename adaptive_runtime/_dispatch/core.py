@@ -48,7 +48,7 @@ class Core:
         self.forced: Choice | None = config.force_backend
         # the one learning loop: the policy's state of each key, learning timings into it
         self.learner = Learner(policy, history, self.forced)
-        self.min_samples = policy.config.min_samples
+        self.min_samples = policy.config.min_samples_per_arm
         self.enabled = tuple(b for b in Backend if b not in config.disabled_backends)
         # validation mode: calls whose ticket is a multiple of 2**k are re-run on another arm
         # and compared (-1: off). Such calls are always timed, so the fast path is unchanged.

@@ -16,19 +16,20 @@ Phases of one key:
 
 1. *heuristic* — no data yet: Trueno's cold-start rules (matrix-like work above 10,000
    elements → GPU if available; under 1,000 elements → SCALAR; otherwise SIMD).
-2. *explore* — each candidate arm is timed ``min_samples`` times (by default once), round by
-   round, whatever the cold-start order guessed it costs; an arm never timed whose floor
-   (what it takes at least, e.g. the GPU arm's copies of a host call, or what it took on a
-   smaller size bucket) is over ``floor_ratio`` x the best is not tried. With ``min_samples``
-   above one: an arm whose estimate after two timings is over ``prune_ratio`` x the best so
-   far needs no more (one costly timing that lost clearly is enough too, unless it was the
-   key's first call); while the two fastest are not told apart (under ``clear_confidence``
-   that the faster is faster), they are timed again, up to ``2 * min_samples`` times each;
-   a round whose calls cost less than one look of the policy is planned through.
+2. *explore* — each candidate arm is timed ``min_samples_per_arm`` times (by default once),
+   round by round, whatever the cold-start order guessed it costs; an arm never timed whose
+   floor (what it takes at least, e.g. the GPU arm's copies of a host call, or what it took on a
+   smaller size bucket) is over ``floor_ratio`` x the best is not tried. With
+   ``min_samples_per_arm`` above one: an arm whose estimate after two timings is over
+   ``prune_ratio`` x the best so far needs no more (one costly timing that lost clearly is
+   enough too, unless it was the key's first call); while the two fastest are not told apart
+   (under ``clear_confidence`` that the faster is faster), they are timed again, up to twice
+   ``min_samples_per_arm`` times each; a round whose calls cost less than one look of the policy
+   is planned through.
 3. *exploit* — commit to the fastest; a challenger takes over only when faster by
    ``switch_margin`` (hysteresis), and timed at least three times in the epoch (a challenger timed
    less is re-timed first). Sparse *recheck* calls measure plausible other arms afresh, at
-   intervals that double while the choice holds — starting after ``min_samples`` decisions
+   intervals that double while the choice holds — starting after ``min_samples_per_arm`` decisions
    when the commitment was not clear (under ``clear_confidence`` that the chosen arm is
    faster than the runner-up, each timing taken to vary by ``noise_floor`` at least, or a
    runner-up left behind on one costly timing), after the runtime's ``recheck_interval``
@@ -50,7 +51,8 @@ One module per phase, each function given the configuration and what it reads; a
 imports only those above it in this list, so :mod:`.policy`, last, is the one that knows them
 all:
 
-- :mod:`.config` — :class:`PolicyConfig`, every knob checked when made.
+- :class:`PolicyConfig`, the knobs every module reads, is declared in
+  :mod:`adaptive_runtime.knobs` (at the bottom layer: ``RuntimeConfig`` has the same fields).
 - :mod:`.heuristics` — cold start: Trueno's order (:func:`heuristic_preference`,
   :func:`heuristic_order`).
 - :mod:`.state` — :class:`KeyState`, ``_Round`` (what one evaluation works from), and the
@@ -81,8 +83,8 @@ all:
 from __future__ import annotations
 
 from ..decision import Decision, Reason
+from ..knobs import PolicyConfig
 from .compare import best_arm
-from .config import PolicyConfig
 from .explain import explore_decision, heuristic_decision
 from .explore import plan_steps
 from .floors import Neighbours

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
+from ..knobs import PolicyConfig
 from .compare import _p_faster, _two_fastest, best_arm
-from .config import PolicyConfig
 from .explain import _UNEXPLAINED_EXPLOIT, _explained, _explained_exploit
 from .explore import _explore_budget
 from .state import KeyState, _Round
@@ -43,8 +43,8 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
     incumbent = state.incumbent
     # A confirmed prior (the arm that raised a drift alarm, re-measured in full) is
     # committed to even when one timing of another arm came out a little faster: its
-    # min_samples fresh timings outweigh one noisy timing, and the commitment, unsure, is
-    # re-checked after min_samples decisions.
+    # min_samples_per_arm fresh timings outweigh one noisy timing, and the commitment, unsure, is
+    # re-checked after min_samples_per_arm decisions.
     best = state.prior if r.confirmed else best_arm(usable, arms)
     if best is None or math.isinf(arms[best].estimate_us):
         # every usable arm failed last time and is out of quarantine: try one again
@@ -94,7 +94,7 @@ def _left_on_first_timings(cfg: PolicyConfig, rival: ArmStats, chosen: ArmStats)
 
 def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Choice) -> Decision | None:
     """What comes before ``chosen`` takes over from the committed arm: a re-check of a
-    challenger timed fewer than ``min_samples`` (at least three) times in this epoch (one
+    challenger timed fewer than ``min_samples_per_arm`` (at least three) times in this epoch (one
     lucky timing is not enough to leave the committed arm), or a re-measurement of both
     when the challenger's estimate is stale."""
     state, key = r.state, r.key
@@ -117,17 +117,17 @@ def _first_recheck(cfg: PolicyConfig, key: KeyHistory, chosen: Choice,
                    candidates: Sequence[Choice]) -> int:
     """Decisions until the first re-check after committing ``key`` to ``chosen``
     (:meth:`Policy.first_recheck`): ``recheck_interval`` when the choice is clear,
-    ``min_samples`` when it is not."""
+    ``min_samples_per_arm`` when it is not."""
     arms = key.arms
     interval = cfg.recheck_interval
     rival, _third = _two_fastest(arms, [b for b in candidates if b is not chosen])
     if rival is None:
         return interval
     if _left_on_first_timings(cfg, arms[rival], arms[chosen]):
-        return min(cfg.min_samples, interval)
+        return min(cfg.min_samples_per_arm, interval)
     if _p_faster(arms[chosen], arms[rival], cfg.noise_floor) >= cfg.clear_confidence:
         return interval
-    return min(cfg.min_samples, interval)
+    return min(cfg.min_samples_per_arm, interval)
 
 
 def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
@@ -173,5 +173,6 @@ def _expected_us(stats: ArmStats, floors: Mapping[Choice, float] | None,
 
 def _confirm_samples(cfg: PolicyConfig) -> int:
     """Timings of a challenger in the epoch before it may replace the committed arm."""
-    return cfg.min_samples if cfg.min_samples > _CONFIRM_SAMPLES else _CONFIRM_SAMPLES
+    wanted = cfg.min_samples_per_arm
+    return wanted if wanted > _CONFIRM_SAMPLES else _CONFIRM_SAMPLES
 

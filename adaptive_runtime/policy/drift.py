@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
+from ..knobs import PolicyConfig
 from .compare import best_arm
-from .config import PolicyConfig
 from .explain import _explained
 from .explore import _explore_budget
 from .state import _PH_RATIO_CAP, KeyState, _follow

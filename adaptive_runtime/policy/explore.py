@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
+from ..knobs import PolicyConfig
 from .compare import _p_faster, _two_fastest
-from .config import PolicyConfig
 from .explain import explore_decision, heuristic_decision
 from .state import KeyState, _Round
 
@@ -69,7 +69,7 @@ def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
         usable = [first, *(b for b in usable if b is not first)]
     # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
     # plan commits with the others timed once); only an arm never timed is still owed.
-    min_samples = cfg.min_samples if state.incumbent is None else 1
+    min_samples = cfg.min_samples_per_arm if state.incumbent is None else 1
     return _Round(state, key, usable, best_seen, waiting, min_samples)
 
 
@@ -79,7 +79,7 @@ def _explore(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     state, key = r.state, r.key
     prior = state.prior
     if prior is not None and prior in r.usable and not key.failures:
-        plan = _prior_plan(key, r.usable, prior, cfg.min_samples)
+        plan = _prior_plan(key, r.usable, prior, cfg.min_samples_per_arm)
         if plan:
             # (one step at a time: each timing may show the prior wrong here)
             if not key.samples:
@@ -151,7 +151,7 @@ def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Choic
     evaluation (``_EVALUATION_US``), and it can save at most what the rest of the round
     costs (an arm never timed here counted at what ``_affordable`` expects of it). Where
     that is under one evaluation (calls of a few microseconds), the round is planned
-    through to ``min_samples`` instead."""
+    through to ``min_samples_per_arm`` instead."""
     best_seen = r.best_seen
     if best_seen == math.inf:
         return True  # (nothing measured here yet)
@@ -247,9 +247,9 @@ def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
                  usable: Sequence[Choice]) -> tuple[Choice, ...]:
     """Exploration done and nothing committed yet: when the two fastest arms are not told
     apart (under ``clear_confidence``), both are timed again, alternately, up to
-    ``2 * min_samples`` times each (empty when they are told apart, or that is spent).
+    ``2 * min_samples_per_arm`` times each (empty when they are told apart, or that is spent).
     A near-tie costs little to time again; a wrong commitment costs every later call.
-    (With ``min_samples`` 1, the default, the key commits at once and an unsure
+    (With ``min_samples_per_arm`` 1, the default, the key commits at once and an unsure
     commitment has its runner-up re-checked on the next decision: replayed over three
     recordings of ``benchmarks/decision_quality.py``, timing both again first read +6.4 %
     regret against +4.7 %.)"""
@@ -257,9 +257,9 @@ def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
     if best is None or runner is None:
         return ()
     arms = key.arms
-    if cfg.min_samples < 2:
+    if cfg.min_samples_per_arm < 2:
         return ()  # (committed to at once, unsure: the runner-up is re-checked soon instead)
-    limit = 2 * cfg.min_samples
+    limit = 2 * cfg.min_samples_per_arm
     runner_owed = limit - arms[runner].epoch_samples
     best_owed = limit - arms[best].epoch_samples
     if runner_owed <= 0 and best_owed <= 0:
@@ -287,8 +287,8 @@ def _prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choic
 def _prior_plan(key: KeyHistory, usable: Sequence[Choice], prior: Choice,
                 min_samples: int) -> tuple[Choice, ...] | None:
     """Exploration when an arm is expected to win (after a drift alarm, the arm that
-    slowed): ``min_samples`` timings of it, one of each other arm. ``None`` when an other arm
-    beat it clearly (the prior is wrong here: the key is explored in full, and
+    slowed): ``min_samples_per_arm`` timings of it, one of each other arm. ``None`` when an
+    other arm beat it clearly (the prior is wrong here: the key is explored in full, and
     :meth:`Policy.apply` drops the prior). A closer result is within what one timing's noise
     does (a shared machine's timings of one call vary by 20-40%): the prior is committed to,
     unsure, and so re-checked soon."""
@@ -309,8 +309,8 @@ def _schedule(round_: tuple[tuple[int, Choice], ...], min_samples: int,
     heuristic order): round-robin, fewest timings first, up to one timing each — where one
     timing far behind rules an arm out, and the smaller buckets, exploring alongside, may
     have floors to go by — then up to two — where pruning may rule an arm out — then up to
-    ``min_samples``; the policy looks again at each of these points (``checkpoints``; else
-    the round goes through to ``min_samples``). No timing in a schedule depends on another's
+    ``min_samples_per_arm``; the policy looks again at each of these points (``checkpoints``; else
+    the round goes through to ``min_samples_per_arm``). No timing in a schedule depends on another's
     result."""
     counts = [n for n, _b in round_]
     least = min(counts)

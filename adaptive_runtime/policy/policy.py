@@ -13,8 +13,8 @@ from dataclasses import replace
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
+from ..knobs import PolicyConfig
 from .commit import _commit, _confirm_samples, _first_recheck
-from .config import PolicyConfig
 from .drift import _drift, _observe_drift, _reusable_memo
 from .explain import _explained, _fill_in, heuristic_decision
 from .explore import _EVALUATION_US, _explore, _prior_contradicted, _round, plan_steps
@@ -129,7 +129,7 @@ class Policy:
         elif reason is Reason.DRIFT:
             # re-measure the arm that slowed in full and the others once: a full exploration
             # only if one of them now beats it (a machine's stall alarms too, and must not
-            # cost min_samples calls of every slow arm)
+            # cost min_samples_per_arm calls of every slow arm)
             slowed = state.incumbent
             state.previous_us = {b: s.mean_us for b, s in key.arms.items()
                                  if s.epoch_samples and not s.consecutive_failures}
@@ -230,7 +230,7 @@ class Policy:
     def first_recheck(self, key: KeyHistory, chosen: Choice,
                       candidates: Sequence[Choice]) -> int:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
-        ``recheck_interval`` when the choice is clear, ``min_samples`` when it is not."""
+        ``recheck_interval`` when the choice is clear, ``min_samples_per_arm`` when it is not."""
         return _first_recheck(self.config, key, chosen, candidates)
 
     def fallback(self, key: KeyHistory, candidates: Sequence[Choice],

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..backend import Choice
 from ..decision import Decision
 from ..history import ArmStats, KeyHistory
-from .config import PolicyConfig
+from ..knobs import PolicyConfig
 
 __all__ = ["KeyState"]
 

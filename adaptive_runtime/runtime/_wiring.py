@@ -19,7 +19,7 @@ from ..errors import BackendUnavailableError
 from ..gating import HotPathDetector, TraceGate
 from ..history import HistoryRecord, HistoryStore, Origins
 from ..operations import DeviceProbe, OperationRegistry
-from ..policy import Policy, PolicyConfig
+from ..policy import Policy
 from ..telemetry import instrumentation
 from ..telemetry.call_log import CallRecorder
 from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..telemetry.metrics import MetricsSource
 
 __all__ = ["RuntimeParts", "call_recorder", "checked_devices", "dispatcher", "metrics_sink",
-           "policy_config", "span_sink", "trace_gate"]
+           "span_sink", "trace_gate"]
 
 # Settings of the trace gate that are derived, not configured.
 # The share of fast routine calls sampled. The CPU budget (trace_cpu_share) binds long before
@@ -59,14 +59,6 @@ def checked_devices(cfg: RuntimeConfig, devices: DeviceProbe | None) -> DevicePr
     return probe
 
 
-def policy_config(cfg: RuntimeConfig) -> PolicyConfig:
-    """The policy's settings that :class:`RuntimeConfig` sets (the other knobs keep their
-    defaults); the re-check interval is set on ``RuntimeConfig``, the policy carries it out."""
-    return PolicyConfig(min_samples=cfg.min_samples_per_arm, switch_margin=cfg.switch_margin,
-                        drift_threshold=cfg.drift_threshold,
-                        recheck_interval=cfg.recheck_interval)
-
-
 def trace_gate(cfg: RuntimeConfig, now_s: float) -> TraceGate:
     """The gate that admits or suppresses each call's spans, budgeted as ``cfg`` says."""
     return TraceGate(tracing=cfg.tracing, sampling_threshold_us=cfg.sampling_threshold_us,
@@ -84,7 +76,7 @@ def dispatcher(cfg: RuntimeConfig, registry: OperationRegistry, history: History
                timer: Callable[[], int]) -> Dispatcher:
     """The dispatcher over a runtime's parts, with its policy and trace gate made here."""
     return Dispatcher(config=cfg, registry=registry, history=history,
-                      policy=Policy(policy_config(cfg)), hot=hot,
+                      policy=Policy(cfg.policy_config()), hot=hot,
                       gate=trace_gate(cfg, clock()),
                       devices=devices, clock=clock, timer=timer)
 

@@ -84,12 +84,13 @@ def rows(out: str) -> dict[str, list[str]]:
 
 def test_replay_of_recorded_calls_prints_each_configuration(recorded) -> None:
     _folder, calls = recorded
-    done = replay_cli(str(calls), "--config", "switch_margin=0.2,min_samples=5",
+    done = replay_cli(str(calls), "--config", "switch_margin=0.2,min_samples_per_arm=5",
                       "--config", "drift_threshold=1000")
     assert done.returncode == 0, done.stderr
     assert "regret vs oracle" in done.stdout and "exploration" in done.stdout
     table = rows(done.stdout)
-    assert set(table) == {"default", "switch_margin=0.2,min_samples=5", "drift_threshold=1000"}
+    assert set(table) == {"default", "switch_margin=0.2,min_samples_per_arm=5",
+                          "drift_threshold=1000"}
     # the same calls under every configuration; no arm missing from the recorder's log
     assert len({cells[0] for cells in table.values()}) == 1
     assert all(cells[-1] == "0" for cells in table.values())

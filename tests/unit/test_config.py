@@ -9,7 +9,9 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.gating import TraceGate
+from adaptive_runtime.knobs import KNOB_NAMES, PolicyConfig
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.replay import parse_config
 
 Backend = ar.Backend
 P = "ADAPTIVE_RUNTIME_"
@@ -232,3 +234,36 @@ def test_the_trace_key_interval_comes_from_the_environment_and_must_be_positive(
     for bad in ("0", "-1", "nan", "soon"):
         with pytest.raises(ar.ConfigError, match="TRACE_KEY_INTERVAL_S"):
             ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_KEY_INTERVAL_S": bad})
+
+
+def _other_value(name: str) -> int | float:
+    """A valid value of knob ``name`` other than its default."""
+    default = getattr(PolicyConfig(), name)
+    if isinstance(default, int):
+        return default + 1
+    try:
+        PolicyConfig(**{name: default * 2})
+    except ar.ConfigError:  # (a share or a margin near its top)
+        return default / 2
+    return default * 2
+
+
+@pytest.mark.parametrize("name", KNOB_NAMES)
+def test_each_policy_knob_has_one_name_in_the_config_the_environment_and_replay(
+        name: str) -> None:
+    value = _other_value(name)
+    variable = "ADAPTIVE_RUNTIME_" + name.upper()
+    from_env = ar.RuntimeConfig.from_env({variable: str(value)})
+    assert getattr(from_env, name) == value
+    assert getattr(from_env.policy_config(), name) == value  # what the runtime's policy gets
+    assert getattr(ar.RuntimeConfig(**{name: value}).policy_config(), name) == value
+    assert getattr(parse_config(f"{name}={value}"), name) == value
+    assert getattr(ar.RuntimeConfig(), name) == getattr(PolicyConfig(), name)
+
+
+def test_a_policy_knob_out_of_range_names_its_variable() -> None:
+    with pytest.raises(ar.ConfigError, match="ADAPTIVE_RUNTIME_EXPLORE_SHARE: policy knob "
+                                             r"explore_share must be >= 0 and <= 1"):
+        ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_EXPLORE_SHARE": "1.5"})
+    with pytest.raises(ValueError, match="did you mean min_samples_per_arm"):
+        parse_config("min_samples=3")

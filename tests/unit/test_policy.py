@@ -34,7 +34,7 @@ TWO = (SIMD, SCALAR)
 # A policy told to time each arm three times before committing (min_samples_per_arm=3) and
 # the two fastest up to six while they are not told apart: the explore phase's rounds,
 # pruning and planning, which the default (one timing each) seldom needs.
-ROUNDS = PolicyConfig(min_samples=3)
+ROUNDS = PolicyConfig(min_samples_per_arm=3)
 
 
 def timed(mean_us: float, n: int = 3, var_us2: float = 1.0, last_update: float = 0.0,
@@ -288,7 +288,7 @@ def test_one_timing_each_a_few_percent_apart_is_an_unsure_commitment() -> None:
 def test_a_rival_left_far_behind_on_one_costly_timing_is_rechecked_soon() -> None:
     # SCALAR lost on one timing, 4.25x SIMD's time and 6.5 ms over it (over explore_free_us):
     # further behind than arms that do not stall differ, so the timing may be a stall: the
-    # first re-check comes after min_samples decisions, as the budget allows
+    # first re-check comes after min_samples_per_arm decisions, as the budget allows
     policy = Policy(PolicyConfig(recheck_interval=50))
     key = key_with({SIMD: timed(2000.0, n=3, var_us2=0.0), SCALAR: timed(8500.0, n=1)})
     assert committed(policy, key).next_recheck == 2
@@ -707,7 +707,8 @@ def test_a_variant_measured_nowhere_waits_on_costly_calls_and_not_on_cheap_ones(
 
 
 @pytest.mark.parametrize(("knob", "bad"), [
-    ("min_samples", 0), ("min_samples", 1.5), ("min_samples", True), ("recheck_interval", 0),
+    ("min_samples_per_arm", 0), ("min_samples_per_arm", 1.5), ("min_samples_per_arm", True),
+    ("min_samples_per_arm", 1001), ("recheck_interval", 0), ("switch_margin", 0.95),
     ("switch_margin", -0.1), ("switch_margin", math.nan), ("switch_margin", "0.1"),
     ("explore_share", 1.5), ("clear_confidence", -0.5), ("prune_ratio", 0.5),
     ("noise_floor", -1.0), ("drift_threshold", -1.0)])
@@ -718,6 +719,6 @@ def test_policy_config_refuses_a_knob_out_of_range_naming_it(knob: str, bad: obj
 
 
 def test_policy_config_takes_the_ends_of_each_range() -> None:
-    edges = PolicyConfig(min_samples=1, switch_margin=0.0, explore_share=1.0,
+    edges = PolicyConfig(min_samples_per_arm=1, switch_margin=0.0, explore_share=1.0,
                          clear_confidence=0.0, prune_ratio=1.0, drift_threshold=math.inf)
     assert edges.drift_threshold == math.inf  # (drift detection off)

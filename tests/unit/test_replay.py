@@ -84,10 +84,10 @@ def test_nearest_timings_follow_a_slowdown_in_the_log() -> None:
 def test_configurations_differ_where_their_knobs_matter() -> None:
     calls = log({SIMD: 100.0, SCALAR: 200.0}, 300)
     default = replay(calls)
-    more = replay(calls, PolicyConfig(min_samples=10))  # 10 timings of the slow arm, not 3
+    more = replay(calls, PolicyConfig(min_samples_per_arm=10))  # 10 timings of the slow arm, not 3
     assert more.exploration_share > default.exploration_share
     assert more.regret > default.regret
-    assert more.config.min_samples == 10
+    assert more.config.min_samples_per_arm == 10
 
 
 def test_a_converged_timing_stands_for_the_calls_before_it() -> None:
@@ -99,13 +99,13 @@ def test_a_converged_timing_stands_for_the_calls_before_it() -> None:
 
 
 def test_parse_config_takes_knobs_and_names_the_wrong_one() -> None:
-    config = parse_config("switch_margin=0.1, min_samples=5")
-    assert (config.switch_margin, config.min_samples) == (0.1, 5)
+    config = parse_config("switch_margin=0.1, min_samples_per_arm=5")
+    assert (config.switch_margin, config.min_samples_per_arm) == (0.1, 5)
     assert parse_config("") == PolicyConfig()
     with pytest.raises(ValueError, match=r"no_such_knob.*knobs: .*switch_margin"):
         parse_config("no_such_knob=1")
-    with pytest.raises(ValueError, match="min_samples takes an integer"):
-        parse_config("min_samples=2.5")
+    with pytest.raises(ValueError, match="min_samples_per_arm takes an integer"):
+        parse_config("min_samples_per_arm=2.5")
     with pytest.raises(ValueError, match="switch_margin must be"):
         parse_config("switch_margin=-1")
 
