@@ -1,6 +1,6 @@
 """adaptive_runtime: per-call GPU / SIMD / SCALAR selection that learns, and shows why.
 
-See DESIGN.md for the architecture; the names below are the public contract.
+See docs/architecture.md for the architecture; the names below are the public contract.
 """
 
 from . import ops, telemetry

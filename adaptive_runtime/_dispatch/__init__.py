@@ -11,16 +11,19 @@ single C call, so concurrent threads each get a distinct ticket and no call goes
 A ticket ``t`` with ``t & mask == 0`` (every call, for a key still being explored) is a timed
 call (``timed``): it runs the arm decided for it in advance between two timer reads
 (``attempt``, which also checks its result: ``checks``), then takes the lock once to count
-itself, feed the hot-path rate, learn from the timing, decide the key's next timed call
-(following the exploration plan when there is one, else asking the policy) and point the fast
-path at the committed arm, timed 1-in-N (``learner``) — N set by what learning from a timing
-was measured to cost (a third timer read, after the lock). A failed arm hands the call to the
+itself, feed the hot-path rate, learn from the timing and decide the key's next timed call
+(``settle``, through the policy's one learning loop, ``policy.Learner``: following the
+exploration plan when there is one, else asking the policy), and point the fast path at the
+committed arm, timed 1-in-N (``period``) — N set by what learning from a timing was measured
+to cost (a third timer read, after the lock). A failed arm hands the call to the
 next (``fallback``); what a call did goes to the telemetry sinks (``emission``).
 
 The modules, one job each: ``core`` (what the parts share: collaborators, settings, the
 lock), ``entry`` (a key's fast-path state, the route table's types), ``fastpath`` (routes,
 family twins, the call), ``timed`` (a timed call), ``attempt`` (one timed run of an arm),
-``learner`` (per-key policy state, learning, the measurement period), ``candidates`` (which
+``settle`` (after a timed call: counts, learning, the next decision), ``period`` (the fast
+path's arm and measurement period), ``call_site`` (routes kept per input signature),
+``profiling`` (profiler ranges), ``watch`` (a slow key's watched kernel), ``candidates`` (which
 arms a call may run on), ``fallback`` (fallback and quarantine), ``checks`` (wrong results),
 ``counts`` (counters and the label cap), ``emission`` (telemetry), ``trueno`` (the
 Trueno-style API), ``dispatcher`` (the facade that wires them).
