@@ -119,13 +119,13 @@ def calls_from_telemetry(directory: str | os.PathLike[str]) -> list[CallTiming]:
     """The traced calls in a telemetry folder's ``traces.jsonl`` (and its rotated backup):
     each successful ``adaptive.execute`` span, with the size and sampling weight of its
     ``adaptive.select`` span (``calls``: the calls the span stands for, rounded)."""
-    from .report.trace_files import _attributes, _lines, trace_files
+    from .report.trace_files import key_values, request_lines, trace_files
 
     out = []
     for path in trace_files(directory):
-        for _size, tree, _where in _lines(path):
+        for _size, tree, _where in request_lines(path):
             if tree is not None:
-                out.extend(_executes(tree, _attributes))
+                out.extend(_executes(tree, key_values))
     out.sort(key=lambda c: c.time_s)
     return out
 

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from ..backend import Backend, Choice, choice_of, parse_choice
 from .model import DecisionEvent, KeyRow, Report, ReportInputError, fastest_arm
 
-__all__ = ["TRACES_FILE", "from_telemetry", "trace_files"]
+__all__ = ["TRACES_FILE", "from_telemetry", "key_values", "request_lines", "trace_files"]
 
 TRACES_FILE = "traces.jsonl"
 _SELECT = "adaptive.select "
@@ -89,7 +89,7 @@ def from_telemetry(directory: str | os.PathLike[str], *, all_runs: bool = False,
     selects: list[_Select] = []
     done = 0
     for path in files:
-        for size, tree, where in _lines(path):
+        for size, tree, where in request_lines(path):
             done += size
             if tree is not None:
                 try:
@@ -119,8 +119,9 @@ def from_telemetry(directory: str | os.PathLike[str], *, all_runs: bool = False,
                   "(exploit, forced), else the fastest of its latest estimates")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
-    """``(bytes, request or None, "file:line")`` per line. A last line without its newline
+def request_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
+    """``(bytes, request or None, "file:line")`` per line of a telemetry file (what
+    ``adaptive-runtime replay`` reads too). A last line without its newline
     is a write in progress (or torn by a crash) and is skipped when it does not parse, as the
     collector's reader does; any other bad line is an error naming it."""
     try:
@@ -156,14 +157,14 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
 
 def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
     for resource_spans in tree.get("resourceSpans", ()):
-        resource = _attributes(resource_spans.get("resource", {}).get("attributes", ()))
+        resource = key_values(resource_spans.get("resource", {}).get("attributes", ()))
         run = str(resource.get("service.instance.id", ""))
         service = str(resource.get("service.name", ""))
         for scope in resource_spans.get("scopeSpans", ()):
             for span in scope.get("spans", ()):
                 if not str(span.get("name", "")).startswith(_SELECT):
                     continue
-                a = _attributes(span.get("attributes", ()))
+                a = key_values(span.get("attributes", ()))
                 estimates = {parse_choice(k[len(_ESTIMATE):]): float(v)
                              for k, v in a.items() if k.startswith(_ESTIMATE)}
                 yield _Select(
@@ -177,7 +178,7 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                     a.get("adaptive.commit") is True)
 
 
-def _attributes(items: Any) -> dict[str, Any]:
+def key_values(items: Any) -> dict[str, Any]:
     """OTLP/JSON key-values as a dict (``intValue`` comes as a decimal string)."""
     out: dict[str, Any] = {}
     for item in items:
