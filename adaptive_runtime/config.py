@@ -68,6 +68,13 @@ class RuntimeConfig(PolicyKnobs):
         dtype's tolerance, quarantine the arm and the caller gets the other arm's result.
         0 (the default): off, at no cost. Env ``ADAPTIVE_RUNTIME_VALIDATE`` (a rate, or
         on = 0.001 / off).
+    Frameworks
+      import_frameworks: import torch and JAX (those installed) when the runtime is made, so
+        that their implementations compete on numpy inputs (ATen's softmax and gelu on the
+        array's memory; torch's CUDA device for the GPU arm) in a program that never imports
+        them. Off by default: the runtime never imports a framework inside a call, and
+        without this such implementations become candidates only once the program imports
+        the framework itself (importing torch takes seconds).
     """
 
     force_backend: Choice | None = None
@@ -84,6 +91,7 @@ class RuntimeConfig(PolicyKnobs):
     history_save_interval_s: float = 60.0
     history_force: bool = False
     validate_sample_rate: float = 0.0
+    import_frameworks: bool = False
 
     def __post_init__(self) -> None:
         PolicyKnobs.__post_init__(self)  # (the policy's knobs, checked where they are declared)
@@ -119,6 +127,9 @@ class RuntimeConfig(PolicyKnobs):
                               field="tracing")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", _path(self.history_path))
+        if not isinstance(self.import_frameworks, bool):
+            raise ConfigError("import_frameworks must be True or False, got "
+                              f"{_shown(self.import_frameworks)}", field="import_frameworks")
         if not isinstance(self.history_force, bool):
             raise ConfigError("history_force must be True or False, got "
                               f"{_shown(self.history_force)}",
@@ -184,6 +195,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "disabled_backends": _parse_backend_list,
     "tracing": _parse_bool,
     "history_force": _parse_bool,
+    "import_frameworks": _parse_bool,
     "history_path": str,
     "validate_sample_rate": lambda raw: _parse_rate(raw, DEFAULT_VALIDATE_RATE),
 }

@@ -32,10 +32,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ._imported import imported
 from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json, record_to_json
 
 __all__ = ["Syncable", "gather_rank_rows", "merged_history", "process_group",
@@ -54,11 +54,9 @@ RankRows = list[tuple[HistoryRecord, Origins]]
 def process_group() -> tuple[int, int] | None:
     """``(rank, world size)`` in torch.distributed's default process group where one is
     initialised (torch already imported), else ``None``."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
+    dist = imported("torch.distributed")  # (not while torch is still being imported)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
     return None
 
 

@@ -38,6 +38,7 @@ import threading
 from collections.abc import Mapping
 
 from ._forks import after_fork_in_child
+from ._imported import imported
 from .threads import thread_counts
 
 __all__ = ["FINGERPRINT_LABELS", "differences", "hardware_fingerprint"]
@@ -128,7 +129,7 @@ def _thread_fields() -> Fingerprint:
     the BLAS library's through threadpoolctl — never importing a library, nor starting
     numba's threading layer."""
     counts = thread_counts()
-    numba = sys.modules.get("numba")
+    numba = imported("numba")
     if counts["numba"] is None and numba is not None:
         # (a partial import or an odd build: unknown, not compared)
         with contextlib.suppress(Exception):
@@ -190,7 +191,7 @@ def _gpu_fields() -> dict[str, str | None]:
             pass
         if models:
             return {"gpu": ", ".join(sorted(models)), "gpu_driver": driver}
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is not None:
         try:
             cuda = torch.cuda

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Callable, Mapping
+
+from ._imported import imported
 
 __all__ = ["POOLS", "ThreadWatch", "thread_counts"]
 
@@ -42,7 +43,7 @@ _controller: list[object | None] = []
 def thread_counts(*, blas: bool = True) -> Counts:
     """Each pool's thread count now (``None`` where unknown: see the module docstring);
     ``blas=False``: BLAS's only where the program imported threadpoolctl."""
-    if not blas and "threadpoolctl" not in sys.modules:
+    if not blas and imported("threadpoolctl") is None:
         return {"numba": _numba_threads(), "torch": _torch_threads(), "blas": None}
     return {"numba": _numba_threads(), "torch": _torch_threads(), "blas": _blas_threads()}
 
@@ -52,17 +53,17 @@ def _live_counts() -> Counts:
 
 
 def _numba_threads() -> int | None:
-    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    parallel = imported("numba.np.ufunc.parallel")
     if parallel is None or not getattr(parallel, "_is_initialized", False):
         return None  # (reading it would launch the threading layer: ~6 ms)
     try:
-        return int(sys.modules["numba"].get_num_threads())
+        return int(imported("numba").get_num_threads())
     except Exception:  # (a partial import or an odd build)
         return None
 
 
 def _torch_threads() -> int | None:
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None:
         return None
     try:

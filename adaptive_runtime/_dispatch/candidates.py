@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from .._imported import imported, loaded_frameworks
 from ..backend import Choice, Kind, infer_kind
 from ..errors import BackendUnavailableError, RegistrationError
 from ..operations import Implementation, Operation
@@ -31,6 +32,12 @@ def floors(operation: str, impls: Mapping[Choice, Implementation],
     return found or None
 
 
+def _ready(impl: Implementation | None) -> bool:
+    """Whether ``impl`` can run without importing anything: the framework it needs, if any,
+    is imported."""
+    return impl is not None and (not impl.needs or imported(impl.needs) is not None)
+
+
 class Candidates:
     """Candidates — arms, and variants of arms — of registered operations and of any other
     name."""
@@ -42,8 +49,9 @@ class Candidates:
 
     def arms_of(self, op: Operation, n: int) -> Arms:
         """Candidates of ``op`` at size ``n`` and their kernels, cached per preference order
-        (there are three) until the operation's implementations change. Lock held."""
-        cache_key = (op.name, heuristic_preference(op.kind, n))
+        (there are three) and frameworks imported, until the operation's implementations
+        change. Lock held."""
+        cache_key = (op.name, heuristic_preference(op.kind, n), loaded_frameworks())
         arms = self._arms_cache.get(cache_key)
         if arms is None:
             candidates = self.of(op, n)
@@ -58,7 +66,8 @@ class Candidates:
 
     def of(self, op: Operation, n: int) -> tuple[Choice, ...]:
         """Candidates of a registered operation at size ``n``: its implementations on the
-        arms enabled and available here, in heuristic order; or the forced one."""
+        arms enabled and available here whose framework the program has imported
+        (``Implementation.needs``), in heuristic order; or the forced one."""
         backends = op.choices
         if not backends:
             raise RegistrationError(
@@ -70,6 +79,12 @@ class Candidates:
             # operation lacks: its arm's — a variant refines the device class forced, and a
             # model's other operations, their backward ones among them, may not have it)
             impl = op.implementation_for(forced) or op.implementation_for(forced.arm)
+            if impl is not None and not _ready(impl):
+                # (an arm whose primary kernel needs a framework not imported: its first
+                # variant that runs without one)
+                impl = next((op.implementation_for(c) for c in backends
+                             if c.arm is forced.arm and _ready(op.implementation_for(c))),
+                            impl)
             if impl is None:
                 raise BackendUnavailableError(
                     f"backend {forced.value!r} is forced but operation {op.name!r} has "
@@ -78,12 +93,21 @@ class Candidates:
             return (impl.choice,)
         core = self._core
         usable = [b for b in backends
-                  if b.arm in core.enabled and core.devices.available(b)]
+                  if b.arm in core.enabled and core.devices.available(b)
+                  and _ready(op.implementation_for(b))]
         if not usable:
+            waiting = sorted({impl.needs for b in backends
+                              if (impl := op.implementation_for(b)) is not None
+                              and not _ready(impl)})
+            hint = (f"; implementations that need {' or '.join(waiting)} run once the "
+                    "program imports it (the runtime never imports a framework inside a call; "
+                    "RuntimeConfig(import_frameworks=True) imports it when the runtime is "
+                    "made)") if waiting else ""
             raise BackendUnavailableError(
                 f"operation {op.name!r} has implementations for "
                 f"{', '.join(b.value for b in backends)}, none of which can run here "
-                f"(enabled and available: {', '.join(core.available_arms()) or 'none'})")
+                f"(enabled and available: {', '.join(core.available_arms()) or 'none'})"
+                f"{hint}")
         return heuristic_order(op.kind, n, usable)
 
     def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:

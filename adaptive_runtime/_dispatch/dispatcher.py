@@ -57,6 +57,7 @@ class Dispatcher:
         timed = TimedCalls(core, settler, emission, attempt, fallback)
         router = self._router = Router(core, candidates, counts, routes, rates)
         router.connect(timed.slow, fallback.fast_failure)
+        timed.reroute = self._frameworks_imported
         self._trueno = TruenoApi(core, router, settler, candidates, counts, emission)
         self.run = router.run
         self.route = router.route
@@ -64,6 +65,15 @@ class Dispatcher:
         self.spans_admitted = emission.spans_admitted
         # (a training step's span asks the gate directly: see telemetry.steps)
         self.trace_gate = gate
+
+    def _frameworks_imported(self, names: frozenset[str]) -> None:
+        """The program imported ``names`` (frameworks) since the runtime last looked: the
+        operations with implementations that need one — and those with a GPU arm, which a
+        framework may bring — are routed afresh, their keys' candidates found again (what
+        they learned is kept)."""
+        for op in list(self._core.registry):
+            if op.frameworks_needed() & names or Backend.GPU in op.backends:
+                self._router.reset_route(op.name)
 
     # ------------------------------------------------------------------ telemetry
 

@@ -7,16 +7,17 @@ timed calls only: the fast path is untouched) while no profiler records."""
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractContextManager
 from typing import Any
+
+from .._imported import imported
 
 __all__ = ["profiler_range"]
 
 
 def profiler_range(operation: str, choice: Any, reason: Any) -> AbstractContextManager[Any] | None:
     """The range to run a timed call's kernel in, or ``None`` while no profiler records."""
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None:
         return None
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._imported import loaded_frameworks
+from .._thread_faults import revive_threads, survive
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
@@ -57,6 +59,12 @@ class Settler:
         # the thread pools' sizes, read every second or so from timed calls (see
         # _threads_changed)
         self._threads = ThreadWatch()
+        # the frameworks the program had imported at the last look (same schedule): one
+        # imported since brings the implementations that need it (see frameworks_imported)
+        self._frameworks = loaded_frameworks()
+        # frameworks imported since the last look, for the caller to act on after the lock
+        # (the routes of the operations that gain implementations are made again)
+        self.frameworks_imported: frozenset[str] = frozenset()
         # a key is timed at least this often while spans are recorded (a share of the trace
         # gate's key interval: its interval span needs a timed call); inf: no such bound
         self._visible_s = KEY_TIMING_SHARE * core.config.trace_key_interval_s
@@ -101,7 +109,7 @@ class Settler:
         is held until then, to carry the device time."""
         now = self._clock()
         if now >= self._threads.due_s:
-            self._threads_changed(self._threads.poll(now))
+            self._look_around(now)
         calls, since = self._calls_since(entry, ticket, now) if ticket >= 0 else (1, None)
         reason, backend = decision.reason, decision.choice
         if reason is _EXPLOIT and backend is entry.backend:
@@ -168,6 +176,25 @@ class Settler:
             held = (op.name, n, entry.bucket, span[1], decision.choice, times, None, None,
                     span[0])
         pending.append((entry, decision, timing, n, calls, held))
+
+    def _look_around(self, now: float) -> None:
+        """About once a second, on a timed call: the thread pools' sizes, the frameworks
+        imported, the package's threads (one that ended abnormally is started again). A
+        failure here is counted (``thread_watch``) and never fails the call."""
+        with survive("thread_watch", "thread pools"):
+            self._threads_changed(self._threads.poll(now))
+        with survive("thread_watch", "frameworks"):
+            self._look_for_frameworks()
+        revive_threads()
+
+    def _look_for_frameworks(self) -> None:
+        """Note the frameworks the program imported since the last look (torch in the middle
+        of a numpy loop, say): the implementations that need one become candidates once the
+        caller has the routes of their operations made again (``frameworks_imported``)."""
+        loaded = loaded_frameworks()
+        if loaded != self._frameworks:
+            self.frameworks_imported |= loaded - self._frameworks
+            self._frameworks = loaded
 
     def _threads_changed(self, changed: dict[str, tuple[int, int]]) -> None:
         """Thread pools whose size changed (``torch.set_num_threads``, say): what was learned

@@ -3,6 +3,7 @@ to learn from it and decide the key's next timed call; spans after the lock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..backend import Backend
@@ -37,6 +38,9 @@ class TimedCalls:
         self._emission = emission
         self._attempt = attempt.run
         self._recover = fallback.recover
+        # (set by the dispatcher) make the routes of operations that gain implementations
+        # again, given the frameworks the program imported since the last look
+        self.reroute: Callable[[frozenset[str]], None] | None = None
 
     def slow(self, op: Operation, entries: dict[int, Entry], n: int, args: tuple[Any, ...],
              entry: Entry | None, ticket: int) -> Any:
@@ -105,6 +109,9 @@ class TimedCalls:
                                 times)
         finally:
             lock.release()
+        if settler.frameworks_imported and self.reroute is not None:
+            imported, settler.frameworks_imported = settler.frameworks_imported, frozenset()
+            self.reroute(imported)
         if ready:
             for held, device_us in ready:
                 self._emission.emit(*held, device_us=device_us)

@@ -8,19 +8,21 @@ what it was given whichever arm ran. For JAX arrays, :func:`jax_host` and :func:
 the same (a view of a CPU array's memory; a result handed to JAX without a copy).
 
 Neither torch nor JAX is ever imported here: a tensor can only exist if the caller imported
-its library already, so ``sys.modules`` answers "is this a tensor?" for free. (JAX's own
-modules are reached once a JAX array has come, through ``sys.modules["jax"]``.)
+its library already, so the modules it imported (``_imported.imported``: only once fully
+imported) answer "is this a tensor?" for free. (JAX's own modules are reached once a JAX array
+has come.)
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .._imported import imported
 
 __all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "describe", "dtype_name", "host", "host_arm",
            "is_jax", "is_tensor", "jax_host", "like", "numpy_dtype", "to_jax"]
@@ -35,13 +37,13 @@ LOW_PRECISION = frozenset({"float16", "bfloat16"})
 
 
 def is_tensor(x: Any) -> bool:
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def is_jax(x: Any) -> bool:
     """Whether ``x`` is a JAX array (a tracer under ``jax.jit`` / ``jax.grad`` included)."""
-    jax = sys.modules.get("jax")
+    jax = imported("jax")
     return jax is not None and isinstance(x, jax.Array)
 
 
@@ -61,7 +63,7 @@ def numpy_dtype(x: Any) -> np.dtype | None:
     if isinstance(x, np.ndarray):
         return x.dtype
     if is_tensor(x):
-        torch = sys.modules["torch"]
+        torch = imported("torch")
         if x.dtype is torch.float32:
             return FLOAT_DTYPES[0]
         if x.dtype is torch.float64:
@@ -97,7 +99,7 @@ def like(result: Any, template: Any) -> Any:
     a numpy scalar of its dtype for a 0-d result from numpy input, a tensor (0-d for a
     scalar) on its device from torch input."""
     if is_tensor(template):
-        torch = sys.modules["torch"]
+        torch = imported("torch")
         array = np.asarray(result, dtype=host_dtype(template))
         out = torch.from_numpy(np.ascontiguousarray(array) if array.ndim else array)
         return out if template.device.type == "cpu" else out.to(template.device)
@@ -164,7 +166,7 @@ def _choose_jax_put(array: np.ndarray, template: Any) -> Callable[[np.ndarray, A
     ``jax.device_put`` ends in, ~7 us for a small array on the development machine, where
     ``jax.device_put`` itself took ~95 us and ``jnp.asarray`` ~45 us, more than a small
     kernel — checked once against the array it must give; else ``jax.device_put``."""
-    jax = sys.modules["jax"]
+    jax = imported("jax")
 
     def public(array: np.ndarray, template: Any) -> Any:
         devices = template.devices()

@@ -12,10 +12,11 @@ torch is imported only when such an arm first runs (a tensor exists, so torch is
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .._imported import imported
 
 __all__ = ["Backward", "autograd_arm"]
 
@@ -77,7 +78,7 @@ _TYPICAL_BACKWARD_US = [0.0]
 
 def _function(name: str, forward: Callable[..., Any], backward: Backward,
               save_output: bool, backward_us: dict[int, float]) -> type:
-    torch = sys.modules["torch"]
+    torch = imported("torch")
 
     class AdaptiveFunction(torch.autograd.Function):
         @staticmethod

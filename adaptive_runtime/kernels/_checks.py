@@ -18,12 +18,12 @@ which explains what is wrong.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._imported import imported
 from ._arrays import FLOAT_DTYPES, TENSOR_FLOATS
 from ._full_checks import (
     _array_size,
@@ -49,7 +49,7 @@ def _tensors_ok(*tensors: Any) -> bool:
     """Whether ``tensors`` are torch tensors of one float dtype on one device: the common case
     of a training loop, checked without building any list (the full check explains the rest).
     """
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None:
         return False
     first = tensors[0]
@@ -72,7 +72,7 @@ def _jax_ok(*arrays: Any) -> bool:
     """Whether ``arrays`` are JAX arrays (or tracers) of one float dtype an arm computes in:
     the common case of a JAX program, checked without building any list (devices are left to
     JAX, which refuses to mix them)."""
-    jax = sys.modules.get("jax")
+    jax = imported("jax")
     if jax is None:
         return False
     array = jax.Array

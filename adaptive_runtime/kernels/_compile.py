@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._forks import after_fork_in_child
+from .._imported import imported
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +50,7 @@ class _LazyPrange:
         return "prange (numba not imported yet)"
 
 
-numba: Any = sys.modules.get("numba")
+numba: Any = imported("numba")
 HAVE_NUMBA = _numba_installed()
 if numba is not None:
     from numba import prange
@@ -137,14 +138,15 @@ def _make_pending() -> None:
     with _make_lock:
         if not _pending:
             return
+        module: Any
         try:
-            import numba as imported
+            import numba as module
         except ImportError:  # installed but broken: the plain Python loops, as without it
-            imported = None
+            module = None
             HAVE_NUMBA = False
-        numba = imported
-        new_prange = imported.prange if imported is not None else range
-        made = [(lazy, lazy._make(imported, lazy.fn)) for lazy in _pending]
+        numba = module
+        new_prange = module.prange if module is not None else range
+        made = [(lazy, lazy._make(module, lazy.fn)) for lazy in _pending]
         namespaces = {id(lazy.fn.__globals__): lazy.fn.__globals__ for lazy, _ in made}
         by_id = {id(lazy): real for lazy, real in made}
         for namespace in namespaces.values():
@@ -177,15 +179,15 @@ def _counter(real: Any) -> Callable[[], int]:
 
 def _lazy(fn: F, make: Callable[[Any, Callable[..., Any]], Any]) -> F:
     """``make(numba, fn)`` now if numba is imported already, else a :class:`LazyKernel`."""
-    imported = sys.modules.get("numba")
-    if imported is not None:
+    found = imported("numba")
+    if found is not None:
         global numba, prange
         if _pending:  # numba came in meanwhile: make the earlier ones first (they may be called)
             _make_pending()
-        numba, prange = imported, imported.prange
+        numba, prange = found, found.prange
         # (a module that imported the placeholder before numba came: point it at numba's)
-        _point_names(fn.__globals__, {}, imported.prange)
-        return make(imported, fn)  # type: ignore[no-any-return]
+        _point_names(fn.__globals__, {}, found.prange)
+        return make(found, fn)  # type: ignore[no-any-return]
     kernel = LazyKernel(fn, make)
     with _make_lock:
         _pending.append(kernel)
@@ -251,7 +253,7 @@ def launch_parallel_threads() -> None:
     defaults. No effect when numba's pool is already running or uses another threading layer.
     """
     global _launched
-    if _launched or sys.modules.get("numba") is None:
+    if _launched or imported("numba") is None:
         return
     with _launch_lock:
         if _launched:
@@ -261,7 +263,7 @@ def launch_parallel_threads() -> None:
         if set_here:
             os.environ[_WAIT_POLICY] = "PASSIVE"
         try:
-            sys.modules["numba"].get_num_threads()  # (launches the threading layer)
+            imported("numba").get_num_threads()  # (launches the threading layer)
         except (ValueError, RuntimeError):
             # no threading layer loads here: a parallel build raises when called, and the
             # runtime falls back to another arm then; importing must not fail

@@ -21,11 +21,11 @@ can run. Neither torch nor JAX is imported here (see ``_arrays``).
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._imported import imported
 from ..backend import Backend
 
 if TYPE_CHECKING:
@@ -66,10 +66,10 @@ def input_family(*args: Any) -> str:
     for a in args:
         if type(a) is _ndarray:
             return ""
-        torch = sys.modules.get("torch")
+        torch = imported("torch")
         if torch is not None and isinstance(a, torch.Tensor):
             return _torch_family(torch, a, args)
-        jax = sys.modules.get("jax")
+        jax = imported("jax")
         if jax is not None and isinstance(a, jax.Array):
             return _jax_family(jax, a, args)
     return ""

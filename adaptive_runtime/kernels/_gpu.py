@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._forks import after_fork_in_child
+from .._imported import imported
 from ..backend import Backend
 from ._arrays import host, host_dtype, is_tensor, like
 
@@ -98,8 +99,10 @@ class CudaDevice:
     kind = "torch"
 
     def __init__(self) -> None:
-        import torch
-
+        torch = imported("torch")
+        if torch is None:
+            raise GpuUnsupportedError("torch's CUDA device needs torch, which the program has "
+                                      "not imported (the runtime never imports it in a call)")
         self._torch = torch
         self.device = torch.device("cuda")  # (no index: the current device when used)
 
@@ -179,21 +182,24 @@ class NumbaCudaDevice:
 
 def _default_device() -> Device:
     """torch's CUDA device when torch has CUDA, else numba's, else torch's (which fails on
-    first use: the runtime then falls back to a CPU arm)."""
+    first use: the runtime then falls back to a CPU arm) — asking only the libraries the
+    program has imported (the GPU arm is a candidate only once one of them is: see
+    ``operations.DeviceProbe``); nothing is imported inside the call that asks."""
+    torch = imported("torch")
     try:
-        import torch
-
-        if torch.cuda.is_available():
+        if torch is not None and torch.cuda.is_available():
             return CudaDevice()
-    except ImportError:
-        pass
+    except Exception as exc:  # a broken driver: no torch path
+        _log.debug("torch CUDA unavailable: %s", exc)
+    cuda = imported("numba.cuda")
     try:
-        from numba import cuda
-
-        if cuda.is_available():
+        if cuda is not None and cuda.is_available():
             return NumbaCudaDevice()
     except Exception as exc:  # a broken driver: no numba path
         _log.debug("numba CUDA unavailable: %s", exc)
+    if torch is None:
+        raise GpuUnsupportedError("no GPU library is imported (torch or numba.cuda): the "
+                                  "runtime never imports one inside a call")
     return CudaDevice()
 
 

@@ -47,11 +47,11 @@ machine, a later session):
 from __future__ import annotations
 
 import math
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._imported import imported
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import array_size
@@ -137,7 +137,7 @@ def _relu_numba(x: Any) -> Any:
 
 
 def _gelu_gpu(x: Any) -> Any:
-    return sys.modules["torch"].nn.functional.gelu(x)
+    return imported("torch").nn.functional.gelu(x)
 
 
 def _relu_numpy(x: np.ndarray) -> np.ndarray:
@@ -166,7 +166,8 @@ def register(rt: Registrar) -> None:
                      family=input_family)
     gelu.add_implementation(Backend.SCALAR, gelu_scalar, compile_count=compile_count(_gelu_loop))
     if torch_installed():  # ATen's vectorised erf on the array's memory (see the docstring)
-        gelu.add_implementation(Backend.SIMD, gelu_through_torch, warm_up=True, threads="torch")
+        gelu.add_implementation(Backend.SIMD, gelu_through_torch, warm_up=True, threads="torch",
+                                needs="torch")
         # (the threaded libm loop ties ATen at ~1e3 and loses 20x at 1e6: timed, not guessed)
         gelu.add_implementation(Backend.SIMD, gelu_simd, name="numba", threads="numba",
                                 compile_count=compile_count(_gelu_parallel))

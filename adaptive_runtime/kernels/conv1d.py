@@ -47,11 +47,11 @@ kernel does not vectorise across outputs and barely beats SCALAR.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._imported import imported
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import conv1d_size
@@ -163,7 +163,7 @@ conv1d_simd = host_arm(_conv1d_windows)
 
 
 def _conv1d_gpu(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    functional = sys.modules["torch"].nn.functional
+    functional = imported("torch").nn.functional
     if x.ndim == 3:
         return functional.conv1d(x, w, bias, padding=int(padding))
     return functional.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)

@@ -32,11 +32,11 @@ like any other latency.)
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._imported import imported
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import layer_norm_size
@@ -112,7 +112,7 @@ layer_norm_simd = host_arm(_on_rows(_layer_norm_rows_parallel))
 
 
 def _layer_norm_gpu(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    functional = sys.modules["torch"].nn.functional
+    functional = imported("torch").nn.functional
     return functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 

@@ -11,11 +11,11 @@ tensors and JAX arrays run their own library's call (``torch.nn.functional.linea
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._imported import imported
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import linear_size
@@ -65,7 +65,7 @@ linear_simd = host_arm(_linear_simd)
 
 
 def _linear_gpu(x: Any, weight: Any, bias: Any = None) -> Any:
-    return sys.modules["torch"].nn.functional.linear(x, weight, bias)
+    return imported("torch").nn.functional.linear(x, weight, bias)
 
 
 linear_gpu = gpu_arm(NAME, _linear_gpu, result_bytes=lambda x, weight, *_: (

@@ -108,7 +108,7 @@ def register(rt: Registrar) -> None:
                           compile_count=compile_count(_softmax_rows))
     if torch_installed():  # ATen's one-pass softmax on the array's memory (see the docstring)
         op.add_implementation(Backend.SIMD, softmax_through_torch, warm_up=True,
-                              threads="torch")
+                              threads="torch", needs="torch")
         # (numpy's four passes: ahead of ATen on small rows, where ATen's call costs more)
         op.add_implementation(Backend.SIMD, softmax_simd, name="numpy")
     else:

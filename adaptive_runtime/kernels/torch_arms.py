@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._default import default_runtime
+from .._imported import imported
 from ..backend import Backend
 from . import backward
 from ._autograd import Backward, autograd_arm
@@ -49,8 +49,13 @@ _modules: list[Any] = []  # [torch, torch.nn.functional], once a tensor has been
 
 
 def _load() -> list[Any]:
-    """Keep torch's modules for the arms (once per process, on an arm's first call)."""
-    torch = sys.modules["torch"]
+    """Keep torch's modules for the arms (once per process, on an arm's first call). torch is
+    the program's: an arm that needs it is a candidate only once it is imported
+    (``Implementation.needs``), and nothing here imports it."""
+    torch = imported("torch")
+    if torch is None:
+        raise RuntimeError("an ATen arm ran before the program imported torch (the runtime "
+                           "never imports it inside a call)")
     _prime_gelu(torch)
     _modules[:] = [torch, torch.nn.functional]
     return _modules
@@ -164,15 +169,13 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
     """A SIMD arm for numpy arrays that runs ATen's kernel on them without a copy
     (``torch.from_numpy`` shares the memory, ``.numpy()`` shares it back): vectorised and
     threaded where numpy has no such call (``erf``, for gelu) or makes several passes over the
-    data (softmax). torch is imported by the first call (an operation that needs it)."""
+    data (softmax). Registered with ``needs="torch"``: a candidate once the program has
+    imported torch, which it never imports itself."""
 
     def arm(x: np.ndarray) -> np.ndarray:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            import torch
         if not x.flags.writeable:  # (torch.from_numpy warns on read-only memory)
             x = x.copy()
-        return aten(torch.from_numpy(x)).numpy()
+        return aten(_torch().from_numpy(x)).numpy()
 
     arm.__name__ = arm.__qualname__ = f"{aten.__name__}_on_numpy"
     return arm
@@ -192,7 +195,7 @@ def _builtin(name: str) -> Callable[..., Any] | None:
     """ATen's own function for ``name`` where its signature is the operation's — called with
     no Python frame between the runtime and ATen — if torch is loaded already (the runtime
     never imports it: a numpy program stays without it); else ``None``."""
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None:
         return None
     functional = torch.nn.functional
@@ -306,7 +309,7 @@ def register(rt: Registrar) -> None:
         return live.run(name, *args)
 
     gradients = _gradients(run)
-    if "torch" in sys.modules:  # ATen's own functions are the arms (_builtin): prime it now
+    if imported("torch") is not None:  # ATen's own functions are the arms (_builtin): prime it now
         _load()
     for name, aten in ATEN.items():
         aten = _builtin(name) or aten

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._forks import renew_after_fork
+from .._imported import imported
 from ..backend import Backend, Choice
 
 __all__ = ["DeviceProbe", "cuda_graph_capturing"]
@@ -24,7 +25,7 @@ def cuda_graph_capturing() -> bool:
     """Whether torch is capturing a CUDA graph on the current stream (``False`` without torch
     or CUDA). While it is, work is recorded, not run: nothing can be timed or waited for, and
     a synchronisation would break the capture."""
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None:
         return False
     try:
@@ -37,16 +38,22 @@ class DeviceProbe:
     """Which arms this machine can run, found once and then cached.
 
     SIMD and SCALAR always run (numpy is a dependency). GPU is available when torch sees a
-    CUDA device, else when JAX has a GPU device, else when numba sees a real CUDA device. Tests
-    pass ``gpu=True`` to mark the GPU arm available without a device (a test double).
+    CUDA device, else when JAX has a GPU device, else when numba sees a real CUDA device —
+    asking only the libraries the program has imported: the runtime never imports one inside
+    a call (importing torch took seconds on a 2-core machine). A numpy program on a GPU
+    machine gets the GPU arm once it imports torch (or ``numba.cuda``, or JAX with a GPU
+    plugin), or where the runtime imported torch when it was made
+    (``RuntimeConfig.import_frameworks``); the answer is found again when that set grows.
+    Tests pass ``gpu=True`` to mark the GPU arm available without a device (a test double).
 
     Probed on first need, not at construction, and cheaply where there is no GPU: without a
-    GPU driver (see ``_gpu_driver_present``) the answer takes milliseconds and no GPU library
-    is imported.
+    GPU driver (see ``_gpu_driver_present``) the answer takes milliseconds and no library is
+    asked.
     """
 
     def __init__(self, *, gpu: bool | None = None) -> None:
         self._gpu = gpu
+        self._asked: frozenset[str] = frozenset()  # the GPU libraries imported when probed
         self._given = gpu  # (what a pickled copy keeps: a stand-in, never a probe result)
         self._lock = threading.Lock()
         # (the probe may run on the metric reader's thread, from a callback's decide())
@@ -62,10 +69,14 @@ class DeviceProbe:
 
     @property
     def gpu_available(self) -> bool:
-        if self._gpu is None:
+        if self._given is not None:
+            return self._given
+        if self._gpu is None or (not self._gpu and _gpu_libraries() != self._asked):
             with self._lock:
-                if self._gpu is None:
-                    self._gpu = _probe_gpu()
+                libraries = _gpu_libraries()
+                if self._gpu is None or (not self._gpu and libraries != self._asked):
+                    self._asked = libraries
+                    self._gpu = _probe_gpu(libraries)
         return self._gpu
 
     def available(self, choice: Choice) -> bool:
@@ -109,28 +120,36 @@ def _gpu_driver_present() -> bool:
     return False
 
 
-def _probe_gpu() -> bool:
-    # Only import a GPU library that is installed, and never let a broken driver crash start-up:
-    # a GPU we cannot use is simply not a candidate.
-    if not _gpu_driver_present():
+# The libraries that can tell whether there is a GPU, each asked only once the program has
+# imported it (see DeviceProbe).
+_GPU_LIBRARIES = ("torch", "jax", "numba.cuda")
+
+
+def _gpu_libraries() -> frozenset[str]:
+    return frozenset(name for name in _GPU_LIBRARIES if imported(name) is not None)
+
+
+def _probe_gpu(libraries: frozenset[str]) -> bool:
+    # Ask only the GPU libraries the program imported, and never let a broken driver crash
+    # start-up: a GPU we cannot use is simply not a candidate.
+    if not libraries or not _gpu_driver_present():
         return False
-    probes: list[tuple[str, Callable[[], bool]]] = [
-        ("torch", lambda: bool(__import__("torch").cuda.is_available())),
+    probes: list[tuple[str, Callable[[Any], bool]]] = [
+        ("torch", lambda torch: bool(torch.cuda.is_available())),
     ]
     if importlib.util.find_spec("jax_plugins") is not None:
-        # JAX sees a GPU only through a plugin package (jax[cuda12] installs one): without
-        # it, importing JAX to ask would only start its threads (and make os.fork warn)
-        probes.append(("jax", lambda: any(d.platform == "gpu"
-                                          for d in __import__("jax").devices())))
+        # JAX sees a GPU only through a plugin package (jax[cuda12] installs one)
+        probes.append(("jax", lambda jax: any(d.platform == "gpu" for d in jax.devices())))
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
         # The CUDA simulator says "available" on any machine; it is not a GPU.
-        probes.append(("numba", lambda: bool(__import__("numba.cuda").cuda.is_available())))
-    for module, probe in probes:
-        if importlib.util.find_spec(module) is None:
+        probes.append(("numba.cuda", lambda cuda: bool(cuda.is_available())))
+    for name, probe in probes:
+        module = imported(name) if name in libraries else None
+        if module is None:
             continue
         try:
-            if probe():
+            if probe(module):
                 return True
         except Exception as exc:  # a missing driver raises all sorts of things
-            _log.debug("GPU probe via %s failed: %s", module, exc)
+            _log.debug("GPU probe via %s failed: %s", name, exc)
     return False

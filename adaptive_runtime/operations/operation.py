@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._imported import FRAMEWORKS
 from ..backend import VARIANT_NAME, Backend, Choice, Kind, Variant, choice_of
 from ..errors import RegistrationError
 from ..threads import POOLS
@@ -28,6 +29,7 @@ DEVICE_FAMILY = "device"
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
 _THREAD_POOLS = ("", *POOLS)
+_FRAMEWORK_NAMES = ("", *FRAMEWORKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,12 @@ class Implementation:
     ``""``: serial, or a pool the runtime does not read). When that pool's thread count
     changes while the program runs, what was learned of the implementation is measured
     afresh (see :mod:`adaptive_runtime.threads`).
+
+    ``needs``: the framework the kernel calls (``"torch"``, ``"jax"``; ``""``: none beyond
+    numpy and numba). The runtime never imports a framework inside a call, so such an
+    implementation is a candidate only once the program has imported its framework (or the
+    runtime did, when made: ``RuntimeConfig.import_frameworks``); a key made before then
+    takes it up once the framework is imported.
     """
 
     backend: Backend
@@ -85,6 +93,7 @@ class Implementation:
     device_timing: Callable[[tuple[Any, ...]], DeviceTiming | None] | None = None
     name: str = ""
     threads: str = ""
+    needs: str = ""
     choice: Choice = field(default=None, compare=False)  # type: ignore[assignment]
     # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
     plain: bool = field(init=False, repr=False, compare=False)
@@ -166,24 +175,28 @@ class Operation:
         return f"<Operation {self.name!r} kind={self.kind.value} arms=[{arms}]>"
 
     def implementation(self, backend: Backend | str, *, name: str = "", family: str = "",
-                       threads: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                       threads: str = "", needs: str = "",
+                       ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator registering ``fn`` as a kernel of this operation on ``backend``: the
         arm's primary implementation, or — given a ``name`` — a variant of the arm, which
         the runtime times and chooses among as it does among arms. ``threads`` names the
-        thread pool it runs on (see :meth:`add_implementation`).
+        thread pool it runs on, ``needs`` the framework it calls (see
+        :meth:`add_implementation`).
 
         Returns ``fn`` unchanged, so the kernel stays callable on its own.
         """
         arm = _arm(backend, self.name)
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add_implementation(arm, fn, name=name, family=family, threads=threads)
+            self.add_implementation(arm, fn, name=name, family=family, threads=threads,
+                                    needs=needs)
             return fn
 
         return register
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
                            name: str = "", family: str = "", threads: str = "",
+                           needs: str = "",
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
@@ -193,9 +206,9 @@ class Operation:
                            | None = None) -> None:
         """Register ``fn`` as a kernel on ``backend`` (see :meth:`implementation`): the
         arm's primary implementation (one per arm), or a variant of the arm named ``name``
-        (letters, digits and ``_ . + -``, unique on the arm). ``threads``, ``compile_count``,
-        ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and ``device_timing`` as in
-        :class:`Implementation`.
+        (letters, digits and ``_ . + -``, unique on the arm). ``threads``, ``needs``,
+        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and
+        ``device_timing`` as in :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
         operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
@@ -216,6 +229,11 @@ class Operation:
                 f"threads of an implementation of {self.name!r} on {arm.value}{where} must "
                 f"name the thread pool it runs on, one of {', '.join(map(repr, POOLS))} "
                 f"(\"\" for none), got {threads!r}")
+        if needs not in _FRAMEWORK_NAMES:
+            raise RegistrationError(
+                f"needs of an implementation of {self.name!r} on {arm.value}{where} must name "
+                f"the framework it calls, one of {', '.join(map(repr, FRAMEWORKS))} "
+                f"(\"\" for none), got {needs!r}")
         impls = self._impls if not family else self._families.setdefault(family, {})
         choice = self._new_choice(impls, arm, name, where)
         for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
@@ -226,7 +244,7 @@ class Operation:
         impls[choice] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
             floor_us, bool(warm_up), surcharge_us, sync, device_timing,
-            name, threads)
+            name, threads, needs)
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 
@@ -297,6 +315,12 @@ class Operation:
     def implementations(self) -> tuple[Implementation, ...]:
         """The default family's implementations, in registration order."""
         return tuple(self._impls.values())
+
+    def frameworks_needed(self) -> frozenset[str]:
+        """The frameworks its implementations call, in every family (see
+        :class:`Implementation`'s ``needs``)."""
+        return frozenset(impl.needs for impls in (self._impls, *self._families.values())
+                         for impl in impls.values() if impl.needs)
 
     @property
     def device_name(self) -> str:

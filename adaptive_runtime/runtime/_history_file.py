@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 import threading
 import warnings
 import weakref
@@ -14,6 +13,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .._forks import renew_after_fork
+from .._imported import imported
+from .._thread_faults import keep_alive, note_restart, record_fault, survive
 from ..config import RuntimeConfig
 from ..history import (
     LEGACY_HISTORY_FORMAT,
@@ -140,10 +141,13 @@ class HistorySaver:
         self._saved = rt._history.change_count()
         self._failing = False
         self.saves = 0
+        self._thread: threading.Thread | None = None
+        self._revive_lock = threading.Lock()
 
     def _renew_locks(self) -> None:
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._revive_lock = threading.Lock()
 
     def start(self) -> None:
         rt = self._ref()
@@ -151,15 +155,36 @@ class HistorySaver:
             return
         weakref.finalize(rt, self._stop.set)  # (the thread ends with its runtime)
         if self._interval_s > 0:
-            threading.Thread(target=self._run, name="adaptive-runtime-history-save",
-                             daemon=True).start()
+            self._start_thread()
+            # (should it end abnormally, the next look from a timed call starts it again)
+            keep_alive(self, "history", HistorySaver._revive)
         atexit.register(self.at_exit)
 
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="adaptive-runtime-history-save",
+                                        daemon=True)
+        self._thread.start()
+
+    def _revive(self) -> None:
+        """Start the thread again if it ended abnormally (see :meth:`_run`)."""
+        thread = self._thread
+        if (thread is None or thread.is_alive() or self._stop.is_set()
+                or os.getpid() != self._pid):
+            return
+        with self._revive_lock:  # (not _lock: a save holds it, and may wait for the runtime)
+            if self._thread is thread:
+                note_restart("history")
+                self._start_thread()
+
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            if os.getpid() != self._pid:
-                return
-            self.save_if_changed()
+        try:
+            while not self._stop.wait(self._interval_s):
+                if os.getpid() != self._pid:
+                    return
+                with survive("history", "save"):
+                    self.save_if_changed()
+        except BaseException as exc:  # (what no guard stops): counted; a later look from a
+            record_fault("history", "worker", exc)  # timed call starts it again
 
     def at_exit(self) -> None:
         self._stop.set()
@@ -198,7 +223,7 @@ class HistorySaver:
 def in_dataloader_worker() -> bool:
     """Whether this process is a ``torch.utils.data.DataLoader`` worker (torch is not
     imported to ask: a process that has not imported it is no worker)."""
-    data = sys.modules.get("torch.utils.data")
+    data = imported("torch.utils.data")
     get_worker_info = getattr(data, "get_worker_info", None)
     try:
         return get_worker_info is not None and get_worker_info() is not None

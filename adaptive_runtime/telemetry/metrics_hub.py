@@ -12,6 +12,7 @@ through a :class:`~.key_gauges.KeyReader`, and drain the queued durations into a
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import weakref
 from collections import Counter, deque
@@ -22,6 +23,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from .._forks import renew_after_fork
+from .._thread_faults import record_fault
 from .durations import _MARK, DurationHistogram
 from .key_gauges import _KEY_LABELS, KeyReader
 from .metric_sources import _COUNTERS, MetricsSource, _attributes, _Counts, _Read
@@ -169,8 +171,8 @@ class _Hub:
                             totals[(reason,)] += lost
                 return [Observation(n, _attributes(keys, labels))
                         for labels, n in totals.items()]
-            except Exception:  # never let observability break a collection
-                self._log_once(name, "adaptive_runtime metrics: %s callback failed", name)
+            except Exception as exc:  # never let observability break a collection
+                record_fault("metrics", f"{name} callback", exc)
                 return []
 
         observe.__qualname__ = f"_Hub.observe_{name}"
@@ -200,8 +202,8 @@ class _Hub:
     def _read(self, slot: _Slot, name: str, read: _Read, source: MetricsSource) -> None:
         try:
             fresh = read(source)
-        except Exception:  # the runtime's counters failed: report what we had
-            self._log_once(f"read {name}", "adaptive_runtime metrics: reading %s failed", name)
+        except Exception as exc:  # the runtime's counters failed: report what we had
+            record_fault("metrics", f"reading {name}", exc)
             return
         slot.update(name, fresh)
 
@@ -232,8 +234,8 @@ class _Hub:
                     for op in source.operations:
                         active[op] = max(active.get(op, 0), int(op in hot))
             return [Observation(v, {"adaptive.operation": op}) for op, v in active.items()]
-        except Exception:
-            self._log_once("hot", "adaptive_runtime metrics: hot-path callback failed")
+        except Exception as exc:
+            record_fault("metrics", "hot-path callback", exc)
             return []
 
     # ---------------------------------------------------------------- keys
@@ -248,9 +250,8 @@ class _Hub:
                 values: dict[tuple[str, int, str], float] = getattr(self._keys.view(fresh), name)
                 return [Observation(v, _attributes(_KEY_LABELS, key))
                         for key, v in values.items()]
-            except Exception:
-                self._log_once(f"keys {name}", "adaptive_runtime metrics: %s callback failed",
-                               name)
+            except Exception as exc:
+                record_fault("metrics", f"{name} callback", exc)
                 return []
 
         observe.__qualname__ = f"_Hub.observe_{name}"
@@ -273,8 +274,8 @@ class _Hub:
                 totals = self._totals(_OVERFLOWS, lambda _source: {})
             # reported even at 0, so an alert on it has a series from the start
             return [Observation(totals.get((), 0))]
-        except Exception:
-            self._log_once("drain", "adaptive_runtime metrics: recording durations failed")
+        except Exception as exc:
+            record_fault("metrics", "recording durations", exc)
             return []
 
     # ---------------------------------------------------------------- durations
@@ -298,8 +299,13 @@ class _Hub:
                            "max_pending or collect more often.", member.max_pending, error=False)
 
     def _log_once(self, kind: str, message: str, *args: object, error: bool = True) -> None:
-        """Log the first problem of each kind (with its traceback when ``error``); later ones
-        are silent, so a broken exporter setup cannot flood the application's log."""
-        if kind not in self._logged:
+        """Log the first problem of each kind; later ones are silent, so a broken exporter
+        setup cannot flood the application's log. ``error``: called while handling an
+        exception, which is counted as a fault of the metric reader's thread (and logged
+        with its traceback, once per kind: ``_thread_faults``)."""
+        exc = sys.exc_info()[1] if error else None
+        if exc is not None:
+            record_fault("metrics", kind, exc)
+        elif kind not in self._logged:
             self._logged.add(kind)
-            _log.warning(message, *args, exc_info=error)
+            _log.warning(message, *args)

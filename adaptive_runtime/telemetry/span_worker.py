@@ -12,12 +12,16 @@ own; its spans carry ``process.pid`` and ``process.parent_pid``.
 
 Every live recorder is known here: :func:`flush_all` flushes them, each flushes at exit, and
 :func:`recorder_counts` counts the spans of them all, process-wide.
+
+The worker never dies of what it runs: each record, the batch's set-up (the tracer, the rank
+lookup) and the cost bookkeeping are guarded (``_thread_faults.survive``: counted, logged once
+per kind, the thread goes on); should it end anyway, the next record queued (or a flush)
+starts it again.
 """
 
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
 import time
@@ -27,15 +31,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .._counter import counter, issued
+from .._thread_faults import note_restart, record_fault, survive
 from ..distributed import rank_attributes
 from .deadline import exit_deadline, remaining
 from .export_cost import export_cost_us_per_span
 from .span_builders import SpanBuilder
 
 __all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "recorder_counts"]
-
-# (the recorders' logger is named for the module users know them by)
-_log = logging.getLogger(__package__ + ".spans")
 
 DEFAULT_CAPACITY = 8192
 # Spans a queued record becomes: a call's select and execute; a step's or a hot-path change's one.
@@ -83,8 +85,9 @@ class SpanWorker:
 
     Validates ``capacity`` (records the buffer holds) and ``flush_interval_s`` (how long a
     batch may gather). ``on_cost`` receives, after each batch, the background CPU (µs) one
-    call's spans cost. Never raises into the caller: an SDK or exporter error is logged once
-    and counted in ``errors``.
+    call's spans cost. Never raises into the caller, and its thread never dies of what it
+    runs: an SDK or exporter error is logged once per kind and counted in ``errors`` (and in
+    ``ar.telemetry.stats().thread_faults``).
     """
 
     _builder: SpanBuilder
@@ -104,7 +107,8 @@ class SpanWorker:
         self._dropped = counter()
         self._spans = counter()
         self._errors = counter()
-        self._logged_error = False
+        # the worker's CPU clock (its time is what the spans cost: see _run)
+        self._cpu_clock: Callable[[], int] = time.thread_time_ns
         self._item_spans = 0  # spans made of the record being turned into spans (worker)
         self._wake = threading.Event()
         self._parked = False  # the worker sleeps until woken (see _park)
@@ -141,8 +145,9 @@ class SpanWorker:
                 _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
                 return
             buffer.append(item)
-        if self._thread is None:  # first use, or a forked child (see _after_fork)
-            self._start_worker()
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._start_worker()  # first use, a forked child (see _after_fork), or a restart
         elif self._parked:  # the first record after a quiet spell wakes the worker, once
             self._parked = False
             self._wake.set()
@@ -174,8 +179,13 @@ class SpanWorker:
         with self._start_lock:
             if self._pid != os.getpid():
                 self._after_fork()
-            if self._thread is not None or self._stop:
+            thread = self._thread
+            if self._stop or (thread is not None and thread.is_alive()):
                 return
+            if thread is not None:  # it ended abnormally (see _run): start it again
+                note_restart("spans")
+                self._parked = False
+                self._idle.set()
             self._thread = threading.Thread(target=self._run, name="adaptive-runtime-spans",
                                             daemon=True)
             self._thread.start()
@@ -196,22 +206,37 @@ class SpanWorker:
         self._append_lock = threading.Lock()
 
     def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # (what no guard stops): counted; the next record or
+            record_fault("spans", "worker", exc)  # flush starts the thread again
+            self._idle.set()
+
+    def _work(self) -> None:
         # The worker's whole CPU time is charged to the spans it makes, waking up included:
         # that is what it takes from the loop.
-        cpu_mark = time.thread_time_ns()
+        cpu_mark = None
+        with survive("spans", "clock"):
+            cpu_mark = self._cpu_clock()
         while True:
-            if not self._buffer and not self._stop:
-                self._park()
-            if not self._stop:
-                # let a batch gather (a flush, a half-full buffer or shutdown cut this short;
-                # not after shutdown woke the parked worker: it would wait the whole interval)
-                self._wake.wait(self._flush_interval_s)
-                self._wake.clear()
+            with survive("spans", "wait") as waiting:
+                if not self._buffer and not self._stop:
+                    self._park()
+                if not self._stop:
+                    # let a batch gather (a flush, a half-full buffer or shutdown cut this
+                    # short; not after shutdown woke the parked worker: it would wait the
+                    # whole interval)
+                    self._wake.wait(self._flush_interval_s)
+                    self._wake.clear()
+            if waiting.failed:  # (never spin on a wait that keeps failing)
+                time.sleep(self._flush_interval_s)
             calls = self._drain()
             if calls:
-                now = time.thread_time_ns()
-                self._measured(now - cpu_mark, calls)
-                cpu_mark = now
+                with survive("spans", "cost"):
+                    now = self._cpu_clock()
+                    if cpu_mark is not None:
+                        self._measured(now - cpu_mark, calls)
+                    cpu_mark = now
             if self._stop and not self._buffer:
                 return
 
@@ -235,10 +260,15 @@ class SpanWorker:
             return calls
         self._idle.clear()
         builder = self._builder
-        tracer = builder.tracer()
-        # (a distributed job's rank, read per batch: the process group may come up later)
-        builder.rank_attrs = {**rank_attributes(), **self._process_attrs}
         try:
+            tracer = None
+            with survive("spans", "tracer"):
+                tracer = builder.tracer()  # (None: each record below fails, counted lost)
+            # (a distributed job's rank, read per batch: the process group may come up later)
+            rank: dict[str, int] = {}
+            with survive("spans", "rank lookup"):
+                rank = rank_attributes()
+            builder.rank_attrs = {**rank, **self._process_attrs}
             while buffer:
                 try:
                     item = buffer.popleft()
@@ -256,7 +286,8 @@ class SpanWorker:
                         builder.hot_path_span(tracer, item[1], item[2], item[3])
                 except Exception as exc:  # observability never breaks the caller
                     _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
-                    self._error(exc)
+                    next(self._errors)
+                    record_fault("spans", f"{item[0]} record", exc)
         finally:
             self._idle.set()
         return calls
@@ -266,17 +297,7 @@ class SpanWorker:
         previous = self.make_cost_us
         self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
         if self._on_cost is not None:
-            try:
-                self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
-            except Exception as exc:
-                self._error(exc)
-
-    def _error(self, exc: Exception) -> None:
-        next(self._errors)
-        if not self._logged_error:
-            self._logged_error = True
-            _log.warning("adaptive_runtime could not record spans (counted, logged once): %r",
-                         exc)
+            self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
 
     def _ended(self, recording: bool) -> None:
         """Count one span made (``recording``: the SDK recorded it and passed it on)."""
@@ -295,6 +316,8 @@ class SpanWorker:
         if self._thread is None or self._pid != os.getpid():
             self._drain()  # no worker (yet): do it here
             return not self._buffer
+        if not self._thread.is_alive():
+            self._start_worker()  # (it ended abnormally: see _run)
         while self._buffer or not self._idle.is_set():
             self._wake.set()
             remaining = deadline - time.monotonic()

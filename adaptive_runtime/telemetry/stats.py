@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._thread_faults import fault_counts, restart_counts
 from .spans import recorder_counts
 
 __all__ = ["TelemetryStats", "export_losses", "stats"]
@@ -55,7 +56,11 @@ class TelemetryStats:
     - ``spans_pending``: in a buffer, in the export queue, or in an export now;
     - ``spans_elsewhere``: handed to a tracer provider ``configure()`` did not install (the
       application's own): what happens to them there is that provider's business;
-    - ``metric_exports`` / ``metric_exports_failed``: periodic and final metric exports.
+    - ``metric_exports`` / ``metric_exports_failed``: periodic and final metric exports;
+    - ``thread_faults``: exceptions caught in the package's threads, by thread (``spans``,
+      ``export``, ``metrics``, ``history``, ``thread_watch``): each was logged once per kind,
+      and the thread went on; what it cost shows in the span counts above (``error``);
+    - ``threads_restarted``: threads started again after ending abnormally, by thread.
     """
 
     spans_admitted: int
@@ -66,6 +71,8 @@ class TelemetryStats:
     dropped: Mapping[str, int] = field(default_factory=dict)
     metric_exports: int = 0
     metric_exports_failed: int = 0
+    thread_faults: Mapping[str, int] = field(default_factory=dict)
+    threads_restarted: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
@@ -75,7 +82,8 @@ class TelemetryStats:
 
 
 def stats() -> TelemetryStats:
-    """Count of every span admitted in this process, where it went, and metric exports."""
+    """Count of every span admitted in this process, where it went, metric exports, and the
+    faults the package's threads survived."""
     recorded = recorder_counts()
     processor = _processor
     exported = {"received": 0, "received_runtime": 0, "exported": 0, "pending": 0,
@@ -99,7 +107,8 @@ def stats() -> TelemetryStats:
         spans_dropped=sum(dropped.values()),
         spans_pending=recorded["pending"] + exported["pending"],
         spans_elsewhere=max(recorded["made"] - exported["received_runtime"], 0),
-        dropped=dropped, metric_exports=attempted, metric_exports_failed=failed)
+        dropped=dropped, metric_exports=attempted, metric_exports_failed=failed,
+        thread_faults=fault_counts(), threads_restarted=restart_counts())
 
 
 def export_losses() -> dict[str, int]:

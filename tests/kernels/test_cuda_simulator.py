@@ -15,6 +15,7 @@ import textwrap
 SCRIPT = textwrap.dedent('''
     import numpy as np
     import torch
+    from numba import cuda  # (the program's GPU library: the runtime imports none itself)
     import adaptive_runtime as ar
     from adaptive_runtime.operations import DeviceProbe
     from adaptive_runtime.kernels import _gpu

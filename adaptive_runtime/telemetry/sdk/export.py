@@ -16,11 +16,13 @@ logged. Here:
   calls it also stops the exporter (see ``handle``), which cuts the export in progress short.
 - Every span that reached the processor ends exactly once as exported, dropped (by reason) or
   still pending: ``received == exported + dropped + pending``.
+- The worker never dies of what it runs (an exporter that raises, say): each wait and batch is
+  guarded (``_thread_faults``: counted, logged once per kind); should it end anyway, the next
+  span ended (or a flush) starts it again.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -34,11 +36,10 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..._counter import counter, issued
+from ..._thread_faults import note_restart, record_fault, survive
 from ...errors import ConfigError
 
 __all__ = ["DROP_REASONS", "BoundedSpanProcessor", "batch_settings"]
-
-_log = logging.getLogger(__name__)
 
 #: Why the export pipeline lost a span: its queue was full, the exporter gave up on it
 #: (collector down or refusing, after the exporter's own retries), or telemetry shut down
@@ -108,6 +109,7 @@ class BoundedSpanProcessor(SpanProcessor):
         self._closed = False  # after shutdown: later spans are dropped, counted
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
         self._start_worker()
         if hasattr(os, "register_at_fork"):
             reinit = weakref.WeakMethod(self._after_fork)
@@ -128,8 +130,9 @@ class BoundedSpanProcessor(SpanProcessor):
         if not (span.context and span.context.trace_flags.sampled):
             return
         next(self._received)
-        if self._is_runtime_span(span):
-            next(self._received_runtime)
+        with survive("export", "span ended"):
+            if self._is_runtime_span(span):
+                next(self._received_runtime)
         if self._closed:
             next(self._closed_drops)
             return
@@ -140,6 +143,9 @@ class BoundedSpanProcessor(SpanProcessor):
         queue.append(span)
         if len(queue) >= self._max_batch and not self._wake.is_set():
             self._wake.set()
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and not self._stop:
+            self._restart()
 
     # ------------------------------------------------------------------ counts
 
@@ -162,6 +168,19 @@ class BoundedSpanProcessor(SpanProcessor):
                                         daemon=True)
         self._thread.start()
 
+    def _restart(self) -> None:
+        """Start the worker again: it ended abnormally (see :meth:`_run`)."""
+        with self._start_lock:
+            thread = self._thread
+            if self._stop or thread is None or thread.is_alive():
+                return
+            note_restart("export")
+            with self._lock:  # (a batch it held when it ended is counted as failed)
+                self._failed += self._inflight
+                self._inflight = 0
+                self._done.notify_all()
+            self._start_worker()
+
     def _after_fork(self) -> None:
         # In a forked child: the parent's queue is the parent's to export, its worker thread
         # is not here, and its lock may have been held at the fork.
@@ -170,16 +189,29 @@ class BoundedSpanProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._queue = deque()
         self._inflight = 0
+        self._start_lock = threading.Lock()
         self._start_worker()
 
     def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # (what no guard stops): counted; the next span ended
+            record_fault("export", "worker", exc)  # or flush starts the thread again
+
+    def _work(self) -> None:
         # Wakes when the queue holds a batch, on a flush, or every schedule delay; then
         # exports everything queued, a batch at a time.
         while not self._stop:
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
+            with survive("export", "wait") as waiting:
+                self._wake.wait(self._delay_s)
+                self._wake.clear()
+            if waiting.failed:  # (never spin on a wait that keeps failing)
+                time.sleep(min(self._delay_s, 1.0))
             while self._queue and not self._stop:
-                self._export_batch()
+                with survive("export", "batch") as batch:
+                    self._export_batch()
+                if batch.failed:
+                    break
 
     def _export_batch(self) -> None:
         queue = self._queue
@@ -193,15 +225,16 @@ class BoundedSpanProcessor(SpanProcessor):
             self._inflight = len(batch)
         if not batch:
             return
-        # (no span of the exporter's own HTTP or gRPC calls, should they be instrumented)
-        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        result = SpanExportResult.FAILURE
         try:
-            result = self._exporter.export(batch)
-        except Exception as exc:  # never let an exporter bug end the worker
-            _log.warning("adaptive_runtime: span export raised %r (spans counted)", exc)
-            result = SpanExportResult.FAILURE
-        finally:
-            detach(token)
+            # (no span of the exporter's own HTTP or gRPC calls, should they be instrumented)
+            token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+            try:
+                result = self._exporter.export(batch)
+            finally:
+                detach(token)
+        except Exception as exc:  # an exporter bug: the batch fails, counted; the worker goes on
+            record_fault("export", "export", exc)
         with self._lock:
             if self._inflight:  # (abandon() counted an in-flight batch already)
                 if result is SpanExportResult.SUCCESS:
@@ -217,6 +250,9 @@ class BoundedSpanProcessor(SpanProcessor):
         """Have the worker export everything queued now; ``False`` if ``timeout_s`` ran out
         first. Waits on the worker, never exports on the calling thread."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and not self._stop:
+            self._restart()
         self._wake.set()
         with self._lock:
             # (a batch leaves the queue and becomes in flight under this lock: both zero

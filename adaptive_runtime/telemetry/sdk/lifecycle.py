@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..._forks import after_fork_in_child
+from ..._imported import imported
 from .. import instrumentation
 from ..deadline import exit_deadline, remaining
 from ..spans import flush_all
@@ -93,7 +93,7 @@ def _after_fork_in_child() -> None:
             server.server_close()
         except OSError as exc:
             _log.debug("adaptive_runtime: closing the inherited Prometheus socket: %r", exc)
-    mp_util = sys.modules.get("multiprocessing.util")
+    mp_util = imported("multiprocessing.util")
     if mp_util is not None:
         # A multiprocessing child (a DataLoader worker) clears its finalizers as it starts,
         # then runs the after-fork hooks registered for it: ours registers the exit flush.

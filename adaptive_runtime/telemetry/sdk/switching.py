@@ -13,7 +13,6 @@ so once, in one line, and switches metric export off instead of failing every in
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -25,6 +24,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..._counter import counter, issued
 from ..._forks import renew_after_fork
+from ..._imported import imported
+from ..._thread_faults import survive
 from ..export_cost import record_export_cost
 
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "metric_export_counts",
@@ -152,7 +153,7 @@ def _names_unimplemented(record: logging.LogRecord) -> bool:
     # The code itself, not the message's wording: the gRPC exporter logs a failed export with
     # the grpc.StatusCode among its arguments (and an RpcError as exc_info for some codes).
     # No gRPC exporter is in use unless grpc was imported.
-    grpc = sys.modules.get("grpc")
+    grpc = imported("grpc")
     if grpc is None:
         return False
     code = grpc.StatusCode.UNIMPLEMENTED
@@ -200,14 +201,13 @@ class SwitchableSpanExporter(_Switch, SpanExporter):
             return SpanExportResult.SUCCESS
         # CPU time of this thread (not the wait for the network): what exporting takes from
         # the loop through the GIL, fed back into the trace gate's CPU budget
-        started = time.thread_time_ns()
-        try:
-            result = target.export(spans)
-        except Exception as exc:  # an exporter bug must not kill the SDK's export thread
-            _log.warning("adaptive_runtime: span export failed: %r (spans lost are counted)",
-                         exc)
-            result = SpanExportResult.FAILURE
-        record_export_cost(time.thread_time_ns() - started, len(spans))
+        result = SpanExportResult.FAILURE
+        with survive("export", "exporter"):  # an exporter bug must not end the export thread
+            started = time.thread_time_ns()
+            try:
+                result = target.export(spans)
+            finally:
+                record_export_cost(time.thread_time_ns() - started, len(spans))
         _delivered(result, len(spans))
         return result
 
@@ -242,11 +242,10 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
             return MetricExportResult.SUCCESS
         _scope.active, _scope.http_status, _scope.unimplemented = True, None, False
         next(_metric_exports)
-        try:
-            result = target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception as exc:  # (counters are cumulative: the next export catches up)
-            _log.warning("adaptive_runtime: metric export failed: %r", exc)
-            result = MetricExportResult.FAILURE
+        result = MetricExportResult.FAILURE
+        try:  # (counters are cumulative: the next export catches up)
+            with survive("metrics", "exporter"):
+                result = target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         finally:
             _scope.active = False
         status = _scope.http_status
