@@ -12,6 +12,9 @@ tests only:
   gate's per-operation and per-key entries, the selection counters' labels;
 - the hot-path detector's rate, to say how far from the threshold an operation is;
 - the history file's saver: saving as the exit handler does, in a parent and a forked child;
+- faults injected into the package's threads (``tests/reliability/test_thread_faults.py``):
+  a span recorder's span maker and CPU clock, the history a saver reads, the thread-pool
+  watch a timed call polls;
 - sinks the test makes, handed to the dispatcher (fake sinks that count or cost time, a
   ``RuntimeMetrics`` with its own queue bound, a span recorder with a tiny buffer, attached
   although ``config.tracing`` is off, or whose measured cost the trace gate never hears of),
@@ -34,9 +37,10 @@ import adaptive_runtime as ar
 from adaptive_runtime.telemetry.spans import SpanRecorder
 
 __all__ = ["attach_sinks", "attach_span_recorder", "dispatcher_lock", "history_saver",
-           "hot_path_entries", "hot_path_rate", "pending_device_timings", "registry_lock",
-           "replace_span_buffer", "select_labels", "selection_counters", "span_worker_thread",
-           "telemetry_lock", "trace_gate_keys"]
+           "history_store", "hot_path_entries", "hot_path_rate", "pending_device_timings",
+           "registry_lock", "replace_span_buffer", "select_labels", "selection_counters",
+           "span_builder", "span_worker_thread", "telemetry_lock", "thread_watch",
+           "trace_gate_keys", "use_span_cpu_clock"]
 
 
 # ---------------------------------------------------------------------------- locks (fork safety)
@@ -137,3 +141,27 @@ def replace_span_buffer(recorder: SpanRecorder, buffer: Any) -> None:
     """Give the recorder ``buffer`` (a ``deque`` stand-in that watches its length) as the
     buffer its records queue in. Before its first record."""
     recorder._buffer = buffer
+
+
+# ---------------------------------------------------------------------------- thread faults
+
+
+def span_builder(recorder: SpanRecorder) -> Any:
+    """What makes the recorder's spans (``call_spans``, ``step_span``, ``hot_path_span``),
+    called on its worker thread."""
+    return recorder._builder
+
+
+def use_span_cpu_clock(recorder: SpanRecorder, clock: Any) -> None:
+    """Have the recorder's worker read its CPU time (what its spans cost) from ``clock``."""
+    recorder._cpu_clock = clock
+
+
+def history_store(rt: ar.AdaptiveRuntime) -> Any:
+    """The runtime's history (``change_count()`` is what its saver reads)."""
+    return rt._history
+
+
+def thread_watch(rt: ar.AdaptiveRuntime) -> Any:
+    """The thread-pool watch timed calls poll (``_read`` reads the pools' sizes)."""
+    return rt._dispatcher._settler._threads

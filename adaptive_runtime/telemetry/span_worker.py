@@ -284,9 +284,11 @@ class SpanWorker:
                         builder.step_span(*item[1:])
                     else:
                         builder.hot_path_span(tracer, item[1], item[2], item[3])
-                except Exception as exc:  # observability never breaks the caller
+                except BaseException as exc:  # observability never breaks the caller
                     _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
                     next(self._errors)
+                    if not isinstance(exc, Exception):
+                        raise  # (counted lost; _run counts the fault, the thread ends)
                     record_fault("spans", f"{item[0]} record", exc)
         finally:
             self._idle.set()
