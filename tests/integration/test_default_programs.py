@@ -182,8 +182,8 @@ PROGRAM = textwrap.dedent('''
         "spans_admitted": stats.spans_admitted, "spans_exported": stats.spans_exported,
         "spans_dropped": stats.spans_dropped, "dropped": mapping(stats.dropped),
         "spans_pending": stats.spans_pending, "balanced": stats.balanced,
-        "thread_faults": mapping(getattr(stats, "thread_faults", None)),
-        "threads_restarted": mapping(getattr(stats, "threads_restarted", None)),
+        "thread_faults": mapping(stats.thread_faults),
+        "threads_restarted": mapping(stats.threads_restarted),
         "keys": keys,
         "torch_imported": "torch" in sys.modules, "jax_imported": "jax" in sys.modules,
         **extra}), flush=True)
