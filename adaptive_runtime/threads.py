@@ -54,11 +54,12 @@ def _live_counts() -> Counts:
 
 def _numba_threads() -> int | None:
     parallel = imported("numba.np.ufunc.parallel")
-    if parallel is None or not getattr(parallel, "_is_initialized", False):
+    numba = imported("numba")
+    if parallel is None or numba is None or not getattr(parallel, "_is_initialized", False):
         return None  # (reading it would launch the threading layer: ~6 ms)
     try:
-        return int(imported("numba").get_num_threads())
-    except Exception:  # (a partial import or an odd build)
+        return int(numba.get_num_threads())
+    except Exception:  # (an odd build)
         return None
 
 

@@ -99,10 +99,8 @@ class CudaDevice:
     kind = "torch"
 
     def __init__(self) -> None:
-        torch = imported("torch")
-        if torch is None:
-            raise GpuUnsupportedError("torch's CUDA device needs torch, which the program has "
-                                      "not imported (the runtime never imports it in a call)")
+        import torch  # (made where the program imported torch: see _default_device)
+
         self._torch = torch
         self.device = torch.device("cuda")  # (no index: the current device when used)
 
@@ -185,18 +183,13 @@ def _default_device() -> Device:
     first use: the runtime then falls back to a CPU arm) — asking only the libraries the
     program has imported (the GPU arm is a candidate only once one of them is: see
     ``operations.DeviceProbe``); nothing is imported inside the call that asks."""
-    torch = imported("torch")
-    try:
-        if torch is not None and torch.cuda.is_available():
-            return CudaDevice()
-    except Exception as exc:  # a broken driver: no torch path
-        _log.debug("torch CUDA unavailable: %s", exc)
-    cuda = imported("numba.cuda")
-    try:
-        if cuda is not None and cuda.is_available():
-            return NumbaCudaDevice()
-    except Exception as exc:  # a broken driver: no numba path
-        _log.debug("numba CUDA unavailable: %s", exc)
+    torch, cuda = imported("torch"), imported("numba.cuda")
+    for ask, device_of in ((torch and torch.cuda, CudaDevice), (cuda, NumbaCudaDevice)):
+        try:
+            if ask is not None and ask.is_available():
+                return device_of()
+        except Exception as exc:  # a broken driver: not this path
+            _log.debug("%s unavailable: %s", device_of.__name__, exc)
     if torch is None:
         raise GpuUnsupportedError("no GPU library is imported (torch or numba.cuda): the "
                                   "runtime never imports one inside a call")

@@ -28,8 +28,6 @@ FAMILY_SEPARATOR = "@"
 DEVICE_FAMILY = "device"
 DEVICE_SUFFIX = FAMILY_SEPARATOR + DEVICE_FAMILY
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
-_THREAD_POOLS = ("", *POOLS)
-_FRAMEWORK_NAMES = ("", *FRAMEWORKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,16 +222,7 @@ class Operation:
         if not callable(fn):
             raise RegistrationError(f"implementation of {self.name!r} on {arm.value}{where} "
                                     f"must be callable, got {fn!r}")
-        if threads not in _THREAD_POOLS:
-            raise RegistrationError(
-                f"threads of an implementation of {self.name!r} on {arm.value}{where} must "
-                f"name the thread pool it runs on, one of {', '.join(map(repr, POOLS))} "
-                f"(\"\" for none), got {threads!r}")
-        if needs not in _FRAMEWORK_NAMES:
-            raise RegistrationError(
-                f"needs of an implementation of {self.name!r} on {arm.value}{where} must name "
-                f"the framework it calls, one of {', '.join(map(repr, FRAMEWORKS))} "
-                f"(\"\" for none), got {needs!r}")
+        _check_pool_and_framework(f"{self.name!r} on {arm.value}{where}", threads, needs)
         impls = self._impls if not family else self._families.setdefault(family, {})
         choice = self._new_choice(impls, arm, name, where)
         for hook, value in (("floor_us", floor_us), ("surcharge_us", surcharge_us),
@@ -354,6 +343,17 @@ def _arm(backend: object, operation: str) -> Backend:
         return Backend.parse(backend, what=f"the arm of an implementation of {operation!r}")
     except ValueError as exc:
         raise RegistrationError(str(exc)) from None
+
+
+def _check_pool_and_framework(what: str, threads: str, needs: str) -> None:
+    """``threads`` names a thread pool and ``needs`` a framework (each ``""`` for none)."""
+    for setting, given, meaning, names in (
+            ("threads", threads, "the thread pool it runs on", POOLS),
+            ("needs", needs, "the framework it calls", FRAMEWORKS)):
+        if given not in ("", *names):
+            raise RegistrationError(
+                f"{setting} of an implementation of {what} must name {meaning}, one of "
+                f"{', '.join(map(repr, names))} (\"\" for none), got {given!r}")
 
 
 def _describe(fn: Callable[..., Any]) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from .._dispatch import Dispatcher
 from .._forks import renew_after_fork
+from .._imported import import_frameworks
 from ..config import RuntimeConfig
 from ..errors import BackendUnavailableError
 from ..gating import HotPathDetector, TraceGate
@@ -124,6 +125,8 @@ class RuntimeParts:
     def _wire(self, cfg: RuntimeConfig, devices: DeviceProbe | None,
               clock: Callable[[], float], timer: Callable[[], int]) -> None:
         """The parts; :class:`BackendUnavailableError` when a forced arm cannot run here."""
+        if cfg.import_frameworks:  # (asked for: now, never inside a call)
+            import_frameworks()
         self.config = cfg
         self._devices = checked_devices(cfg, devices)
         self._clock = clock

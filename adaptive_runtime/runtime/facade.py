@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Any
 
 from .._dispatch.call_site import CallSite
-from .._imported import import_frameworks
 from ..backend import Backend, parse_choice
 from ..config import RuntimeConfig
 from ..decision import Decision
@@ -80,8 +79,6 @@ class AdaptiveRuntime(RuntimeParts):
     def _build(self, cfg: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe | None,
                clock: Callable[[], float], timer: Callable[[], int]) -> None:
         """Everything but the history file and telemetry (an unpickled copy has no file)."""
-        if cfg.import_frameworks:  # (asked for: now, never inside a call)
-            import_frameworks()
         self._wire(cfg, devices, clock, timer)
         # Why an instance attribute: ``rt.run`` is the per-call hot path, and binding the
         # dispatcher's method here saves one Python frame (~0.1 us) on every call.
