@@ -36,11 +36,27 @@ from opentelemetry.trace import TracerProvider
 import adaptive_runtime as ar
 from adaptive_runtime.telemetry.spans import SpanRecorder
 
-__all__ = ["attach_sinks", "attach_span_recorder", "dispatcher_lock", "history_saver",
-           "history_store", "hot_path_entries", "hot_path_rate", "pending_device_timings",
-           "registry_lock", "replace_span_buffer", "select_labels", "selection_counters",
-           "span_builder", "span_worker_thread", "telemetry_lock", "thread_watch",
-           "trace_gate_keys", "use_span_cpu_clock"]
+__all__ = [
+    "attach_sinks",
+    "attach_span_recorder",
+    "dispatcher_lock",
+    "forget_logged_thread_faults",
+    "history_saver",
+    "history_store",
+    "hot_path_entries",
+    "hot_path_rate",
+    "pending_device_timings",
+    "registry_lock",
+    "replace_span_buffer",
+    "select_labels",
+    "selection_counters",
+    "span_builder",
+    "span_worker_thread",
+    "telemetry_lock",
+    "thread_watch",
+    "trace_gate_keys",
+    "use_span_cpu_clock",
+]
 
 
 # ---------------------------------------------------------------------------- locks (fork safety)
@@ -165,3 +181,12 @@ def history_store(rt: ar.AdaptiveRuntime) -> Any:
 def thread_watch(rt: ar.AdaptiveRuntime) -> Any:
     """The thread-pool watch timed calls poll (``_read`` reads the pools' sizes)."""
     return rt._dispatcher._settler._threads
+
+
+def forget_logged_thread_faults() -> None:
+    """Have each kind of thread fault logged again (once per kind per process, else: a test
+    that asserts the one log line must not depend on which tests ran before it)."""
+    from adaptive_runtime import _thread_faults
+
+    with _thread_faults._lock:
+        _thread_faults._logged.clear()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from internals import attach_sinks
+from internals import attach_sinks, forget_logged_thread_faults
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -359,13 +359,17 @@ def test_a_broken_stub_source_is_logged_once_and_breaks_nothing(
     for _ in range(10):
         rt.run("scale", 10)
 
-    with caplog.at_level(logging.WARNING, logger="adaptive_runtime.telemetry.metrics"):
+    forget_logged_thread_faults()  # (logged once per kind in a process)
+    faults = ar.telemetry.stats().thread_faults["metrics"]
+    with caplog.at_level(logging.WARNING, logger="adaptive_runtime.threads"):
         first = otlp.collect()
         second = otlp.collect()
 
     assert total(first["adaptive.selection"]) == total(second["adaptive.selection"]) == 10
-    failures = [r for r in caplog.records if "reading selection failed" in r.getMessage()]
-    assert len(failures) == 1
+    failures = [r for r in caplog.records if "reading selection raised" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None  # with its traceback
+    # every failed read counted, on the metric reader's side
+    assert ar.telemetry.stats().thread_faults["metrics"] - faults == 2
     assert "adaptive.span.exported" in second  # the broken source's other counters still work
     good.close()
     bad.close()
