@@ -58,9 +58,14 @@ def _at_exit() -> None:
     # (one deadline for the whole exit, the runtimes' own at-exit flushes included)
     deadline = exit_deadline()
     try:
+        # After an explicit shutdown() everything was sent or given up on, and the exporters
+        # are off: the providers are stopped without waiting on them again (a metric reader
+        # still inside an export abandoned to a collector that never answers would hold the
+        # exit for a second deadline).
+        explicit = handle._current is None
         handle.shutdown(remaining(deadline))
         with handle._lock:
-            _process.shutdown(remaining(deadline))
+            _process.shutdown(0.0 if explicit else remaining(deadline))
     except Exception as exc:  # never turn a clean exit into a traceback
         _log.warning("adaptive_runtime telemetry shutdown at exit: %r", exc)
 
