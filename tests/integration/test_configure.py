@@ -10,15 +10,14 @@ they export must get out at interpreter exit.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
+import child_run
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 
@@ -65,18 +64,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class Ran:
-    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        self.result: dict[str, Any] = json.loads(lines[-1][7:]) if lines else {}
-
-    def __repr__(self) -> str:
-        return (f"exit code {self.returncode}\n--- stdout\n{self.stdout}\n"
-                f"--- stderr\n{self.stderr}")
-
+class Ran(child_run.Ran):
     def ok(self) -> Ran:
         assert self.returncode == 0, self
         assert "Traceback" not in self.stderr, self

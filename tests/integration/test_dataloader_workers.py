@@ -12,7 +12,6 @@ what they computed and which threads they have.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import child_run
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 from required import require_module
 
@@ -114,18 +114,8 @@ SCRIPT = textwrap.dedent('''
 ''').format(threads=(SPAN_WORKER, HISTORY_SAVER, METRIC_READER, SPAN_PROCESSOR), items=ITEMS)
 
 
-class Ran:
+class Ran(child_run.Ran):
     """The script's exit code, output and RESULT line."""
-
-    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        self.result: dict[str, Any] = json.loads(lines[-1][7:]) if lines else {}
-
-    def __repr__(self) -> str:
-        return f"exit code {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
     @property
     def items(self) -> list[dict[str, Any]]:

@@ -23,15 +23,14 @@ Forked DataLoader workers exporting their spans once, each marked with its pid, 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+import child_run
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from required import require_module
@@ -190,19 +189,8 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-class Ran:
+class Ran(child_run.Ran):
     """A program's exit code, output and RESULT line."""
-
-    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        self.result: dict[str, Any] = json.loads(lines[-1][7:]) if lines else {}
-
-    def __repr__(self) -> str:
-        return (f"exit code {self.returncode}\n--- stdout\n{self.stdout}\n"
-                f"--- stderr\n{self.stderr}")
 
     @property
     def keys(self) -> list[tuple[str, int]]:

@@ -118,6 +118,17 @@ def traced() -> Iterator[tuple[ar.AdaptiveRuntime, InMemorySpanExporter]]:
         provider.shutdown()
 
 
+def running_worker(rt: ar.AdaptiveRuntime) -> tuple[Any, threading.Thread, Any]:
+    """The runtime's span recorder once its worker runs (one call traced), the worker, and
+    what makes its spans."""
+    rt.run("scale", 8)
+    assert rt.flush_telemetry(10.0)
+    recorder = rt.step_hooks()[0]
+    worker = internals.span_worker_thread(recorder)
+    assert worker is not None and worker.is_alive()
+    return recorder, worker, internals.span_builder(recorder)
+
+
 def made_calls(exporter: InMemorySpanExporter) -> int:
     """Calls whose select span reached the exporter."""
     return Counter(s.name for s in exporter.get_finished_spans())["adaptive.select scale"]
@@ -130,12 +141,7 @@ def test_span_worker_survives_a_raising_span_maker_rank_lookup_and_clock(
         traced: tuple[ar.AdaptiveRuntime, InMemorySpanExporter],
         monkeypatch: pytest.MonkeyPatch, reliability: Any) -> None:
     rt, exporter = traced
-    rt.run("scale", 8)
-    assert rt.flush_telemetry(10.0)
-    recorder = rt.step_hooks()[0]
-    worker = internals.span_worker_thread(recorder)
-    assert worker is not None and worker.is_alive()
-    builder = internals.span_builder(recorder)
+    recorder, worker, builder = running_worker(rt)
     maker, ranks, clock = Faults(5), Faults(3), Faults(3)
     monkeypatch.setattr(builder, "call_spans", maker.wrap(builder.call_spans))
     monkeypatch.setattr(span_worker, "rank_attributes", ranks.wrap(span_worker.rank_attributes))
@@ -171,16 +177,12 @@ def test_span_worker_ended_by_a_fault_is_started_again_by_the_next_record(
         traced: tuple[ar.AdaptiveRuntime, InMemorySpanExporter],
         monkeypatch: pytest.MonkeyPatch, reliability: Any) -> None:
     rt, exporter = traced
-    rt.run("scale", 8)
-    assert rt.flush_telemetry(10.0)
-    recorder = rt.step_hooks()[0]
-    first = internals.span_worker_thread(recorder)
-    builder = internals.span_builder(recorder)
+    recorder, first, builder = running_worker(rt)
     fatal = Faults(1, Fatal)
     monkeypatch.setattr(builder, "call_spans", fatal.wrap(builder.call_spans))
     stats = ar.telemetry.stats()
     rt.run("scale", 8)
-    assert first is not None and wait_until(lambda: not first.is_alive()), \
+    assert wait_until(lambda: not first.is_alive()), \
         "the fault did not end the worker"
     made = made_calls(exporter)
     for _ in range(20):
