@@ -24,12 +24,14 @@ A call with host inputs (numpy arrays, CPU tensors):
 3. the device is synchronised before returning (the result goes back to the host anyway);
 4. the result goes back to the caller's array type and device.
 
-A timed call on device inputs checks the device's free memory first, as a host call does
-(every exploring call is timed): one that would not fit raises :class:`GpuMemoryError` and
-runs on the next arm. CUDA running out of memory anyway (an untimed call, which is not
-checked, or another process took the memory) raises torch's ``OutOfMemoryError``: like any
-arm failure, the runtime falls back to the next arm and quarantines the GPU for that key
-with back-off.
+Inputs already on the device run only the implementations that run there (the operations'
+device family: ``Operation.family_twin``): a host arm would copy them to the host, waiting
+for the device, and hand back a result with no autograd graph. So a call on device inputs is
+not checked against the free memory (there is no other arm to send it to): it runs as the
+plain torch call would, and torch's ``OutOfMemoryError`` reaches the caller (wrapped in
+``AllBackendsFailedError``, the cause kept). For host inputs, CUDA running out of memory
+anyway (another process took the memory) is an arm failure like any: the runtime falls back
+to the next arm and quarantines the GPU for that key with back-off.
 
 The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
 on the CPU — every step above runs except the CUDA kernel launch itself.
@@ -288,8 +290,7 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
                                       "CUDA for this operation on the GPU)")
         arrays, resident = _arrays_of(dev, args)
         if resident:
-            # Everything on the device: launched, not waited for, and no memory query (a
-            # timed call's device_timing checks the memory: every exploring call is timed).
+            # Everything on the device: launched, not waited for, no memory query.
             return _back(run(*args), args[template], dev)
         check_memory(dev, arrays, args)
         on_device = [dev.to_device(a) if (isinstance(a, np.ndarray) or is_tensor(a))
@@ -333,15 +334,15 @@ def _memory_hooks(operation: str, result_bytes: Callable[..., int], workspace: f
 
     def device_timing(args: tuple[Any, ...]) -> Any:
         """The arm's ``device_timing``, run on timed calls only (every exploring call, a
-        re-trial after a failure, 1-in-N of a converged key): for inputs all on the device,
-        the memory check the untimed calls skip, then a started timing on the device where
-        it has timing events; else ``None`` (timed on the host: a host call's copy back
-        synchronises anyway, or ``sync`` waits)."""
+        re-trial after a failure, 1-in-N of a converged key): for inputs all on the device, a
+        started timing on the device where it has timing events; else ``None`` (timed on
+        the host: a host call's copy back synchronises anyway, or ``sync`` waits). Inputs on
+        the device are not checked against its free memory: the GPU arm is their only
+        candidate, so a call runs as the plain torch call would (the caching allocator may
+        well fit it), and a real out-of-memory error reaches the caller."""
         dev = device()
-        arrays, resident = _arrays_of(dev, args)
-        if not resident:
+        if not _arrays_of(dev, args)[1]:
             return None
-        check_memory(dev, arrays, args)
         timing = getattr(dev, "timing", None)
         if timing is None:
             return None

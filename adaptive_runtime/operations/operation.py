@@ -329,6 +329,10 @@ class Operation:
         twin = Operation(f"{self.name}{FAMILY_SEPARATOR}{family}", self.size_of, self.kind)
         twin._impls = self._families.get(family, self._impls)
         if family == DEVICE_FAMILY:
+            # Inputs already on the GPU run the implementations that run there: a host arm
+            # would copy them to the host (an implicit wait for the device) and hand back a
+            # result with no autograd graph.
+            twin._impls = {c: i for c, i in twin._impls.items() if c.arm is Backend.GPU}
             twin.capturing = cuda_graph_capturing
         return twin
 

@@ -7,6 +7,7 @@ caller's type — runs for real; only the CUDA kernel launch is replaced by torc
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -189,7 +190,8 @@ def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_me
         fake_cuda, tmp_path) -> None:
     """A training loop's calls (relu and add of float32 tensors on the device, 256 to 65,536
     elements, the GPU arm alone) on a device without timing events: only timed calls wait for
-    the device and ask for its free memory, the others launch and return."""
+    the device, the others launch and return; none asks for its free memory (inputs on the
+    device run as plain torch runs them)."""
     inputs = [fake_cuda.to_device(torch.randn(n, dtype=torch.float32))
               for n in (256, 4096, 65536)]
     rt = gpu_runtime()
@@ -201,7 +203,7 @@ def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_me
             rt.run("relu", x)
             rt.run("add", x, x)
     timed = len(read_calls(tmp_path / "timed.jsonl"))
-    assert fake_cuda.memory_queries == timed
+    assert fake_cuda.memory_queries == 0
     # (a timed call waits before its timer starts and, where its result is on the device, on
     # that: the double's results are host tensors it did not mark, so once here)
     assert timed <= fake_cuda.syncs <= 2 * timed
@@ -244,7 +246,7 @@ def test_with_timing_events_no_adapted_call_on_device_inputs_waits_with_fake_cud
             rt.run("add", x, x)
     learned = read_calls(tmp_path / "learned.jsonl")
     assert fake.syncs == 0
-    assert fake.memory_queries == len(fake.timings)  # (timed calls only, before the kernel)
+    assert fake.memory_queries == 0  # (inputs on the device: run as plain torch runs them)
     assert learned and {c.duration_us for c in learned} == {fake.elapsed}
     assert len(learned) <= len(fake.timings) < 18_000 // 20
     assert all(t.stopped for t in fake.timings)
@@ -284,19 +286,51 @@ def test_timing_events_that_never_complete_cannot_block_the_loop_with_fake_cuda_
     assert len(pending_device_timings(rt)) == MAX_PENDING_TIMINGS
 
 
-def test_a_device_call_that_would_not_fit_is_not_launched_and_falls_back_with_fake_cuda_events(
+def test_device_inputs_run_only_on_the_device_at_default_settings_with_fake_cuda_events(
         cuda_with_events) -> None:
-    """Inputs on the device: a timed call (every exploring one) checks the free memory first;
-    one whose result would not fit runs on a CPU arm instead."""
+    """Inputs on the device run only the implementations that run there, on a default
+    runtime: no host arm is tried (it would copy them to the host, waiting for the device,
+    and drop the autograd graph), and nothing is checked against the free memory (there is
+    no other arm to send a call to): the call runs as plain torch's would, even where the
+    double says the memory is short."""
     fake = cuda_with_events
     x = fake.to_device(torch.randn(4096))
     fake.free = 1_000  # bytes: under the 16 KB result
     rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
-    for _ in range(10):
+    for _ in range(50):
         torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
-    assert not fake.timings  # never launched on the device
-    assert sum(n for (op, arm, _to), n in rt.fallback_counts().items()
-               if op == "relu@device" and arm is Backend.GPU) >= 1
+    assert {(k.operation, k.backend) for k in rt.selection_counts()} == {
+        ("relu@device", Backend.GPU)}
+    assert fake.timings and fake.memory_queries == 0 and fake.syncs == 0
+    assert not rt.fallback_counts()
+
+
+def test_an_adapted_layer_on_the_device_keeps_its_graph_and_gradients_with_fake_cuda_events(
+        cuda_with_events) -> None:
+    """Issue 39's case: ``adapt(nn.Linear)`` with weights and inputs on the device, default
+    runtime, 200 steps: every output has its graph and the weights' gradients are plain
+    torch's (before, CPU arms explored and then committed on device inputs gave outputs
+    without one)."""
+    import adaptive_runtime.torch as art
+
+    fake = cuda_with_events
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(64, 32)
+    layer = copy.deepcopy(plain)
+    for p in layer.parameters():
+        p.fake_cuda = True  # (the double's mark: on the device)
+    model = art.adapt(layer, runtime=ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True)))
+    no_graph = 0
+    for _ in range(200):
+        x = torch.randn(16, 64)
+        y = model(fake.to_device(x))
+        no_graph += y.grad_fn is None
+        if y.grad_fn is not None:
+            y.square().sum().backward()
+        plain(x).square().sum().backward()
+    assert no_graph == 0
+    for adapted, reference in zip(layer.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(adapted.grad, reference.grad)
 
 
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back_with_fake_cuda(fake_cuda) -> None:
