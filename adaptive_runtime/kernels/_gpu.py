@@ -392,7 +392,7 @@ def _back(out: Any, model: Any, dev: Device) -> Any:
     if dev.is_on_device(model):
         return out
     if is_tensor(model):
-        return out.to(model.device) if out.device != model.device else out
+        return out.to(model.device) if dev.is_on_device(out) else out
     value = out.detach().cpu().numpy()
     if value.ndim == 0:
         return host_dtype(model).type(value)
