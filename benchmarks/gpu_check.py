@@ -13,7 +13,13 @@ network). Within a few minutes it prints:
 - per operation, the size from which the runtime learned the GPU arm fastest for host numpy
   float32 inputs (the GPU/CPU crossover, copies included);
 - device synchronisations per 1,000 adapted calls on device-resident tensors, beside the
-  timed calls among them (target: no more than the timed calls).
+  timed calls among them (target: no more than the timed calls);
+- correctness (``_gpu_correctness``): the digits MLP adapted and plain from the same seed,
+  trained side by side: losses and every parameter's gradient within the dtype's rounding,
+  in float32 and under autocast (bfloat16, float16), the adapted steps under
+  ``torch.cuda.set_sync_debug_mode("error")`` (a synchronising call fails the row); and the
+  adapted forward captured in a CUDA graph, nothing learned yet and keys committed, replayed
+  against plain torch.
 
 Where there is no CUDA device (or no torch), it says so and exits 0: an ordinary machine is
 not a failure. ``docs/gpu.md`` says how to run it and holds what it printed.
@@ -30,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _gpu_correctness import capture_agrees, mlp, training_agrees
 from _table import print_table, verdict
 
 ROUNDS = int(os.environ.get("GPU_CHECK_ROUNDS", "3"))
@@ -68,13 +75,6 @@ def gpu_tests() -> tuple[str, bool]:
     return summary, proc.returncode == 0
 
 
-def _mlp(torch: Any) -> Any:
-    nn = torch.nn
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 256),
-                         nn.ReLU(), nn.Linear(256, 10)).cuda()
-
-
 def training_loop(batch: int) -> tuple[float, float]:
     """Median steps/s of (plain torch, adapted) on the digits MLP at ``batch``."""
     import copy
@@ -89,7 +89,7 @@ def training_loop(batch: int) -> tuple[float, float]:
     pick = torch.randint(len(data.target), (batch * 8,), generator=gen)
     images = torch.tensor(data.data, dtype=torch.float32)[pick].cuda() / 16.0
     labels = torch.tensor(data.target)[pick].cuda()
-    plain = _mlp(torch)
+    plain = mlp(torch, "cuda")
     models = {"plain": plain, "adapted": art.adapt(copy.deepcopy(plain))}
     optimisers = {k: torch.optim.SGD(m.parameters(), lr=0.05) for k, m in models.items()}
 
@@ -188,6 +188,21 @@ def syncs_per_thousand() -> tuple[int, int]:
     return count[0], timed
 
 
+def correctness_rows() -> list[list[str]]:
+    """The adapted MLP against plain torch: training (float32, autocast) and graph capture."""
+    rows = []
+    for autocast in (None, "bfloat16", "float16"):
+        found, ok = training_agrees("cuda", autocast=autocast)
+        rows.append([f"digits MLP adapted vs plain, {autocast or 'float32'}: losses, "
+                     "gradients, syncs", found, "within rounding, no sync", verdict(ok)])
+    for committed in (False, True):
+        found, ok = capture_agrees(committed)
+        when = "keys committed" if committed else "nothing learned yet"
+        rows.append([f"CUDA graph capture of the adapted MLP, {when}", found,
+                     "replay = plain", verdict(ok)])
+    return rows
+
+
 def main() -> int:
     why = why_no_gpu()
     if why is not None:
@@ -210,6 +225,7 @@ def main() -> int:
     syncs, timed = syncs_per_thousand()
     rows.append([f"syncs per {ADAPTED_CALLS:,} adapted calls on CUDA tensors",
                  f"{syncs} ({timed} timed calls)", "<= timed calls", verdict(syncs <= timed)])
+    rows += correctness_rows()
     learned = crossovers()
     rows.append(["GPU arm learned fastest, host float32 inputs", "", "-", "-"])
     rows += [[name, found, "-", "-"] for name, found, _sizes in learned]
