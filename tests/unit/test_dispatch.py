@@ -439,7 +439,25 @@ def test_an_arm_added_later_resets_the_device_route_too(make_runtime) -> None:
     for _ in range(30):
         h.rt.run("placed", 4096, "device")
     assert h.rt.decide("placed@device", 4096).backend is Backend.GPU
-    op.add_implementation(Backend.SCALAR, h.arms.kernel(Backend.SCALAR))  # the fastest here
+    # a GPU variant, the fastest here (it runs the SCALAR double's 40 us kernel)
+    op.add_implementation(Backend.GPU, h.arms.kernel(Backend.SCALAR), name="fast")
     runs = [h.rt.run("placed", 4096, "device")[0] for _ in range(60)]
     assert runs[-1] is Backend.SCALAR
     assert {r.operation for r in h.rt.history_snapshot()} == {"placed@device"}
+
+
+def test_inputs_on_the_device_never_run_a_host_arm(make_runtime) -> None:
+    """The device route's candidates are the implementations that run on the device: a
+    faster host arm is never tried there (it would copy the inputs to the host and drop their
+    autograd graph), while host calls of the same operation choose among every arm."""
+    h = make_runtime({Backend.GPU: 60.0, Backend.SIMD: 100.0, Backend.SCALAR: 40.0},
+                     op="unused", arms=())
+    op = h.rt.register("placed", size=lambda n, _where: n,
+                       on_device=lambda _n, where: where == "device")
+    for backend in (Backend.GPU, Backend.SIMD, Backend.SCALAR):
+        op.add_implementation(backend, h.arms.kernel(backend))
+    device_runs = {h.rt.run("placed", 4096, "device")[0] for _ in range(60)}
+    host_runs = [h.rt.run("placed", 4096, "host")[0] for _ in range(60)]
+    assert device_runs == {Backend.GPU}
+    assert set(host_runs) == {Backend.GPU, Backend.SIMD, Backend.SCALAR}
+    assert host_runs[-1] is Backend.SCALAR
