@@ -281,6 +281,31 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
     assert fake_cuda.syncs > 0 and _rows(rt, "relu@device")  # timed and learned again
 
 
+def test_captured_calls_of_committed_keys_read_nothing_on_the_host_with_fake_cuda_events(
+        cuda_with_events, monkeypatch) -> None:
+    """Calls made while a CUDA graph is captured run device code only, on the timed and the
+    fast path alike: keys of a default runtime committed before the capture (every key of
+    device inputs has only device implementations) read nothing on the host during it, wait
+    for nothing, and hand back device tensors."""
+    fake = cuda_with_events
+    inputs = [fake.to_device(torch.randn(64, n)) for n in (64, 1024)]
+    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    calls = (("relu", 1), ("gelu", 1), ("softmax", 1), ("layer_norm", 1), ("add", 2))
+    for _ in range(100):  # (explored and committed: the fast path from then on)
+        for x in inputs:
+            for name, arity in calls:
+                rt.run(name, *[x] * arity)
+    reads, fake.syncs = DeviceTensor.host_reads, 0
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for _ in range(200):
+        for x in inputs:
+            for name, arity in calls:
+                assert isinstance(rt.run(name, *[x] * arity), DeviceTensor)
+    assert DeviceTensor.host_reads == reads
+    assert fake.syncs == 0
+    assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
+
+
 def test_with_timing_events_no_adapted_call_on_device_inputs_waits_with_fake_cuda_events(
         cuda_with_events, tmp_path) -> None:
     """The same loop on a device with timing events: timed calls record events around the
