@@ -24,6 +24,8 @@ from .switching import spans_lost_in_export
 __all__ = ["Telemetry", "shutdown"]
 
 _log = logging.getLogger(__name__)
+# At most this long, shutdown() lets an export in progress end before closing its exporter.
+_EXPORT_GRACE_S = 0.5
 # the one line saying what a shutdown could not send (not the exporters' outage filter's)
 _shutdown_log = logging.getLogger("adaptive_runtime.telemetry")
 
@@ -84,7 +86,8 @@ class Telemetry:
                                  (self.meter_provider, _process.metric_switch)):
             if provider is not None and switch is not None:
                 try:
-                    switch.shutdown()
+                    # (an export in progress, to a live collector, ends first: a moment)
+                    switch.shutdown(grace_s=min(_EXPORT_GRACE_S, remaining(deadline)))
                 except Exception as exc:  # observability never breaks the caller, even at exit
                     _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
         if self._prometheus_server is not None:

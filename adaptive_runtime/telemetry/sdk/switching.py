@@ -42,6 +42,9 @@ class _Switch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.target: Any = None
+        # exports in progress (each switch exports on one thread: the SDK's metric reader, or
+        # the span export worker), waited for a moment before the target is closed
+        self.exporting = 0
         # (the metric reader's thread takes it when an endpoint refuses metrics: a forked
         # child gets its own, see adaptive_runtime._forks)
         renew_after_fork(self, _Switch._renew_lock)
@@ -59,8 +62,14 @@ class _Switch:
         target = self.target
         return target.force_flush(timeout_millis) if target is not None else True
 
-    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+    def shutdown(self, *args: Any, grace_s: float = 0.0, **kwargs: Any) -> None:
+        """Drop what is exported from now on, and close the target: after the export in
+        progress ended, waiting ``grace_s`` at most (closing a gRPC channel under an export
+        made it fail and log "Channel closed!" at the end of a healthy run)."""
         previous = self.switch(None)
+        deadline = time.monotonic() + grace_s
+        while self.exporting and time.monotonic() < deadline:
+            time.sleep(0.005)
         if previous is not None:
             previous.shutdown(*args, **kwargs)
 
@@ -205,7 +214,11 @@ class SwitchableSpanExporter(_Switch, SpanExporter):
         with survive("export", "exporter"):  # an exporter bug must not end the export thread
             started = time.thread_time_ns()
             try:
-                result = target.export(spans)
+                self.exporting += 1
+                try:
+                    result = target.export(spans)
+                finally:
+                    self.exporting -= 1
             finally:
                 record_export_cost(time.thread_time_ns() - started, len(spans))
         _delivered(result, len(spans))
@@ -245,7 +258,12 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
         result = MetricExportResult.FAILURE
         try:  # (counters are cumulative: the next export catches up)
             with survive("metrics", "exporter"):
-                result = target.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+                self.exporting += 1
+                try:
+                    result = target.export(metrics_data, timeout_millis=timeout_millis,
+                                           **kwargs)
+                finally:
+                    self.exporting -= 1
         finally:
             _scope.active = False
         status = _scope.http_status
