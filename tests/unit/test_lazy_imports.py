@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from required import require_module
 
 from adaptive_runtime.operations.devices import _gpu_driver_present
 
@@ -150,8 +151,8 @@ def test_a_numpy_program_never_imports_torch_or_jax_and_no_call_stalls() -> None
     """Issue 38: with torch and JAX installed, 1,000 rounds of every built-in operation on
     numpy arrays import neither, and once numba's kernels are in (one warm pass) no call takes
     over 50 ms: nothing heavy is loaded inside a user's call."""
-    pytest.importorskip("torch")
-    pytest.importorskip("jax")
+    require_module("torch", "torch")  # (installed, never imported by the program)
+    require_module("jax", "jax")
     report = _run(_EVERY_OPERATION)
     result = eval(report["result"])  # (a repr of a dict of str, float, bool, list)
     assert len(result["ops"]) == 15, result["ops"]  # (every built-in, backward ones included)
@@ -163,7 +164,7 @@ def test_a_numpy_program_never_imports_torch_or_jax_and_no_call_stalls() -> None
 def test_import_frameworks_imports_torch_when_the_runtime_is_made_and_aten_competes() -> None:
     """The opt-in: torch is imported when the runtime is made, never in a call, and ATen's
     softmax on the array's memory is then one of the numpy softmax's candidates."""
-    pytest.importorskip("torch")
+    require_module("torch", "torch")
     report = _run("import sys\n"
                   "import numpy as np\n"
                   "import adaptive_runtime as ar\n"
