@@ -75,6 +75,13 @@ class RuntimeConfig(PolicyKnobs):
         them. Off by default: the runtime never imports a framework inside a call, and
         without this such implementations become candidates only once the program imports
         the framework itself (importing torch takes seconds).
+      host_arms_on_device: let the CPU arms compete for calls whose inputs are already on
+        the GPU (CUDA tensors). Off by default: such calls run only the implementations that
+        run on the device. On, a CPU arm's call copies its inputs to the host and its result
+        back, with autograd kept (the copies are differentiable), and its timing includes the
+        copies and the wait for the device's queued work; while a CUDA graph is captured the
+        GPU arm runs instead. Worth it only where the device is far slower than the host for
+        small calls (an old or shared GPU).
     """
 
     force_backend: Choice | None = None
@@ -92,6 +99,7 @@ class RuntimeConfig(PolicyKnobs):
     history_force: bool = False
     validate_sample_rate: float = 0.0
     import_frameworks: bool = False
+    host_arms_on_device: bool = False
 
     def __post_init__(self) -> None:
         PolicyKnobs.__post_init__(self)  # (the policy's knobs, checked where they are declared)
@@ -122,18 +130,12 @@ class RuntimeConfig(PolicyKnobs):
         if self.max_measure_period & (self.max_measure_period - 1):
             raise ConfigError("max_measure_period must be a power of two (1, 2, 4, ...), "
                               f"got {self.max_measure_period}", field="max_measure_period")
-        if not isinstance(self.tracing, bool):
-            raise ConfigError(f"tracing must be True or False, got {_shown(self.tracing)}",
-                              field="tracing")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", _path(self.history_path))
-        if not isinstance(self.import_frameworks, bool):
-            raise ConfigError("import_frameworks must be True or False, got "
-                              f"{_shown(self.import_frameworks)}", field="import_frameworks")
-        if not isinstance(self.history_force, bool):
-            raise ConfigError("history_force must be True or False, got "
-                              f"{_shown(self.history_force)}",
-                              field="history_force")
+        for flag in ("tracing", "history_force", "import_frameworks", "host_arms_on_device"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag} must be True or False, got "
+                                  f"{_shown(getattr(self, flag))}", field=flag)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """Return a copy with ``changes`` applied (and validated)."""
@@ -196,6 +198,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "tracing": _parse_bool,
     "history_force": _parse_bool,
     "import_frameworks": _parse_bool,
+    "host_arms_on_device": _parse_bool,
     "history_path": str,
     "validate_sample_rate": lambda raw: _parse_rate(raw, DEFAULT_VALIDATE_RATE),
 }

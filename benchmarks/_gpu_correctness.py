@@ -8,6 +8,10 @@
 - :func:`capture_agrees`: the adapted MLP's forward captured in a CUDA graph (with nothing
   learned yet, and after the keys committed), replayed on new inputs, against plain torch.
 
+Each also with ``host_arms``: the runtime's ``host_arms_on_device`` on, CPU arms competing for
+the device's tensors as round trips through the host (those synchronise by design: the
+training row then runs without the sync debug mode).
+
 Both take the device, so the comparison itself runs on the CPU in the tests
 (``tests/integration/test_gpu_check.py``); the rows need a CUDA device.
 """
@@ -40,10 +44,10 @@ def digits(torch: Any, device: str) -> tuple[Any, Any]:
 
 
 def training_agrees(device: str = "cuda", *, steps: int = 200, batch: int = 64,
-                    autocast: str | None = None) -> tuple[str, bool]:
+                    autocast: str | None = None, host_arms: bool = False) -> tuple[str, bool]:
     """Train the MLP adapted and plain side by side for ``steps`` SGD steps (``autocast``: a
     dtype name, the forward under ``torch.autocast``); returns (what was found, whether the
-    losses and gradients agree and, on CUDA, nothing synchronised)."""
+    losses and gradients agree and, on CUDA without ``host_arms``, nothing synchronised)."""
     import torch
 
     import adaptive_runtime as ar
@@ -51,7 +55,7 @@ def training_agrees(device: str = "cuda", *, steps: int = 200, batch: int = 64,
 
     images, labels = digits(torch, device)
     plain = mlp(torch, device)
-    runtime = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    runtime = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, host_arms_on_device=host_arms))
     adapted = art.adapt(copy.deepcopy(plain), runtime=runtime)
     optimisers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (adapted, plain)]
     rtol, atol = TOLERANCE[autocast or "float32"]
@@ -64,7 +68,7 @@ def training_agrees(device: str = "cuda", *, steps: int = 200, batch: int = 64,
             x, y = images[pick], labels[pick]
             for optimiser in optimisers:
                 optimiser.zero_grad()
-            with _no_sync(torch, device):
+            with _no_sync(torch, device if not host_arms else "cpu"):
                 loss = _loss(torch, adapted, x, y, device, autocast)
                 loss.backward()
             reference = _loss(torch, plain, x, y, device, autocast)
@@ -113,7 +117,7 @@ class _no_sync:
             self.cuda.set_sync_debug_mode("default")
 
 
-def capture_agrees(committed: bool) -> tuple[str, bool]:
+def capture_agrees(committed: bool, *, host_arms: bool = False) -> tuple[str, bool]:
     """The adapted MLP's forward captured in a CUDA graph — with nothing learned yet, or
     after 200 eager steps (``committed``) — and replayed on new inputs: (what was found,
     whether the replay equals plain torch's forward)."""
@@ -123,7 +127,7 @@ def capture_agrees(committed: bool) -> tuple[str, bool]:
     import adaptive_runtime.torch as art
 
     plain = mlp(torch, "cuda").eval()
-    runtime = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    runtime = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False, host_arms_on_device=host_arms))
     adapted = art.adapt(copy.deepcopy(plain), runtime=runtime).eval()
     static = torch.rand(64, 64, device="cuda")
     try:

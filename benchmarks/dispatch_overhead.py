@@ -8,6 +8,9 @@ committed are shown beside it;
 (b) a converged key; (c) a hot operation (over ``hot_path_calls_per_sec``, tracing off).
 Both arms of the benchmark operation run the same kernel, so the arm chosen does not matter.
 Targets (2-core machine): (a) <= 3 us, (b) <= 1 us and <= 10x a bare call, (c) <= 0.5 us.
+(d) the CUDA-graph capture check (where torch is installed): what one check costs, paid only by
+calls of device-input keys committed to a CPU arm (``host_arms_on_device``); counted over the
+converged host-input loop of (b), which must never ask.
 """
 
 from __future__ import annotations
@@ -109,6 +112,53 @@ def cold_key_calls_ns() -> tuple[dict[str, float], float]:
     return phases, per_call_ns(bare_loop, len(work))
 
 
+def capture_check() -> tuple[float, int] | None:
+    """(d): the capture guard's cost per call (ns), and how many checks 200,000 converged
+    calls of a host-input key made (the check counted where torch answers it); ``None``
+    without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from types import SimpleNamespace
+
+    from adaptive_runtime._dispatch.period import _device_code_while_captured
+    from adaptive_runtime.operations import Implementation, cuda_graph_capturing
+
+    def no_op() -> None:
+        return None
+
+    # the guard a device key committed to a CPU arm runs (the GPU arm while captured), around
+    # a kernel that does nothing, against that kernel called bare
+    entry = SimpleNamespace(guarded=None, capturing=cuda_graph_capturing,
+                            impls={ar.Backend.GPU: Implementation(ar.Backend.GPU, no_op)})
+    guarded = _device_code_while_captured(entry, no_op)  # type: ignore[arg-type]
+    check_ns = steady(guarded) - steady(no_op)
+    asked = [0]
+    real = torch.cuda.is_current_stream_capturing
+
+    def counted() -> bool:
+        asked[0] += 1
+        return real()
+
+    rt = make_runtime()
+    for _ in range(5_000):
+        rt.run("bench0", 8, A, B)
+    torch.cuda.is_current_stream_capturing = counted
+    try:
+        for _ in range(200_000):
+            rt.run("bench0", 8, A, B)
+    finally:
+        torch.cuda.is_current_stream_capturing = real
+    return check_ns, asked[0]
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.version.cuda is not None
+
+
 def main() -> None:
     bare_ns = steady(kernel, 8, A, B)
     bare_call_ns = steady(lambda: None, calls=500_000)
@@ -151,6 +201,14 @@ def main() -> None:
         [f"(c) hot operation (hot={hot})", us(hot_ns), us(hot_ns - bare_ns), "<= 0.5 us",
          verdict(hot and hot_ns - bare_ns <= 500)],
     ]
+    capture = capture_check()  # (last: it imports torch)
+    if capture is not None:
+        check_ns, asked = capture
+        build = "CUDA" if torch_has_cuda() else "CPU-only torch: the query raises, caught"
+        rows.append(["(d) capture guard, per fast call of a device key on a CPU arm", us(check_ns),
+                     us(check_ns), f"(measured; {build})", "-"])
+        rows.append([f"    checks in 200,000 converged host-input calls: {asked}", "-", "-",
+                     "0", verdict(asked == 0)])
     print_table("dispatch overhead (us per call, min of 7 runs; kernel: 64-element dot)",
                 ["case", "per call", "overhead", "target", "verdict"], rows)
     print(f"bare Python call (no-op lambda): {us(bare_call_ns)} us; "

@@ -195,10 +195,15 @@ def correctness_rows() -> list[list[str]]:
         found, ok = training_agrees("cuda", autocast=autocast)
         rows.append([f"digits MLP adapted vs plain, {autocast or 'float32'}: losses, "
                      "gradients, syncs", found, "within rounding, no sync", verdict(ok)])
-    for committed in (False, True):
-        found, ok = capture_agrees(committed)
+    found, ok = training_agrees("cuda", host_arms=True)
+    rows.append(["digits MLP adapted vs plain, float32, CPU arms allowed on device inputs "
+                 "(host_arms_on_device): losses, gradients", found, "within rounding",
+                 verdict(ok)])
+    for committed, host_arms in ((False, False), (True, False), (True, True)):
+        found, ok = capture_agrees(committed, host_arms=host_arms)
         when = "keys committed" if committed else "nothing learned yet"
-        rows.append([f"CUDA graph capture of the adapted MLP, {when}", found,
+        allowed = ", CPU arms allowed" if host_arms else ""
+        rows.append([f"CUDA graph capture of the adapted MLP, {when}{allowed}", found,
                      "replay = plain", verdict(ok)])
     return rows
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._imported import imported, loaded_frameworks
-from ..backend import Choice, Kind, infer_kind
+from ..backend import Backend, Choice, Kind, infer_kind
 from ..errors import BackendUnavailableError, RegistrationError
 from ..operations import Implementation, Operation
 from ..policy import heuristic_order, heuristic_preference
@@ -108,7 +108,11 @@ class Candidates:
                 f"{', '.join(b.value for b in backends)}, none of which can run here "
                 f"(enabled and available: {', '.join(core.available_arms()) or 'none'})"
                 f"{hint}")
-        return heuristic_order(op.kind, n, usable)
+        order = heuristic_order(op.kind, n, usable)
+        if op.resident:  # (inputs on the GPU: tried there first, see Operation.resident)
+            order = (*(c for c in order if c.arm is Backend.GPU),
+                     *(c for c in order if c.arm is not Backend.GPU))
+        return order
 
     def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:
         """Candidate arms for any operation name (registered or not), in heuristic order."""

@@ -42,17 +42,21 @@ class Entry:
     out is read without taking one.
     """
 
-    __slots__ = ("backend", "bucket", "candidates", "commit_pending", "expected",
-                 "fast_flushed", "fast_label", "impl", "impls", "key", "last_ticket",
+    __slots__ = ("backend", "bucket", "candidates", "capturing", "commit_pending", "expected",
+                 "fast_flushed", "fast_label", "guarded", "impl", "impls", "key", "last_ticket",
                  "last_timed_s", "mask", "max_period", "next", "rate", "size_of", "slots",
                  "state", "tally", "ticks", "timed", "timed_exploits", "timing_cost_us",
                  "watch_fixed_ns", "watch_limit_ns", "watch_per_element_ns", "watch_tripped",
                  "watched")
 
     def __init__(self, key: KeyHistory, state: KeyState, arms: Arms,
-                 rate: OperationRate, size_of: Callable[..., int]) -> None:
+                 rate: OperationRate, size_of: Callable[..., int],
+                 capturing: Callable[[], bool] | None = None) -> None:
         self.key = key
         self.size_of = size_of  # the operation's (a watched call reads its size)
+        # (a device twin's) whether a CUDA graph is captured now, asked by a fast path
+        # committed to a CPU arm: (that arm's function, it so guarded); see period.py
+        self.capturing, self.guarded = capturing, None
         self.state = state  # the policy's state of the key
         self.rate = rate
         self.bucket = key.bucket
@@ -60,9 +64,8 @@ class Entry:
         self.ticks = counter()
         self.timed = counter()
         self.mask = 0  # 0: every call takes the slow path
-        # the longest timing period that still times a call of the key every
-        # gating.KEY_TIMING_SHARE of the trace key interval at its call rate (see
-        # Periods.keep_visible): a key's interval span needs a timed call
+        # the longest timing period that times a call of the key every KEY_TIMING_SHARE of
+        # the trace key interval at its call rate (Periods.keep_visible)
         self.max_period = MAX_PERIOD
         # the key just committed: its next call is timed (mask 0) so that the commitment's
         # span can be exported; the fast path's period comes back after it (Settler._next)
@@ -80,20 +83,18 @@ class Entry:
         self.last_timed_s: float | None = None  # ...and when it was learned from
         self.fast_flushed = 0  # fast calls already added to the counters
         # timed calls that ran the fast path's arm as a plain exploit: counted with the fast
-        # calls, not in the dispatcher's counter (one int here, not a dict update of a tuple
-        # key: a timed call's bookkeeping is dominated by the memory it touches)
+        # calls (one int, not a dict update of a tuple key: cheaper bookkeeping)
         self.timed_exploits = 0
         self.fast_label: tuple[str, Choice, Reason] | None = None  # ...and where
         # every other timed call, by (choice, reason), since the counters last folded it in
         # (see TALLY_REASON); counted under the lock
         self.slots = {c: i * len(TALLY_REASONS) for i, c in enumerate(self.candidates)}
         self.tally = [0] * (len(TALLY_REASONS) * len(self.candidates))
-        # the decision for the key's next timed call, made when the previous one was learned
-        # from (so a timed call takes the lock once); None: decide when the call comes
+        # the key's next timed call's decision, made with the previous one's learning (one
+        # lock per timed call); None: decide when the call comes
         self.next: Decision | None = None
-        # what learning from a timed exploit call of this key costs (EWMA of the time from
-        # the kernel's end to the lock's release): sets the fast path's timing period.
-        # Updated outside the lock: a lost update only delays the estimate.
+        # EWMA of a timed exploit's learning cost (kernel end to lock release; a lost
+        # update only delays it): sets the fast path's timing period
         self.timing_cost_us = TIMED_CALL_COST_US
         # input signature -> (result signature, the arm that answered first): what every
         # arm must return for such inputs (see checks.ResultChecks.check)

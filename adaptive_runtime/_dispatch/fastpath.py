@@ -181,10 +181,12 @@ class Router:
         """The route of ``op``'s twin for input family ``family``, made on its first call."""
         untimed = op.untimed(family)
         core = self._core
+        host_arms = core.config.host_arms_on_device
         with core.lock:
             route = self._routes.get(op.name)
             if route is None or route[3] is None:  # (reset meanwhile: route this call anyway)
-                return (None, untimed) if untimed else ({}, op.family_twin(family))  # type: ignore[return-value]
+                return ((None, untimed) if untimed  # type: ignore[return-value]
+                        else ({}, op.family_twin(family, host_arms=host_arms)))
             twins = route[3][1]
             found = twins.get(family)
             if found is not None:
@@ -192,7 +194,7 @@ class Router:
             if untimed is not None:
                 found = twins[family] = (None, untimed)  # type: ignore[assignment]
                 return found
-            twin = op.family_twin(family)
+            twin = op.family_twin(family, host_arms=host_arms)
             twin_route = self._routes.get(twin.name)
             if twin_route is None:
                 if twin.name not in self._rates:

@@ -4,6 +4,10 @@ the arm looks slower than it was, or while spans need a timed call of the key ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from ..backend import Backend
 from ..gating import SLOW_CALL_MAX_PERIOD, TIMED_CALL_COST_US, measure_period
 from ..history import KeyHistory
 from ..policy import KeyState
@@ -31,6 +35,27 @@ def suspect(state: KeyState, mean_us: float) -> bool:
     score = state.drift_score
     return score > _SUSPECT_DRIFT or (score > SUSPECT_DRIFT_SLOW
                                       and mean_us >= _SUSPECT_SLOW_CALL_US)
+
+
+def _device_code_while_captured(entry: Entry, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, a CPU arm committed on inputs on the GPU (``host_arms_on_device``), guarded
+    for the fast path: while a CUDA graph is captured, the key's GPU arm runs instead (a
+    round trip through the host would break the capture). Only such keys pay for asking:
+    host inputs' keys and keys on the GPU arm run their kernel bare."""
+    guarded = entry.guarded
+    if guarded is not None and guarded[0] is fn:
+        return guarded[1]
+    gpu = next((impl.fn for choice, impl in entry.impls.items()
+                if choice.arm is Backend.GPU), None)
+    capturing = entry.capturing
+    if gpu is None or capturing is None:
+        return fn
+
+    def device_code_while_captured(*args: Any) -> Any:
+        return gpu(*args) if capturing() else fn(*args)
+
+    entry.guarded = (fn, device_code_while_captured)
+    return device_code_while_captured
 
 
 class Periods:
@@ -61,6 +86,8 @@ class Periods:
             self._counts.flush(key.operation, entry)  # its fast calls ran the previous arm
         mean_us = stats.mean_us
         fn = impl.fn
+        if entry.capturing is not None and target.arm is not Backend.GPU:
+            fn = _device_code_while_captured(entry, fn)
         slow_max_period = SLOW_CALL_MAX_PERIOD
         if mean_us >= WATCH_ABOVE_US and impl.sync is None:
             # Watched (see watch.py): a slowdown shows at the next call, so the key is timed

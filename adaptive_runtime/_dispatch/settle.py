@@ -86,7 +86,8 @@ class Settler:
                 key = core.history.key(op.name, bucket)
                 entry = entries[bucket] = Entry(key, learner.state_of(key),
                                                 self._candidates.arms_of(op, n),
-                                                self._rates[op.name], op.size_of)
+                                                self._rates[op.name], op.size_of,
+                                                op.capturing)
                 for backend in entry.candidates:  # now, rather than on an exploring call
                     key.arm(backend)
                 # (the decision below raises them to the smaller buckets': Policy.step)

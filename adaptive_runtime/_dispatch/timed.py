@@ -119,15 +119,18 @@ class TimedCalls:
 
     def _captured(self, entry: Entry, decision: Decision, args: tuple[Any, ...]) -> Any:
         """A call due to be timed while a CUDA graph is captured on its inputs' device: the
-        kernels it launches are recorded, not run, and a synchronisation would break the
-        capture. It runs the key's committed arm (the GPU arm where nothing is committed yet,
-        else the arm decided), untimed, and nothing is learned: the decision waits for the
-        key's next call outside the capture. Counted as an exploit of that arm."""
+        kernels it launches are recorded, not run, and a synchronisation (or a read on the
+        host) would break the capture. It runs device code only: the key's committed
+        implementation where that is on the GPU arm, else the GPU arm's (a CPU arm, allowed
+        on device inputs by ``host_arms_on_device``, would copy to the host), untimed, and
+        nothing is learned: the decision waits for the key's next call outside the capture.
+        Counted as an exploit of what ran."""
         impls = entry.impls
-        backend = entry.state.incumbent
-        if backend is None or backend not in impls:
-            backend = Backend.GPU if Backend.GPU in impls else decision.choice
-        result = impls[backend].fn(*args)
+        choice = entry.state.incumbent
+        if choice is None or choice not in impls or choice.arm is not Backend.GPU:
+            choice = Backend.GPU if Backend.GPU in impls else next(
+                (c for c in impls if c.arm is Backend.GPU), decision.choice)
+        result = impls[choice].fn(*args)
         with self._core.lock:
-            entry.tally[entry.slots[backend] + TALLY_REASON[_EXPLOIT]] += 1
+            entry.tally[entry.slots[choice] + TALLY_REASON[_EXPLOIT]] += 1
         return result

@@ -8,9 +8,8 @@ events on the current stream around the kernel (the implementation's ``device_ti
 registered with the arm by :func:`add_gpu_arm`; :meth:`CudaDevice.timing`), and the runtime
 learns the device time between them once the second has completed, asked at later timed calls
 and never waited for. A device without events (a test double may have none) is waited for
-instead, through the implementation's ``sync`` (:func:`synchronize`): before the timer starts
-and on the result. Calls with inputs on the device are learned apart (the operations'
-``on_device`` is :func:`inputs_on_device`).
+through ``sync`` (:func:`synchronize`): before the timer starts and on the result. Calls with
+inputs on the device are learned apart (``on_device``: :func:`inputs_on_device`).
 
 A call with host inputs (numpy arrays, CPU tensors):
 
@@ -25,16 +24,15 @@ A call with host inputs (numpy arrays, CPU tensors):
 4. the result goes back to the caller's array type and device.
 
 Inputs already on the device run only the implementations that run there (the operations'
-device family: ``Operation.family_twin``): a host arm would copy them to the host, waiting
-for the device, and hand back a result with no autograd graph. So a call on device inputs is
-not checked against the free memory (there is no other arm to send it to): it runs as the
-plain torch call would, and torch's ``OutOfMemoryError`` reaches the caller (wrapped in
-``AllBackendsFailedError``, the cause kept). For host inputs, CUDA running out of memory
-anyway (another process took the memory) is an arm failure like any: the runtime falls back
-to the next arm and quarantines the GPU for that key with back-off.
+device family: ``Operation.family_twin``; CPU arms join only where the user asks, as round
+trips: ``_host_round_trip``). A call on device inputs is not checked against the free memory:
+it runs as the plain torch call would, and torch's ``OutOfMemoryError`` reaches the caller
+(wrapped in ``AllBackendsFailedError``, the cause kept). For host inputs, CUDA running out of
+memory anyway (another process took the memory) is an arm failure like any: the runtime falls
+back to the next arm and quarantines the GPU for that key with back-off.
 
-The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps tensors
-on the CPU — every step above runs except the CUDA kernel launch itself.
+The device is an object (:class:`CudaDevice`) so tests can stand in a double that keeps
+tensors on the CPU: every step above runs but the CUDA kernel launch.
 """
 
 from __future__ import annotations
@@ -87,7 +85,9 @@ class Device(Protocol):
 
     def free_bytes(self) -> int: ...
 
-    def to_device(self, x: Any) -> Any: ...
+    def to_device(self, x: Any, like: Any = None) -> Any:
+        """``x`` copied to ``like``'s GPU (if on this device), else to the current one; for
+        tensors, a copy autograd records."""
 
     def is_on_device(self, x: Any) -> bool: ...
 
@@ -109,9 +109,10 @@ class CudaDevice:
     def free_bytes(self) -> int:
         return int(self._torch.cuda.mem_get_info()[0])
 
-    def to_device(self, x: Any) -> Any:
+    def to_device(self, x: Any, like: Any = None) -> Any:
         tensor = x if is_tensor(x) else self._torch.from_numpy(np.ascontiguousarray(x))
-        return tensor.to(self.device, non_blocking=False)
+        where = like.device if self.is_on_device(like) else self.device
+        return tensor.to(where, non_blocking=False)
 
     def is_on_device(self, x: Any) -> bool:
         return is_tensor(x) and x.device.type == "cuda"
@@ -164,7 +165,7 @@ class NumbaCudaDevice:
         free = self._cuda.current_context().get_memory_info()[0]
         return int(min(free, 1 << 62))  # (the simulator reports infinity)
 
-    def to_device(self, x: Any) -> Any:
+    def to_device(self, x: Any, like: Any = None) -> Any:
         return self._cuda.to_device(np.ascontiguousarray(host(x)))
 
     def is_on_device(self, x: Any) -> bool:
@@ -204,8 +205,7 @@ _bandwidth: float | None = None  # host to device, bytes per second
 
 
 def _renew_lock() -> None:
-    # (device() may run on the metric reader's thread, from a callback's decide(): a forked
-    # child gets its own lock, see adaptive_runtime._forks)
+    # (device() may run on the metric reader's thread: a forked child gets its own lock)
     global _lock
     _lock = threading.Lock()
 
@@ -310,11 +310,12 @@ def gpu_arm(operation: str, kernel: Callable[..., Any], *,
         return transfer_estimate_us(moved) if moved else 0.0
 
     arm.__name__ = arm.__qualname__ = f"{operation}_gpu"
-    # (the registration passes them on: Operation.add_implementation's floor_us, sync and
-    # device_timing)
-    arm.floor_us = floor_us  # type: ignore[attr-defined]
-    arm.sync = synchronize  # type: ignore[attr-defined]
-    arm.device_timing = device_timing  # type: ignore[attr-defined]
+    # (the registration passes on floor_us, sync and device_timing: add_gpu_arm; a host
+    # round trip on device inputs reads result_bytes and template: _host_round_trip)
+    for name, value in (("floor_us", floor_us), ("sync", synchronize),
+                        ("device_timing", device_timing), ("result_bytes", result_bytes),
+                        ("template", template)):
+        setattr(arm, name, value)
     return arm
 
 

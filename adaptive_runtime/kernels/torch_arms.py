@@ -14,6 +14,10 @@ and ``torch:bfloat16``, each also with ``+grad`` when autograd is recording (see
   forward operations that make up the gradient (a matmul's gradients are matmuls);
 - GPU: the operation's GPU arm (torch on the CUDA device; copies are differentiable).
 
+CUDA tensors (the family ``device``) run the GPU arm only, unless the user lets CPU arms
+compete there (``RuntimeConfig.host_arms_on_device``): the device family's CPU arms are round
+trips through the host to these families' CPU arms (``_host_round_trip``).
+
 The backward operations get the same families: ATen's backward kernels and numba's loops
 (ATen only where autograd records through them: a double backward).
 """
@@ -31,10 +35,12 @@ import numpy as np
 from .._default import default_runtime
 from .._imported import imported
 from ..backend import Backend
+from ..operations import DEVICE_FAMILY
 from . import backward
 from ._autograd import Backward, autograd_arm
 from ._families import GRAD, TORCH, numba_arms, torch_families
 from ._gpu import add_gpu_arm
+from ._host_round_trip import host_round_trip
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
@@ -334,5 +340,27 @@ def register(rt: Registrar) -> None:
                 op.add_implementation(arm, fn, name=variant, family=family,
                                       threads=impl.threads, compile_count=impl.compile_count,
                                       surcharge_us=surcharge)
+        if gpu is not None and not is_backward:
+            _add_round_trips(op, gpu.fn)
+
+
+def _add_round_trips(op: Any, gpu: Callable[..., Any]) -> None:
+    """The device family's CPU arms (candidates only where ``host_arms_on_device`` asks): for
+    each CPU implementation of the torch family, a round trip through the host to the torch
+    family of the call's dtype (and ``+grad``)."""
+    for impl in op.implementations(TORCH):
+        if impl.backend is Backend.GPU:
+            continue
+        choice = impl.choice
+
+        def implementation_of(family: str, choice: Any = choice) -> Any:
+            return next((i for i in op.implementations(family) if i.choice is choice), None)
+
+        trip = host_round_trip(op.name, choice, implementation_of, gpu)
+        op.add_implementation(impl.backend, trip, name=impl.name, family=DEVICE_FAMILY,
+                              threads=impl.threads, needs="torch",
+                              compile_count=impl.compile_count, warm_up=impl.warm_up,
+                              floor_us=trip.floor_us,  # type: ignore[attr-defined]
+                              surcharge_us=trip.surcharge_us)  # type: ignore[attr-defined]
 
 

@@ -142,7 +142,7 @@ class Operation:
     """
 
     __slots__ = ("_families", "_impls", "_owner", "_untimed", "capturing", "family", "kind",
-                 "name", "on_device", "size_of", "warmed")
+                 "name", "on_device", "resident", "size_of", "warmed")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
                  owner: OperationOwner | None = None,
@@ -167,6 +167,9 @@ class Operation:
         # (the device family's twin) whether a CUDA graph is being captured now: its timed
         # calls then run untimed (see cuda_graph_capturing); None: never asked
         self.capturing: Callable[[], bool] | None = None
+        # (the device family's twin) its inputs are on the GPU already: the GPU arm comes
+        # first in its cold-start order, a CPU arm being a round trip through the host
+        self.resident = False
 
     def __repr__(self) -> str:
         arms = ", ".join(c.value for c in self._impls) or "no implementations"
@@ -301,9 +304,10 @@ class Operation:
             impl = next((i for c, i in self._impls.items() if c.arm is choice), None)
         return impl
 
-    def implementations(self) -> tuple[Implementation, ...]:
-        """The default family's implementations, in registration order."""
-        return tuple(self._impls.values())
+    def implementations(self, family: str = "") -> tuple[Implementation, ...]:
+        """The implementations registered for input family ``family`` (default: the default
+        family's), in registration order."""
+        return tuple((self._families.get(family, {}) if family else self._impls).values())
 
     def frameworks_needed(self) -> frozenset[str]:
         """The frameworks its implementations call, in every family (see
@@ -316,24 +320,32 @@ class Operation:
         """The name under which calls with inputs already on the GPU are learned."""
         return f"{self.name}{DEVICE_SUFFIX}"
 
-    def device_twin(self) -> Operation:
+    def device_twin(self, *, host_arms: bool = False) -> Operation:
         """This operation for calls whose inputs are already on the GPU (the family
         ``"device"``): a GPU arm costs a host call a copy each way and a device call none,
         and a CPU arm the reverse — one estimate for both would be wrong for each."""
-        return self.family_twin(DEVICE_FAMILY)
+        return self.family_twin(DEVICE_FAMILY, host_arms=host_arms)
 
-    def family_twin(self, family: str) -> Operation:
+    def family_twin(self, family: str, *, host_arms: bool = False) -> Operation:
         """This operation for calls of input family ``family``: its own name
         (``"<name>@<family>"``), so its history, counters and spans stand apart, and that
-        family's implementations (shared, not copied), else the default family's."""
+        family's implementations (shared, not copied), else the default family's.
+
+        The device family (inputs already on the GPU) gets the GPU arm's implementations
+        only — a host arm would copy its inputs to the host (an implicit wait for the
+        device) and hand back a result with no autograd graph — unless ``host_arms``
+        (``RuntimeConfig.host_arms_on_device``): then also the CPU implementations
+        registered for the device family itself, which make that round trip correctly.
+        """
         twin = Operation(f"{self.name}{FAMILY_SEPARATOR}{family}", self.size_of, self.kind)
-        twin._impls = self._families.get(family, self._impls)
+        own = self._families.get(family)
+        twin._impls = own if own is not None else self._impls
         if family == DEVICE_FAMILY:
-            # Inputs already on the GPU run the implementations that run there: a host arm
-            # would copy them to the host (an implicit wait for the device) and hand back a
-            # result with no autograd graph.
-            twin._impls = {c: i for c, i in twin._impls.items() if c.arm is Backend.GPU}
+            twin._impls = {c: i for c, i in self._impls.items() if c.arm is Backend.GPU}
+            twin._impls.update((c, i) for c, i in (own or {}).items()
+                               if c.arm is Backend.GPU or host_arms)
             twin.capturing = cuda_graph_capturing
+            twin.resident = True
         return twin
 
     def __call__(self, *args: Any) -> Any:

@@ -94,9 +94,10 @@ class FakeCuda:
         self.memory_queries += 1
         return self.free
 
-    def to_device(self, x: Any) -> Any:
+    def to_device(self, x: Any, like: Any = None) -> Any:
         self.copies += 1
-        tensor = (x.detach().clone() if isinstance(x, torch.Tensor)
+        # (a copy autograd records, as torch's to the device is)
+        tensor = (x.clone() if isinstance(x, torch.Tensor)
                   else torch.from_numpy(np.ascontiguousarray(x).copy()))
         return tensor.as_subclass(DeviceTensor)
 
@@ -169,8 +170,16 @@ def cuda_with_events() -> Iterator[FakeCudaWithEvents]:
 
 
 def gpu_runtime() -> ar.AdaptiveRuntime:
+    """A runtime forced onto the GPU arm: for host inputs, which would otherwise rarely pick
+    it on the double."""
     return ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend="gpu"),
                               devices=DeviceProbe(gpu=True))
+
+
+def device_runtime(**settings: Any) -> ar.AdaptiveRuntime:
+    """A runtime at default settings (but ``settings``) on a machine whose GPU is the double:
+    what a training loop with tensors on the device gets."""
+    return ar.AdaptiveRuntime(ar.RuntimeConfig(**settings), devices=DeviceProbe(gpu=True))
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
@@ -232,7 +241,7 @@ def test_inputs_already_on_the_device_are_not_copied_and_the_result_stays_with_f
         fake_cuda) -> None:
     a = fake_cuda.to_device(np.arange(6.0))
     fake_cuda.copies = 0
-    out = gpu_runtime().run("add", a, a)
+    out = device_runtime().run("add", a, a)
     assert fake_cuda.copies == 0
     assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
 
@@ -245,7 +254,7 @@ def test_untimed_calls_on_device_resident_inputs_never_synchronise_or_ask_for_me
     device run as plain torch runs them)."""
     inputs = [fake_cuda.to_device(torch.randn(n, dtype=torch.float32))
               for n in (256, 4096, 65536)]
-    rt = gpu_runtime()
+    rt = device_runtime()
     fake_cuda.syncs = fake_cuda.memory_queries = 0
     calls = 18_000
     with rt.record_calls(tmp_path / "timed.jsonl"):  # (every timed call, one line each)
@@ -267,7 +276,7 @@ def test_while_a_cuda_graph_is_captured_calls_run_untimed_on_the_gpu_with_fake_c
     """During a capture (torch's flag, patched: the double has no CUDA graphs) nothing is
     timed, synchronised or learned, and the GPU arm runs; after it, the key learns again."""
     x = fake_cuda.to_device(torch.randn(4096))
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     fake_cuda.syncs = 0
     for _ in range(40):
@@ -289,7 +298,7 @@ def test_captured_calls_of_committed_keys_read_nothing_on_the_host_with_fake_cud
     for nothing, and hand back device tensors."""
     fake = cuda_with_events
     inputs = [fake.to_device(torch.randn(64, n)) for n in (64, 1024)]
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     calls = (("relu", 1), ("gelu", 1), ("softmax", 1), ("layer_norm", 1), ("add", 2))
     for _ in range(100):  # (explored and committed: the fast path from then on)
         for x in inputs:
@@ -313,7 +322,7 @@ def test_with_timing_events_no_adapted_call_on_device_inputs_waits_with_fake_cud
     fake = cuda_with_events
     fake.elapsed = 20.0  # (kernels of 20 us: under 100 us a key is not timed 1-in-4 at least)
     inputs = [fake.to_device(torch.randn(n, dtype=torch.float32)) for n in (256, 4096, 65536)]
-    rt = gpu_runtime()
+    rt = device_runtime()
     fake.syncs = fake.memory_queries = 0
     with rt.record_calls(tmp_path / "learned.jsonl"):  # (every timing learned, one line each)
         for i in range(9000):
@@ -334,7 +343,7 @@ def test_a_timing_on_the_device_is_learned_when_its_events_complete_with_fake_cu
     fake.ready_after, fake.elapsed = 3, 250.0  # (ready at the third query)
     n = reference_size(size_bucket(4096))  # (learned as it is: no scaling to the bucket)
     x = fake.to_device(torch.randn(n))
-    rt = gpu_runtime()
+    rt = device_runtime()
     rt.run("relu", x)
     assert not _rows(rt, "relu@device")  # launched and not waited for: nothing learned yet
     for _ in range(5):  # later timed calls ask (never wait): ready at the third
@@ -351,7 +360,7 @@ def test_timing_events_that_never_complete_cannot_block_the_loop_with_fake_cuda_
     fake = cuda_with_events
     fake.ready_after = None  # (never ready)
     x = fake.to_device(torch.randn(4096))
-    rt = gpu_runtime()
+    rt = device_runtime()
     for _ in range(2000):
         rt.run("relu", x)
     assert not _rows(rt, "relu@device")
@@ -372,7 +381,7 @@ def test_device_inputs_run_only_on_the_device_at_default_settings_with_fake_cuda
     fake = cuda_with_events
     x = fake.to_device(torch.randn(4096))
     fake.free = 1_000  # bytes: under the 16 KB result
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     for _ in range(50):
         torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
     assert {(k.operation, k.backend) for k in rt.selection_counts()} == {
@@ -388,38 +397,31 @@ def _digits_mlp() -> torch.nn.Module:
                          nn.ReLU(), nn.Linear(256, 10))
 
 
-def test_the_digits_mlp_on_the_device_keeps_graphs_and_plain_gradients_with_fake_cuda_events(
-        cuda_with_events) -> None:
-    """Issue 39's target on the double: the digits MLP, adapted, weights and inputs on the
-    device, default runtime, 500 SGD steps beside the plain model from the same seed. Every
-    output has its graph, every parameter's gradient is plain torch's (within rounding), the
-    losses agree, nothing reads a device tensor on the host (counted: a strict double's
-    refusal would be an arm failure the runtime falls back from, unseen) and nothing waits
-    for the device. Before, CPU arms explored on device inputs and then committed copied them
-    to the host and returned outputs without a graph."""
+def _train_beside_plain(fake: FakeCuda, rt: ar.AdaptiveRuntime, steps: int) -> int:
+    """Train the digits MLP, adapted on ``rt`` with weights and inputs on the double's device,
+    ``steps`` SGD steps beside the plain model from the same seed; every 100 steps each
+    parameter's gradient and the loss must be plain torch's within rounding. Returns how many
+    outputs came back without an autograd graph."""
     from sklearn.datasets import load_digits
 
     import adaptive_runtime.torch as art
 
-    fake = cuda_with_events
     images, labels = load_digits(return_X_y=True)
     inputs = torch.tensor(images / 16.0, dtype=torch.float32)
     targets = torch.tensor(labels)
     plain = _digits_mlp()
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
     model = art.adapt(on_fake_device(_digits_mlp()), runtime=rt)
-    steps = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, plain)]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, plain)]
     batches = torch.Generator().manual_seed(1)
     no_graph = 0
-    fake.syncs = 0
-    reads = DeviceTensor.host_reads
-    for step in range(500):
+    for step in range(steps):
         pick = torch.randint(0, len(inputs), (64,), generator=batches)
         out = model(fake.to_device(inputs[pick]))
+        assert isinstance(out, DeviceTensor), "the output left the device"
         no_graph += out.grad_fn is None
         loss = torch.nn.functional.cross_entropy(out, fake.to_device(targets[pick]))
         plain_loss = torch.nn.functional.cross_entropy(plain(inputs[pick]), targets[pick])
-        for optimizer in steps:
+        for optimizer in optimizers:
             optimizer.zero_grad()
         loss.backward()
         plain_loss.backward()
@@ -429,15 +431,137 @@ def test_the_digits_mlp_on_the_device_keeps_graphs_and_plain_gradients_with_fake
                                            reference.grad, rtol=1e-4, atol=1e-6)
             torch.testing.assert_close(loss.detach().as_subclass(torch.Tensor),
                                        plain_loss.detach(), rtol=1e-4, atol=1e-6)
-        for optimizer in steps:
+        for optimizer in optimizers:
             optimizer.step()
-    assert no_graph == 0
+    return no_graph
+
+
+def _calls_by_arm(rt: ar.AdaptiveRuntime) -> dict[tuple[str, Backend], int]:
+    calls: dict[tuple[str, Backend], int] = {}
+    for key, n in rt.selection_counts().items():
+        calls[key.operation, key.backend] = calls.get((key.operation, key.backend), 0) + n
+    return calls
+
+
+def test_the_digits_mlp_on_the_device_keeps_graphs_and_plain_gradients_with_fake_cuda_events(
+        cuda_with_events) -> None:
+    """Issue 39's target on the double: the digits MLP, adapted, weights and inputs on the
+    device, default runtime, 500 SGD steps beside the plain model from the same seed. Every
+    output has its graph, every parameter's gradient is plain torch's (within rounding), the
+    losses agree, nothing reads a device tensor on the host (counted: a strict double's
+    refusal would be an arm failure the runtime falls back from, unseen) and nothing waits
+    for the device. Before, CPU arms explored on device inputs and then committed copied them
+    to the host and returned outputs without a graph."""
+    fake = cuda_with_events
+    rt = device_runtime()
+    fake.syncs = 0
+    reads = DeviceTensor.host_reads
+    assert _train_beside_plain(fake, rt, 500) == 0
     assert DeviceTensor.host_reads == reads, "a device tensor was read on the host"
     assert not rt.fallback_counts()
     assert fake.syncs == 0 and fake.memory_queries == 0
     assert {k.backend for k in rt.selection_counts()} == {Backend.GPU}
     assert all(k.operation.endswith("@device") for k in rt.selection_counts())
 
+
+# A GPU slower than the host for the MLP's small calls (an old or shared one): 5 ms a kernel.
+SLOW_GPU_US = 5000.0
+
+
+def test_host_arms_on_device_compete_and_keep_plain_gradients_when_asked_with_fake_cuda_events(
+        cuda_with_events) -> None:
+    """``host_arms_on_device=True`` on a device slower than the host: the CPU arms are tried
+    on device inputs and win, each call a round trip through the host (its copies counted
+    as host reads) whose result is back on the device with its graph; the gradients are still
+    plain torch's, and no call fails over to another arm."""
+    fake = cuda_with_events
+    fake.elapsed = SLOW_GPU_US
+    rt = device_runtime(host_arms_on_device=True)
+    reads = DeviceTensor.host_reads
+    assert _train_beside_plain(fake, rt, 300) == 0
+    assert not rt.fallback_counts()
+    calls = _calls_by_arm(rt)
+    on_host = sum(n for (name, arm), n in calls.items()
+                  if name.endswith("@device") and arm is not Backend.GPU)
+    assert on_host > 0.9 * sum(n for (name, _), n in calls.items() if name.endswith("@device"))
+    assert DeviceTensor.host_reads - reads >= on_host  # (every round trip read its inputs)
+    buckets = {r.size_bucket for r in rt.history_snapshot() if r.operation == "linear@device"}
+    assert buckets
+    for bucket in buckets:
+        decision = rt.decide("linear@device", reference_size(bucket))
+        assert decision.backend is not Backend.GPU
+        assert decision.floors_us[Backend.SIMD] > 0  # (its copies, priced before it ran)
+
+
+def test_a_host_arm_whose_copies_would_lose_is_never_tried_on_device_inputs_with_fake_cuda_events(
+        cuda_with_events) -> None:
+    """Asked for, a CPU arm on device inputs is still priced before it runs: over a 1 MB/s
+    link the copies of a 256 KB tensor alone take half a second, against 20 us measured on
+    the device, so no round trip is ever made."""
+    fake = cuda_with_events
+    fake.elapsed = 20.0
+    _gpu.set_device(fake, bandwidth_bytes_per_s=1e6)
+    rt = device_runtime(host_arms_on_device=True)
+    x = fake.to_device(torch.randn(64, 1024))
+    reads = DeviceTensor.host_reads
+    for _ in range(100):
+        torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
+    assert DeviceTensor.host_reads == reads
+    assert _calls_by_arm(rt) == {("relu@device", Backend.GPU): 100}
+    floors = rt.decide("relu@device", x.numel()).floors_us
+    assert floors[Backend.SIMD] == pytest.approx(2 * x.numel() * 4 / 1e6 * 1e6)
+
+
+def test_captured_calls_of_keys_committed_to_a_host_arm_run_on_the_gpu_with_fake_cuda_events(
+        cuda_with_events, monkeypatch) -> None:
+    """Keys committed to CPU arms (asked for, on a slow device) run device code only while
+    a CUDA graph is captured, on the fast path and the timed path alike: nothing is read on
+    the host, nothing waits, the results stay on the device. After the capture, the
+    committed CPU arms run again."""
+    fake = cuda_with_events
+    fake.elapsed = SLOW_GPU_US
+    rt = device_runtime(host_arms_on_device=True)
+    inputs = [fake.to_device(torch.randn(64, n)) for n in (64, 1024)]
+    calls = (("relu", 1), ("gelu", 1), ("softmax", 1), ("add", 2))
+    for _ in range(100):
+        for x in inputs:
+            for name, arity in calls:
+                rt.run(name, *[x] * arity)
+    assert all(rt.decide(f"{name}@device", x.numel()).backend is not Backend.GPU
+               for name, _ in calls for x in inputs)
+    reads, fake.syncs = DeviceTensor.host_reads, 0
+    before = _calls_by_arm(rt)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for _ in range(200):
+        for x in inputs:
+            for name, arity in calls:
+                out = rt.run(name, *[x] * arity)
+                assert isinstance(out, DeviceTensor)
+    assert DeviceTensor.host_reads == reads and fake.syncs == 0
+    assert not rt.fallback_counts()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    for x in inputs:
+        rt.run("relu", x)
+    assert DeviceTensor.host_reads > reads
+    after = _calls_by_arm(rt)
+    assert sum(after.values()) - sum(before.values()) == 200 * 2 * 4 + 2
+
+
+def test_a_dtype_a_host_arm_lacks_falls_over_to_another_arm_with_fake_cuda_events(
+        cuda_with_events) -> None:
+    """bfloat16 tensors on the device, host arms asked for: numba has no bfloat16, so its
+    round trips (SCALAR, and SIMD's variant ``numba``) refuse and the call runs on another
+    arm — the caller gets the right result every time; ATen's round trip runs them."""
+    fake = cuda_with_events
+    fake.elapsed = SLOW_GPU_US
+    rt = device_runtime(host_arms_on_device=True)
+    x = fake.to_device(torch.randn(4096).to(torch.bfloat16))
+    for _ in range(40):
+        torch.testing.assert_close(rt.run("relu", x), torch.relu(x))
+    assert rt.fallback_counts()
+    aten_on_host = [n for k, n in rt.selection_counts().items()
+                    if k.backend is Backend.SIMD and not k.variant]
+    assert sum(aten_on_host) > 0
 
 def test_a_call_that_would_not_fit_is_not_sent_and_falls_back_with_fake_cuda(fake_cuda) -> None:
     fake_cuda.free = 1_000  # bytes: far less than two 8 KB inputs and the result
@@ -482,7 +606,7 @@ def _rows(rt: ar.AdaptiveRuntime, operation: str) -> dict[Backend, int]:
 def test_calls_with_inputs_on_the_device_are_learned_apart_with_fake_cuda(fake_cuda) -> None:
     """A GPU arm costs a host call two copies and a device call none: the two are learned
     as separate keys ("add" and "add@device"), so neither's estimates are the other's."""
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     host = np.random.default_rng(4).standard_normal(4096)
     on_device = fake_cuda.to_device(host)
     for _ in range(12):
@@ -502,7 +626,7 @@ def test_gpu_arm_whose_copies_would_lose_is_not_tried_on_host_inputs_with_fake_c
     arrays means 24 MB of copies, 240 ms, while SIMD takes about a millisecond: the GPU arm
     is never run for them. On device inputs (no copies) it is tried."""
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e8)
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     a = np.random.default_rng(6).standard_normal(1 << 20)
     for _ in range(20):
         rt.run("add", a, a)
@@ -518,7 +642,7 @@ def test_gpu_arm_whose_copies_would_lose_is_not_tried_on_host_inputs_with_fake_c
 
 def test_a_fast_link_leaves_the_gpu_arm_in_the_running_with_fake_cuda(fake_cuda) -> None:
     _gpu.set_device(fake_cuda, bandwidth_bytes_per_s=1e15)  # copies cost nothing
-    rt = ar.AdaptiveRuntime(devices=DeviceProbe(gpu=True))
+    rt = device_runtime()
     a = np.random.default_rng(7).standard_normal(1 << 20)
     for _ in range(20):
         rt.run("add", a, a)
@@ -542,7 +666,7 @@ def test_on_a_real_cuda_device_results_match_and_device_tensors_stay_there() -> 
 @pytest.mark.gpu
 def test_on_a_real_cuda_device_no_adapted_call_synchronises(monkeypatch, tmp_path) -> None:
     _gpu.set_device(None)
-    rt = gpu_runtime()
+    rt = ar.AdaptiveRuntime()  # (default settings: device inputs run on the GPU)
     xs = [torch.rand(n, device="cuda") for n in (256, 4096, 65536)]
     for i in range(300):  # (the keys converge: their calls go untimed)
         rt.run("relu", xs[i % 3])
@@ -561,7 +685,7 @@ def test_on_a_real_cuda_device_no_adapted_call_synchronises(monkeypatch, tmp_pat
 @pytest.mark.gpu
 def test_on_a_real_cuda_device_an_adapted_call_is_captured_in_a_cuda_graph() -> None:
     _gpu.set_device(None)
-    rt = gpu_runtime()
+    rt = ar.AdaptiveRuntime()  # (default settings: device inputs run on the GPU)
     x = torch.rand(65536, device="cuda")
     side = torch.cuda.Stream()  # (warm-up on a side stream, as torch's docs do before capture)
     side.wait_stream(torch.cuda.current_stream())
