@@ -37,9 +37,10 @@ each kernel first, calling the kernels directly at each operation's smallest and
 (the adaptive runtime still starts knowing nothing); each call's inputs are read once, untimed,
 before the call; the cyclic garbage collector runs every ``GC_EVERY`` calls, outside the
 timings. Two tables judge the same runs: the learning phase (the workload's first quarter,
-about 30 calls per key) and the whole workload. Targets: adaptive <= 1.05x the oracle,
-<= 1.00x the best fixed implementation and <= 1.00x the static rule; at most 5 % of its calls
-exploring
+about 30 calls per key) and the whole workload. Targets: adaptive <= 1.05x the oracle and
+<= 1.05x the static rule, each judged by the rounds' ratios (their median and 95 % bootstrap
+interval: ``_verdicts``; an A/A row, the static rule run twice, shows the noise floor; the
+best fixed implementation is shown without a target); at most 5 % of its calls exploring
 or re-checking in the learning phase (an explore, re-check or drift
 decision, or a key's first call on an arm other than the one the key commits to: a first call
 must run some arm, and costs learning only when its arm loses; the share with every first call
@@ -79,11 +80,14 @@ from typing import Any
 
 import numpy as np
 from _table import print_table, verdict
+from _verdicts import judge as judge_interval
+from _verdicts import paired_ratio
 
 import adaptive_runtime as ar
+from adaptive_runtime._imported import imported
 from adaptive_runtime.backend import Choice, choice_of, choice_order, parse_choice
 from adaptive_runtime.keys import size_bucket
-from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.operations import DeviceProbe, Implementation
 from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
@@ -99,8 +103,9 @@ ROUNDS = int(os.environ.get("DECISION_QUALITY_ROUNDS", "3"))
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
 MAX_ELEMENTS = 4_000_000
 ORACLE_TARGET = 1.05
-BEST_FIXED_TARGET = 1.00
-STATIC_TARGET = 1.00
+# (issue 40: a 1.00x target cannot be decided on a machine where identical code runs +-5 %
+# apart; the best fixed implementation is shown without one)
+STATIC_TARGET = 1.05
 EXPLORING_SHARE_TARGET = 0.05
 PER_KEY_TARGET = 1.10
 PER_KEY_MIN_CALLS = 100
@@ -109,6 +114,8 @@ STATIC_GPU_ABOVE = 10_000
 # a file to write the fixed arms' timings to, for adaptive_runtime.replay (unset: none)
 RECORD_ENV = "DECISION_QUALITY_RECORD"
 ADAPTIVE, TRAINED, STATIC = "adaptive", "trained", "static"
+# the static rule run again, in a process of its own: the A/A row (the noise floor)
+STATIC_AGAIN = "static_again"
 # the adaptive runtime's twin whose counters are read after every call (see the docstring)
 OBSERVED = "observed"
 # decisions that time an arm to learn: exploring, re-checking, re-measuring after a drift
@@ -193,9 +200,14 @@ Strategy = Callable[[str, tuple[Any, ...]], Any]
 
 def fixed_kernel(op: ar.Operation, choice: Choice) -> Callable[..., Any]:
     """What the fixed implementation ``choice`` runs for ``op``: the operation's own
-    ``choice``, else (a variant it lacks) its arm's primary kernel."""
+    ``choice``, else (a variant it lacks) its arm's primary kernel — and where that calls a
+    framework this numpy program never imported, the arm's first implementation that runs
+    here (as the runtime's forced arm does)."""
     impl = op.implementation_for(choice) if choice in op.choices else None
-    return (impl or op.implementation_for(choice.arm)).fn  # type: ignore[union-attr]
+    impl = impl or op.implementation_for(choice.arm)
+    if not runs_here(impl):
+        impl = next(i for i in op.implementations() if i.backend is choice.arm and runs_here(i))
+    return impl.fn  # type: ignore[union-attr]
 
 
 def strategy(mode: str, rt: ar.AdaptiveRuntime, choices: list[Choice]) -> Strategy:
@@ -204,7 +216,7 @@ def strategy(mode: str, rt: ar.AdaptiveRuntime, choices: list[Choice]) -> Strate
                for name in rt.operations}
     if mode in (ADAPTIVE, OBSERVED, TRAINED):
         return lambda name, args: rt.run(name, *args)
-    if mode == STATIC:
+    if mode in (STATIC, STATIC_AGAIN):
         def static(name: str, args: tuple[Any, ...]) -> Any:
             op = rt.operation(name)
             return kernels[name][static_arm(op, op.size_of(*args), choices)](*args)
@@ -231,10 +243,18 @@ def compiled_signatures(rt: ar.AdaptiveRuntime) -> int:
     return total
 
 
+def runs_here(impl: Implementation | None) -> bool:
+    """Whether an implementation can run in this numpy program: not one that calls a
+    framework the program never imported (ATen on numpy memory: the runtime never imports
+    torch itself, so a numpy user's runtime never offers it either)."""
+    return impl is not None and (not impl.needs or imported(impl.needs) is not None)
+
+
 def available_choices(rt: ar.AdaptiveRuntime, operations: list[str]) -> list[Choice]:
     """The arms that run here, and every variant of them the operations register."""
     devices = DeviceProbe()
-    found = {c for name in operations for c in rt.operation(name).choices}
+    found = {c for name in operations for c in rt.operation(name).choices
+             if runs_here(rt.operation(name).implementation_for(c))}
     found |= {b for b in Backend if b is not Backend.GPU}
     return sorted((c for c in found if devices.available(c)), key=choice_order)
 
@@ -244,7 +264,8 @@ def offered(rt: ar.AdaptiveRuntime, operations: list[str]) -> dict[str, list[str
     chooses among for its keys (a mode running an arm's primary kernel in place of a
     variant the operation lacks would only time that kernel twice)."""
     devices = DeviceProbe()
-    return {name: [c.value for c in rt.operation(name).choices if devices.available(c)]
+    return {name: [c.value for c in rt.operation(name).choices if devices.available(c)
+                   and runs_here(rt.operation(name).implementation_for(c))]
             for name in operations}
 
 
@@ -299,7 +320,7 @@ def run_mode(mode: str, turn: Callable[[], None] = lambda: None) -> dict[str, An
                        for i, (op_name, args) in enumerate(calls) if op_name == name)
         for _size, i in (sized[0], sized[-1]):
             for impl in rt.operation(name).implementations():
-                if impl.backend in choices:
+                if impl.backend in choices and runs_here(impl):
                     impl.fn(*calls[i][1])
     run = strategy(mode, rt, choices)
     if mode == TRAINED:
@@ -437,7 +458,7 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
     """Print the strategies' table over the workload's first ``upto`` calls (the oracle's
     implementations are chosen on the whole run's calls)."""
     keys = [tuple(k) for k in rounds[0][ADAPTIVE]["keys"]]
-    modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED]
+    modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED, STATIC_AGAIN]
     oracle_arm = oracle_arms(rounds, fixed)
     own = rounds[0][ADAPTIVE]["offered"]
 
@@ -473,9 +494,7 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
     def ratios(mode: str, against: list[float]) -> list[float]:
         return ratios_of(total[mode], against)
 
-    vs_oracle = ratios(ADAPTIVE, oracle)
     vs_best = ratios(ADAPTIVE, total[best])
-    vs_static = ratios(ADAPTIVE, total[STATIC])
     # (what each call decided, from the twin whose counters were read after every call)
     exploring = [exploring_calls(keys[:upto], r[OBSERVED]["decided"][:upto]) for r in rounds]
     share = [sum(losing) / upto for losing, _every in exploring]
@@ -491,13 +510,21 @@ def judge(rounds: list[dict[str, dict[str, Any]]], fixed: list[str], upto: int,
         return [name, spread(mode_total, ".3f") + " s", spread(ratio, ".3f") + "x", target,
                 "-" if ok is None else verdict(ok)]
 
+    def interval_row(name: str, against: list[float], target: float) -> list[str]:
+        """The adaptive runtime against ``against``: per-round ratios, their median with a
+        bootstrap interval, judged by the interval (``_verdicts``)."""
+        ratio = paired_ratio(total[ADAPTIVE], against)
+        return [name, spread(total[ADAPTIVE], ".3f") + " s", str(ratio) + "x",
+                f"<= {target:.2f}x", judge_interval(ratio, target)]
+
+    aa = paired_ratio(total[STATIC_AGAIN], total[STATIC])
     rows = [
-        row("adaptive runtime (exploration included)", total[ADAPTIVE], vs_oracle,
-            f"<= {ORACLE_TARGET:.2f}x oracle", statistics.median(vs_oracle) <= ORACLE_TARGET),
-        row(f"  vs best fixed implementation ({best})", total[ADAPTIVE], vs_best,
-            f"<= {BEST_FIXED_TARGET:.2f}x", statistics.median(vs_best) <= BEST_FIXED_TARGET),
-        row("  vs static rule", total[ADAPTIVE], vs_static, f"<= {STATIC_TARGET:.2f}x",
-            statistics.median(vs_static) <= STATIC_TARGET),
+        interval_row("adaptive runtime (exploration included) vs oracle", oracle,
+                     ORACLE_TARGET),
+        row(f"  vs best fixed implementation ({best})", total[ADAPTIVE], vs_best),
+        interval_row("  vs static rule", total[STATIC], STATIC_TARGET),
+        ["  A/A: the static rule again vs the static rule", "-", str(aa) + "x",
+         "(noise floor)", "-"],
         ["  calls exploring or re-checking", spread(share, ".1%"), "-",
          f"<= {EXPLORING_SHARE_TARGET:.0%}", verdict(statistics.median(share)
                                                      <= EXPLORING_SHARE_TARGET)],
@@ -681,7 +708,7 @@ def main() -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     fixed = [c.value for c in available_choices(
         rt, [name for name in WORKLOAD if name in rt.operations])]
-    modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED]
+    modes = [*fixed, STATIC, ADAPTIVE, OBSERVED, TRAINED, STATIC_AGAIN]
     print(f"decision quality: {ROUNDS} rounds of {len(modes)} processes "
           f"({', '.join(modes)})", flush=True)
     rounds = measure(modes)
