@@ -19,7 +19,7 @@ from .backend import choice_order
 from .cli_defaults import telemetry_folder
 from .keys import size_bucket
 from .operations import DeviceProbe
-from .report import decision_table, from_runtime, make_console
+from .report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
 from .runtime import AdaptiveRuntime
 from .telemetry import telemetry_setup
 
@@ -140,7 +140,8 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
                   markup=False)
     console.print("latencies: learned at each bucket's reference size (its geometric middle); "
                   "speed-up: the slowest arm measured / the chosen arm; '-' when only one arm "
-                  "was measured", markup=False)
+                  f"was measured or either stands on under {SPEEDUP_MIN_TIMINGS} timings",
+                  markup=False)
 
 
 def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,

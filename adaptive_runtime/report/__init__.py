@@ -8,6 +8,7 @@ render it as a terminal table (:func:`decision_table`) or a figure (:func:`rende
 
 from .figure import render_figure, save_png
 from .model import (
+    SPEEDUP_MIN_TIMINGS,
     Crossover,
     DecisionEvent,
     KeyRow,
@@ -20,6 +21,7 @@ from .sources import from_history_file, from_runtime
 from .table import decision_table, make_console
 from .trace_files import from_telemetry, trace_files
 
-__all__ = ["Crossover", "DecisionEvent", "KeyRow", "Report", "ReportInputError", "crossovers",
-           "decision_table", "fastest_arm", "from_history_file", "from_runtime",
+__all__ = ["SPEEDUP_MIN_TIMINGS", "Crossover", "DecisionEvent", "KeyRow", "Report",
+           "ReportInputError", "crossovers", "decision_table", "fastest_arm",
+           "from_history_file", "from_runtime",
            "from_telemetry", "make_console", "render_figure", "save_png", "trace_files"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..backend import Choice, choice_order
 from ..keys import bucket_bounds, reference_size
 
-__all__ = ["CLEAR_MARGIN", "Crossover", "DecisionEvent", "KeyRow", "Report",
+__all__ = ["CLEAR_MARGIN", "SPEEDUP_MIN_TIMINGS", "Crossover", "DecisionEvent", "KeyRow", "Report",
            "ReportInputError", "compact_size", "crossovers", "fastest_arm"]
 
 
@@ -21,12 +21,19 @@ class ReportInputError(ValueError):
     file and what is wrong (the CLI prints it and exits with status 2)."""
 
 
+# Timings an arm needs before a speed-up over it (or of it) is shown: one timing of a small key
+# measures a cold cache and the timing's own cost, not the kernel (a demo showed "13.46x"
+# between two kernels of ~1 us each, from 3-4 timings of one and 1 of the other).
+SPEEDUP_MIN_TIMINGS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRow:
     """One (operation, size bucket): each measured arm's learned latency (µs, at the bucket's
     reference size), the timings learned on the key, and the arm chosen there. ``reason`` and
     ``confidence`` are those of the decision shown, where the source has one (a history file
-    keeps no decisions)."""
+    keeps no decisions). ``timings``: how many timings each arm's latency stands on, where
+    the source says (a history file and a live runtime do; traces do not)."""
 
     operation: str
     size_bucket: int
@@ -35,6 +42,7 @@ class KeyRow:
     chosen: Choice | None
     reason: str | None = None
     confidence: float | None = None
+    timings: Mapping[Choice, int] = field(default_factory=dict)
 
     @property
     def reference_size(self) -> int:
@@ -53,13 +61,22 @@ class KeyRow:
 
     @property
     def speedup(self) -> float | None:
-        """The slowest measured arm's latency over the chosen arm's (``None`` unless both
-        are known and at least two arms were measured)."""
-        finite = [us for us in self.latency_us.values() if math.isfinite(us)]
+        """The slowest measured arm's latency over the chosen arm's: ``None`` unless both are
+        known, at least two arms were measured and both latencies stand on
+        ``SPEEDUP_MIN_TIMINGS`` timings each (where the source does not count them per arm:
+        the key's timings, that many per arm measured)."""
+        finite = {arm: us for arm, us in self.latency_us.items() if math.isfinite(us)}
         mine = self.latency_us.get(self.chosen) if self.chosen is not None else None
         if mine is None or len(finite) < 2 or not mine > 0:
             return None
-        return max(finite) / mine
+        slowest = max(finite, key=finite.__getitem__)
+        if self.timings:
+            if min(self.timings.get(self.chosen, 0),  # type: ignore[arg-type]
+                   self.timings.get(slowest, 0)) < SPEEDUP_MIN_TIMINGS:
+                return None
+        elif self.samples < SPEEDUP_MIN_TIMINGS * len(finite):
+            return None
+        return finite[slowest] / mine
 
 
 def fastest_arm(latency_us: Mapping[Choice, float]) -> Choice | None:

@@ -56,6 +56,7 @@ def rows_from_records(records: Iterable[HistoryRecord]) -> list[KeyRow]:
     """One row per (operation, size bucket) with a finite learned latency, sorted; the chosen
     arm is the fastest (see the module docstring)."""
     latency: dict[tuple[str, int], dict[Choice, float]] = {}
+    timings: dict[tuple[str, int], dict[Choice, int]] = {}
     samples: dict[tuple[str, int], int] = {}
     for r in records:
         key = (r.operation, r.size_bucket)
@@ -63,10 +64,11 @@ def rows_from_records(records: Iterable[HistoryRecord]) -> list[KeyRow]:
         # (NaN: the arm is being measured afresh, e.g. after drift; it has no estimate now)
         if r.samples and math.isfinite(r.mean_us):
             latency.setdefault(key, {})[r.choice] = r.mean_us
+            timings.setdefault(key, {})[r.choice] = r.samples
     rows = []
     for (operation, bucket), arms in sorted(latency.items()):
         rows.append(KeyRow(operation, bucket, arms, samples[(operation, bucket)],
-                           fastest_arm(arms)))
+                           fastest_arm(arms), timings=timings[(operation, bucket)]))
     return rows
 
 
@@ -83,7 +85,7 @@ def from_runtime(rt: AdaptiveRuntime, operations: Iterable[str] | None = None) -
         decision = rt.decide(row.operation, bucket_bounds(row.size_bucket)[0])
         rows.append(KeyRow(row.operation, row.size_bucket, row.latency_us, row.samples,
                            decision.choice, decision.reason.value,
-                           float(decision.confidence)))
+                           float(decision.confidence), row.timings))
     return Report(tuple(rows), (), "this runtime", "the arm the runtime runs now (rt.decide)")
 
 

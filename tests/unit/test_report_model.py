@@ -122,3 +122,29 @@ def test_variants_of_an_arm_are_columns_and_winners_of_their_own() -> None:
     assert [c.label for c in crossovers(found)] == ["simd:numpy→simd ≈22"]
     table = decision_table(found)
     assert [c.header for c in table.columns][4:6] == ["simd µs", "simd:numpy µs"]
+
+
+def test_a_speed_up_is_shown_only_where_both_arms_stand_on_three_timings() -> None:
+    """One timing of a small key measures a cold cache and the timing itself (the demo once
+    showed "13.46x" between two ~1 us kernels): the speed-up over the slowest arm needs
+    SPEEDUP_MIN_TIMINGS timings of the chosen arm and of the slowest."""
+    latency = {Backend.SIMD: 2.5, Backend.SCALAR: 34.3}
+    one_timing = KeyRow("add", 6, latency, 5, Backend.SIMD,
+                        timings={Backend.SIMD: 4, Backend.SCALAR: 1})
+    assert one_timing.speedup is None
+    enough = KeyRow("add", 6, latency, 7, Backend.SIMD,
+                    timings={Backend.SIMD: 4, Backend.SCALAR: 3})
+    assert enough.speedup == pytest.approx(34.3 / 2.5)
+    # (traces count a key's timings, not each arm's: that many per arm measured)
+    assert KeyRow("add", 6, latency, 5, Backend.SIMD).speedup is None
+    assert KeyRow("add", 6, latency, 6, Backend.SIMD).speedup == pytest.approx(34.3 / 2.5)
+
+
+def test_history_rows_carry_each_arms_timings() -> None:
+    from adaptive_runtime.history import HistoryRecord
+    from adaptive_runtime.report.sources import rows_from_records
+
+    rows = rows_from_records([HistoryRecord("add", 6, Backend.SIMD, 4, 2.5, 0, 0.0),
+                              HistoryRecord("add", 6, Backend.SCALAR, 1, 34.3, 0, 0.0)])
+    assert rows[0].timings == {Backend.SIMD: 4, Backend.SCALAR: 1}
+    assert rows[0].speedup is None
