@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from .._imported import loaded_frameworks
+from .._load import poll as poll_load
 from .._thread_faults import revive_threads, survive
 from ..backend import Choice
 from ..decision import Decision, Reason
@@ -180,12 +181,15 @@ class Settler:
 
     def _look_around(self, now: float) -> None:
         """About once a second, on a timed call: the thread pools' sizes, the frameworks
-        imported, the package's threads (one that ended abnormally is started again). A
-        failure here is counted (``thread_watch``) and never fails the call."""
+        imported, the machine's load (``_load``), the package's threads (one that ended
+        abnormally is started again). A failure here is counted (``thread_watch``) and never
+        fails the call."""
         with survive("thread_watch", "thread pools"):
             self._threads_changed(self._threads.poll(now))
         with survive("thread_watch", "frameworks"):
             self._look_for_frameworks()
+        with survive("thread_watch", "machine load"):  # (what a drift span is explained by)
+            poll_load(now)
         revive_threads()
 
     def _look_for_frameworks(self) -> None:

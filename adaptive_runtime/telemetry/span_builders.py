@@ -23,6 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from .._load import latest as latest_load
 from .._version import __version__
 from ..backend import Choice
 
@@ -43,6 +44,19 @@ _LINKED = frozenset({"exploit", "drift", "fallback"})
 # the trace gate's sampling reason of a commitment's span (gating.SamplingReason.COMMIT, a
 # str enum: compared by value, as telemetry does not import the gate)
 _COMMIT = "commit"
+_DRIFT = "drift"
+
+
+def _explain_by_load(attrs: dict[str, Any]) -> None:
+    """What the machine's load was when a key drifted or switched arms (``_load``): a
+    neighbour taking the cores shows as involuntary context switches and a load average over
+    the CPU count."""
+    reading = latest_load()
+    if reading is not None:
+        switches, average, cpus = reading
+        attrs["adaptive.load.involuntary_switches_per_s"] = float(switches)
+        attrs["adaptive.load.average_1m"] = float(average)
+        attrs["adaptive.load.cpus"] = cpus
 
 
 class SpanBuilder:
@@ -102,11 +116,15 @@ class SpanBuilder:
         if variant:  # (an arm's primary implementation has none)
             select_attrs["adaptive.variant"] = variant
         verdict = record.verdict
+        switched = False
         if verdict.reason == _COMMIT:
             # (searchable in Jaeger: adaptive.commit=true; a switch also names the arm left)
             select_attrs["adaptive.commit"] = True
             if verdict.replaced is not None:
                 select_attrs["adaptive.replaced_backend"] = verdict.replaced.value
+                switched = True
+        if switched or decision.reason.value == _DRIFT:
+            _explain_by_load(select_attrs)
         for arm, estimate in decision.estimates_us.items():
             select_attrs[f"adaptive.estimate_us.{arm.value}"] = float(estimate)
         for arm, floor in decision.floors_us.items():

@@ -968,6 +968,43 @@ def test_a_committing_select_span_links_the_execute_spans_that_decided_it(
                if s.attributes["adaptive.decision"] == "explore")
 
 
+def test_a_drift_and_the_switch_it_leads_to_carry_the_machines_load(
+        tracing: Tracing, monkeypatch) -> None:
+    """A neighbour taking the cores looks like any slowdown in the timings; the spans of the
+    drift alarm and of the switch it leads to carry what the machine's load was
+    (``adaptive.load.*``: involuntary context switches per second, the load average, CPUs),
+    read about once a second on timed calls."""
+    from adaptive_runtime import _load
+
+    switches = itertools.count(0, 5000)  # (5,000 more at each reading)
+    machine = _load.MachineLoad(switches=lambda: next(switches), average=lambda: 3.5, cpus=2)
+    monkeypatch.setattr(_load, "_machine", machine)
+    machine.poll(0.0)
+    machine.poll(1.0)  # (a reading in place before the drift: 5,000 per second)
+    slow = [False]
+    rt = make_runtime(EXPORT_ALL)
+    two_arms(rt, simd=lambda n: busy_wait_ns(2_000_000 if slow[0] else 20_000) or ("simd", n),
+             scalar=lambda n: busy_wait_ns(200_000) or ("scalar", n))
+    tracing.attach(rt)
+    for _ in range(30):
+        rt.run("scale", 4096)
+    slow[0] = True  # (the neighbour arrives: SIMD takes 100x as long)
+    for _ in range(30):
+        rt.run("scale", 4096)
+    assert rt.run("scale", 4096)[0] == "scalar"
+    selects = spans_of(tracing.flush(), "select")
+    explained = [s for s in selects if s.attributes["adaptive.decision"] == "drift"
+                 or "adaptive.replaced_backend" in s.attributes]
+    assert explained, "no drift or switch span"
+    for span in explained:
+        assert span.attributes["adaptive.load.cpus"] == 2
+        assert span.attributes["adaptive.load.average_1m"] == 3.5
+        assert span.attributes["adaptive.load.involuntary_switches_per_s"] > 0
+    # (routine decisions carry no load)
+    assert all("adaptive.load.cpus" not in s.attributes for s in selects
+               if s.attributes["adaptive.decision"] == "explore")
+
+
 # ---------------------------------------------------------------------------- what was decided
 
 
