@@ -28,7 +28,8 @@ class PolicyKnobs:
         timings is over this many times the best so far needs no more.
       floor_ratio: an arm never timed on a key whose floor (what it takes at least, e.g. a GPU
         arm's copies, or what it took on a smaller size bucket) is over this many times the
-        best measured estimate is not tried there.
+        best measured estimate is not tried there until the key's calls have taken
+        1/``explore_share`` times that floor (a floor postpones an arm, never rules it out).
       clear_confidence: a commitment at least this sure that the chosen arm is faster than the
         runner-up is re-checked at ``recheck_interval``; a less sure one soon.
       noise_floor: what one timing is taken to vary at least, relative to its arm's estimate,

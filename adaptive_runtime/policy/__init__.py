@@ -19,7 +19,8 @@ Phases of one key:
 2. *explore* — each candidate arm is timed ``min_samples_per_arm`` times (by default once),
    round by round, whatever the cold-start order guessed it costs; an arm never timed whose
    floor (what it takes at least, e.g. the GPU arm's copies of a host call, or what it took on a
-   smaller size bucket) is over ``floor_ratio`` x the best is not tried. With
+   smaller size bucket) is over ``floor_ratio`` x the best is not tried until the key's calls
+   have taken 1/``explore_share`` times that floor. With
    ``min_samples_per_arm`` above one: an arm whose estimate after two timings is over
    ``prune_ratio`` x the best so far needs no more (one costly timing that lost clearly is
    enough too, unless it was the key's first call); while the two fastest are not told apart

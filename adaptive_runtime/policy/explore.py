@@ -47,19 +47,27 @@ def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
                 and stats.mean_us < best_seen):
             best_seen = stats.mean_us
     floors = state.floors
+    floored: dict[Choice, float] | None = None
     if floors is not None and best_seen < math.inf:
-        # An arm never timed here whose floor (the GPU arm's copies of a host call, say)
-        # is well over what another arm was measured to take cannot win: not tried.
+        # An arm not timed here in this epoch whose floor (the GPU arm's copies of a host
+        # call, what it took on a smaller bucket) is well over what another arm was measured
+        # to take is not tried yet. It is not ruled out for good: a floor can be one cold
+        # timing on a smaller bucket, and an arm never timed on a key cannot be shown wrong
+        # there. It waits for the key's exploration allowance, priced at its floor
+        # (_affordable): tried once the key's calls have taken ~1/explore_share of that.
         limit = best_seen * cfg.floor_ratio
-        for b in usable:  # (a new list only when a floor rules an arm out: seldom)
-            if floors.get(b, 0.0) > limit:
-                usable = [b for b in usable if floors.get(b, 0.0) <= limit
-                          or (b in arms and arms[b].epoch_samples)]
-                break
+        for b in usable:  # (a dict only when a floor holds an arm back: seldom)
+            floor = floors.get(b, 0.0)
+            if floor > limit and not (b in arms and arms[b].epoch_samples):
+                if floored is None:
+                    floored = {}
+                floored[b] = floor
     waiting = False
     if best_seen < math.inf:
-        affordable = _affordable(cfg, state, key, usable, best_seen)
-        waiting = len(affordable) < len(usable)
+        affordable = _affordable(cfg, state, key, usable, best_seen, floored)
+        # (an arm a floor holds back waits long: rounds are planned through as before)
+        held = 0 if floored is None else sum(1 for b in floored if b not in affordable)
+        waiting = len(affordable) + held < len(usable)
         usable = affordable
     elif (state.neighbours_best is not None and state.neighbours_best in usable
           and usable[0] is not state.neighbours_best and not key.samples):
@@ -164,13 +172,15 @@ def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Choic
 
 
 def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Choice],
-                best_seen: float) -> Sequence[Choice]:
+                best_seen: float, floored: Mapping[Choice, float] | None = None,
+                ) -> Sequence[Choice]:
     """``usable`` without the arms whose trial does not fit the key's exploration allowance
     yet (see :class:`PolicyConfig`): those timed before a drift alarm, each expected to take
     what it took before it — a plain loop timed again on a million-element call costs as
-    much as dozens of the vectorised calls it would not beat — and those never timed here
-    whose first trial is priced (``_first_trial_us``). Any other arm never timed on the key
-    is kept: tried at once."""
+    much as dozens of the vectorised calls it would not beat — those never timed here
+    whose first trial is priced (``_first_trial_us``), and those a floor holds back
+    (``floored``: each at its floor at least). Any other arm never timed on the key is
+    kept: tried at once."""
     arms = key.arms
     previous = state.previous_us
     behind = state.behind
@@ -184,6 +194,14 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             guess = None  # measured in this epoch, or failed: its own estimate decides
         else:
             guess = previous.get(b)  # timed before the drift alarm
+        if floored is not None and b in floored:
+            # (held back by its floor: tried once the key's own share affords the whole
+            # floor — its calls have taken 1/explore_share times it — with no free
+            # allowance, which would try a costly arm at once on every small key)
+            if cfg.explore_share * _spent_us(arms, best_seen) - state.explored_us >= max(
+                    floored[b], guess or 0.0):
+                kept.append(b)
+            continue
         if guess is None:
             # (an arm never timed here whose trial is not priced is tried at once: the
             # cold-start order is a guess, which orders the arms but rules none out; an arm
@@ -233,14 +251,20 @@ def _explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Choice, Ar
     less what timing other arms than the committed one has cost already
     (``KeyState.explored_us``). Cumulative, so re-checks of an arm far behind come ever
     more rarely as they use it up, and the key's exploring stays within its share."""
+    allowance = cfg.explore_share * _spent_us(arms, best_us)
+    if allowance < cfg.explore_free_us:
+        allowance = cfg.explore_free_us
+    return allowance - state.explored_us
+
+
+def _spent_us(arms: Mapping[Choice, ArmStats], best_us: float) -> float:
+    """The time the key's calls have taken so far (an arm's timings before this epoch
+    counted at ``best_us``)."""
     spent = 0.0
     for s in arms.values():
         if s.samples:
             spent += s.samples * (s.mean_us if s.epoch_samples else best_us)
-    allowance = cfg.explore_share * spent
-    if allowance < cfg.explore_free_us:
-        allowance = cfg.explore_free_us
-    return allowance - state.explored_us
+    return spent
 
 
 def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,

@@ -121,6 +121,19 @@ def test_an_arm_whose_floor_is_far_over_the_best_is_not_tried() -> None:
     assert d.floors_us == {SCALAR: 200.0}
 
 
+def test_an_arm_a_floor_holds_back_is_tried_once_the_key_has_run_long_enough() -> None:
+    """A floor postpones an arm, never rules it out for good (it may be one cold timing on a
+    smaller bucket): once the key's calls have taken 1/explore_share times the floor, the
+    arm is timed there. Before that it is not, however cheap the free allowance says a
+    trial is."""
+    floors = {SCALAR: 200.0}  # (explore_share 0.03: tried after ~6,700 us of the key's calls)
+    early = key_with({SIMD: timed(100.0, n=60)})  # 6,000 us
+    assert Policy().decide(KeyState(floors=floors), early, TWO, NOW_S).backend is SIMD
+    later = key_with({SIMD: timed(100.0, n=70)})  # 7,000 us
+    d = Policy().decide(KeyState(floors=floors), later, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
+
+
 def test_an_untried_arm_is_tried_next_whatever_its_trial_is_guessed_to_cost() -> None:
     # SIMD: 2 ms a call, timed once; SCALAR's trial is guessed at 3x that, 4 ms over the
     # best: far over the exploration allowance, yet the cold-start order is a guess, which
