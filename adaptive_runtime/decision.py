@@ -54,7 +54,7 @@ class Decision(NamedTuple):
     of exploration times next, in order (the runtime follows it without asking again).
     ``floors_us`` holds what arms with a known floor take at least here (the GPU arm of a
     host call: its copies at the measured bandwidth); an arm never timed whose floor is over
-    ``floor_ratio`` x the best measured estimate is not tried.
+    ``floor_ratio`` x the best measured estimate is not tried yet (see ``PolicyConfig``).
     """
 
     choice: Choice

@@ -47,7 +47,7 @@ class KeyState:
     prior: Choice | None = None
     # what each arm takes here at least (an implementation's floor_us for the key's first
     # call, raised to what the arm takes on a smaller size bucket now): an arm whose floor is
-    # well over another arm's measured time is not tried
+    # well over another arm's measured time is not tried yet
     floors: dict[Choice, float] | None = None
     # the implementations' floors alone (set_floors), which the smaller buckets' raise
     own_floors: dict[Choice, float] | None = None
