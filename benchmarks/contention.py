@@ -210,6 +210,7 @@ def run_numpy(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
 
     import adaptive_runtime as ar
 
+    batches, worker = None, None
     if loader:  # (a training program: torch is loaded, so ATen's kernels compete too)
         batches, worker = loader_batches(np.random.default_rng(1).random((1797, 64)))
     if mode == "static1":
@@ -228,11 +229,9 @@ def run_numpy(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
     order = np.random.default_rng(41).permutation(len(calls))
     per_key = [0.0] * len(calls)
     clock = time.perf_counter
-    if not loader:
-        worker = None
     cpu_before, start = cpu_seconds(worker), clock()
     for _ in range(CALLS):
-        if loader:
+        if batches is not None:
             next(batches)
         for k in order:
             began = clock()

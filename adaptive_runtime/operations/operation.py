@@ -142,7 +142,7 @@ class Operation:
     """
 
     __slots__ = ("_families", "_impls", "_owner", "_untimed", "capturing", "family", "kind",
-                 "name", "on_device", "resident", "size_of", "warmed")
+                 "name", "on_device", "size_of", "warmed")
 
     def __init__(self, name: str, size_of: Callable[..., int], kind: Kind,
                  owner: OperationOwner | None = None,
@@ -167,9 +167,13 @@ class Operation:
         # (the device family's twin) whether a CUDA graph is being captured now: its timed
         # calls then run untimed (see cuda_graph_capturing); None: never asked
         self.capturing: Callable[[], bool] | None = None
-        # (the device family's twin) its inputs are on the GPU already: the GPU arm comes
-        # first in its cold-start order, a CPU arm being a round trip through the host
-        self.resident = False
+
+    @property
+    def resident(self) -> bool:
+        """Whether this is the device family's twin, whose inputs are on the GPU already (the
+        one operation that asks about graph capture): its GPU arm comes first in its
+        cold-start order, a CPU arm being a round trip through the host."""
+        return self.capturing is not None
 
     def __repr__(self) -> str:
         arms = ", ".join(c.value for c in self._impls) or "no implementations"
@@ -345,7 +349,6 @@ class Operation:
             twin._impls.update((c, i) for c, i in (own or {}).items()
                                if c.arm is Backend.GPU or host_arms)
             twin.capturing = cuda_graph_capturing
-            twin.resident = True
         return twin
 
     def __call__(self, *args: Any) -> Any:
