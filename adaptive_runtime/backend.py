@@ -55,8 +55,9 @@ class Backend(str, enum.Enum):
         return _member(cls, value, what, ValueError)
 
 
-# A variant's name: what spans, metric labels and history files carry.
-VARIANT_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+# A variant's name: what spans, metric labels and history files carry ("@" names a thread
+# count: "numba@1", see kernels/_thread_counts.py).
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_.+@-]{1,64}")
 # How a choice is written where one string names it: "simd" or "simd:numpy".
 VARIANT_SEPARATOR = ":"
 
@@ -82,7 +83,7 @@ class Variant:
         if found is not None:
             return found
         if not isinstance(variant, str) or not VARIANT_NAME.fullmatch(variant):
-            raise ValueError(f"a variant's name is 1-64 letters, digits and _ . + -, "
+            raise ValueError(f"a variant's name is 1-64 letters, digits and _ . + - @, "
                              f"got {variant!r}")
         with cls._lock:
             found = cls._interned.get((arm, variant))

@@ -82,6 +82,12 @@ class RuntimeConfig(PolicyKnobs):
         copies and the wait for the device's queued work; while a CUDA graph is captured the
         GPU arm runs instead. Worth it only where the device is far slower than the host for
         small calls (an old or shared GPU).
+    Thread counts
+      choose_threads: learn each threaded implementation (numba's loops, ATen) at fewer
+        threads too (variants ``simd:numba@1``, ``simd:torch@1``), and let torch's thread
+        count between the runtime's calls follow what its keys chose. On by default: beside
+        a process that takes a core (a DataLoader worker) one thread beats two by multiples.
+        Off: every kernel runs at its pool's size, and torch's count is never changed.
     """
 
     force_backend: Choice | None = None
@@ -100,6 +106,7 @@ class RuntimeConfig(PolicyKnobs):
     validate_sample_rate: float = 0.0
     import_frameworks: bool = False
     host_arms_on_device: bool = False
+    choose_threads: bool = True
 
     def __post_init__(self) -> None:
         PolicyKnobs.__post_init__(self)  # (the policy's knobs, checked where they are declared)
@@ -132,7 +139,8 @@ class RuntimeConfig(PolicyKnobs):
                               f"got {self.max_measure_period}", field="max_measure_period")
         if self.history_path is not None:
             object.__setattr__(self, "history_path", _path(self.history_path))
-        for flag in ("tracing", "history_force", "import_frameworks", "host_arms_on_device"):
+        for flag in ("tracing", "history_force", "import_frameworks", "host_arms_on_device",
+                     "choose_threads"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag} must be True or False, got "
                                   f"{_shown(getattr(self, flag))}", field=flag)
@@ -199,6 +207,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "history_force": _parse_bool,
     "import_frameworks": _parse_bool,
     "host_arms_on_device": _parse_bool,
+    "choose_threads": _parse_bool,
     "history_path": str,
     "validate_sample_rate": lambda raw: _parse_rate(raw, DEFAULT_VALIDATE_RATE),
 }

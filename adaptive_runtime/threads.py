@@ -19,13 +19,17 @@ and importing threadpoolctl more, which no training loop should pay for nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ._imported import imported
 
-__all__ = ["POOLS", "ThreadWatch", "thread_counts"]
+__all__ = ["POOLS", "ThreadWatch", "at_threads", "pool_size", "set_torch_phase",
+           "thread_counts", "torch_phase"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,13 +68,123 @@ def _numba_threads() -> int | None:
 
 
 def _torch_threads() -> int | None:
+    """torch's pool size: its count now, or — where the runtime set the count between its
+    calls (:func:`set_torch_phase`) or runs a call at fewer threads now — the size it had
+    before, so the runtime's own settings never look like the program resizing the pool."""
     torch = imported("torch")
     if torch is None:
         return None
     try:
-        return int(torch.get_num_threads())
+        now = int(torch.get_num_threads())
     except Exception:
         return None
+    if _torch_outer:
+        return _torch_outer[0]
+    if _phase:
+        base, phase = _phase
+        if now == phase:
+            return base
+        _phase.clear()  # (the program set a count of its own: it wins, the phase is over)
+    return now
+
+
+# torch's count outside the fewer-threads calls running now (torch's setting is process-wide)
+_torch_outer: list[int] = []
+# [pool size, count set] while the runtime holds torch at a count of its choosing between calls
+_phase: list[int] = []
+
+
+def torch_phase() -> int:
+    """The count the runtime holds torch at between its calls (0: it does not; the pool
+    runs at its own size)."""
+    return _phase[1] if _phase else 0
+
+
+def set_torch_phase(count: int) -> None:
+    """Hold torch at ``count`` threads between the runtime's calls (0: back to the pool's own
+    size). No effect where torch is not imported or the count is already so."""
+    torch = imported("torch")
+    if torch is None:
+        return
+    base = _phase[0] if _phase else int(torch.get_num_threads())
+    if count >= base:  # (as many threads as the pool has, or more: the pool's own size)
+        count = 0
+    if count == torch_phase():
+        return
+    if count:
+        _phase[:] = [base, count]
+        torch.set_num_threads(count)
+    else:
+        _phase.clear()
+        torch.set_num_threads(base)
+
+
+def pool_size(pool: str) -> int:
+    """How many threads ``pool`` has by default here, read without starting it: numba's
+    ``NUMBA_NUM_THREADS`` or the CPU count, torch's count where torch is imported (its own
+    size where the runtime holds it at fewer), else the CPU count; BLAS's the CPU count."""
+    cpus = os.cpu_count() or 1
+    if pool == "numba":
+        try:
+            return max(1, int(os.environ.get("NUMBA_NUM_THREADS", "") or cpus))
+        except ValueError:
+            return cpus
+    if pool == "torch":
+        return _torch_threads() or cpus
+    return cpus
+
+
+def at_threads(pool: str, count: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with its pool (``"numba"`` or ``"torch"``) at ``count`` threads (at most its
+    size; 0: its size), set for the call and set back after it (see
+    ``kernels/_thread_counts``). numba's count is the calling thread's own; torch's is
+    process-wide, so a torch call at another count changes it for another thread's torch
+    calls while it runs."""
+    setter: Callable[[int, Callable[..., Any], tuple[Any, ...]], Any]
+    if pool == "numba":
+        setter = _numba_at
+    elif pool == "torch":
+        setter = _torch_at if count else _torch_at_size
+    else:
+        raise ValueError(f"no thread count can be set for pool {pool!r}")
+
+    def at_count(*args: Any) -> Any:
+        return setter(count, fn, args)
+
+    return functools.update_wrapper(at_count, fn)
+
+
+def _numba_at(count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    numba: Any = imported("numba")
+    now = _numba_threads() if numba is not None else None
+    if now is None or now <= count:  # (pool not up yet: the call launches it at full size)
+        return fn(*args)
+    numba.set_num_threads(count)  # (numba's is per calling thread: others keep theirs)
+    try:
+        return fn(*args)
+    finally:
+        numba.set_num_threads(now)
+
+
+def _torch_at(count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    torch: Any = imported("torch")  # (imported: the kernel needs it)
+    now = torch.get_num_threads()
+    if now == count:
+        return fn(*args)
+    _torch_outer.append(_phase[0] if _phase else now)
+    torch.set_num_threads(count)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(now)
+        _torch_outer.pop()
+
+
+def _torch_at_size(_count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    # (the pool's own size: nothing to do unless the runtime holds torch at fewer threads)
+    if not _phase:
+        return fn(*args)
+    return _torch_at(_phase[0], fn, args)
 
 
 def _blas_threads() -> int | None:

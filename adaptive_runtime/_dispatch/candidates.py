@@ -45,13 +45,15 @@ class Candidates:
     def __init__(self, core: Core, routes: dict[str, Route]) -> None:
         self._core = core
         self._routes = routes
-        self._arms_cache: dict[tuple[str, tuple[Choice, ...]], Arms] = {}
+        self._arms_cache: dict[tuple[Any, ...], Arms] = {}
 
     def arms_of(self, op: Operation, n: int) -> Arms:
         """Candidates of ``op`` at size ``n`` and their kernels, cached per preference order
         (there are three) and frameworks imported, until the operation's implementations
         change. Lock held."""
-        cache_key = (op.name, heuristic_preference(op.kind, n), loaded_frameworks())
+        # (which implementations' min_size the size reaches: one-thread variants start there)
+        reached = tuple(n >= impl.min_size for impl in op.implementations() if impl.min_size)
+        cache_key = (op.name, heuristic_preference(op.kind, n), loaded_frameworks(), reached)
         arms = self._arms_cache.get(cache_key)
         if arms is None:
             candidates = self.of(op, n)
@@ -66,8 +68,9 @@ class Candidates:
 
     def of(self, op: Operation, n: int) -> tuple[Choice, ...]:
         """Candidates of a registered operation at size ``n``: its implementations on the
-        arms enabled and available here whose framework the program has imported
-        (``Implementation.needs``), in heuristic order; or the forced one."""
+        arms enabled and available here whose framework the program has imported (``needs``),
+        from their ``min_size`` (thread-count variants where ``choose_threads``), in
+        heuristic order; or the forced one."""
         backends = op.choices
         if not backends:
             raise RegistrationError(
@@ -92,9 +95,7 @@ class Candidates:
                     f"{', '.join(b.value for b in backends)})")
             return (impl.choice,)
         core = self._core
-        usable = [b for b in backends
-                  if b.arm in core.enabled and core.devices.available(b)
-                  and _ready(op.implementation_for(b))]
+        usable = [b for b in backends if self._can_run(op, b, n)]
         if not usable:
             waiting = sorted({impl.needs for b in backends
                               if (impl := op.implementation_for(b)) is not None
@@ -113,6 +114,14 @@ class Candidates:
             order = (*(c for c in order if c.arm is Backend.GPU),
                      *(c for c in order if c.arm is not Backend.GPU))
         return order
+
+    def _can_run(self, op: Operation, choice: Choice, n: int) -> bool:
+        """Whether ``choice`` of ``op`` is a candidate at size ``n`` here (see :meth:`of`)."""
+        core = self._core
+        impl = op.implementation_for(choice)
+        return (choice.arm in core.enabled and core.devices.available(choice)
+                and _ready(impl) and impl is not None and impl.min_size <= n
+                and (not impl.thread_count or core.config.choose_threads))
 
     def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:
         """Candidate arms for any operation name (registered or not), in heuristic order."""

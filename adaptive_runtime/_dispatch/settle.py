@@ -17,12 +17,13 @@ from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import KeyState, Step
-from ..threads import ThreadWatch
+from ..threads import ThreadWatch, torch_phase
 from .candidates import Candidates, floors
 from .core import Core
 from .emission import Emission
 from .entry import TALLY_REASON, Entry, Route
 from .period import SUSPECT_DRIFT_SLOW, Periods, suspect
+from .pool_phase import PoolPhase
 
 _log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class Settler:
         # the thread pools' sizes, read every second or so from timed calls (see
         # _threads_changed)
         self._threads = ThreadWatch()
+        # (torch's count between calls, from the keys' choices; None: counts are not chosen)
+        self._pool_phase = PoolPhase() if core.config.choose_threads else None
         # the frameworks the program had imported at the last look (same schedule): one
         # imported since brings the implementations that need it (see frameworks_imported)
         self._frameworks = loaded_frameworks()
@@ -186,11 +189,23 @@ class Settler:
         fails the call."""
         with survive("thread_watch", "thread pools"):
             self._threads_changed(self._threads.poll(now))
+            if self._pool_phase is not None:
+                self._hold_torch_count()
         with survive("thread_watch", "frameworks"):
             self._look_for_frameworks()
         with survive("thread_watch", "machine load"):  # (what a drift span is explained by)
             poll_load(now)
         revive_threads()
+
+    def _hold_torch_count(self) -> None:
+        """torch's count between calls follows the keys' committed counts (``pool_phase``)."""
+        before = torch_phase()
+        held = self._pool_phase.look(  # type: ignore[union-attr]
+            entry for _size_of, entries, _op, _families in self._routes.values()
+            for entry in entries.values())
+        if held != before:
+            _log.info("torch held at %s between calls (the torch keys' time is mostly there)",
+                      f"{held} threads" if held else "its pool's size")
 
     def _look_for_frameworks(self) -> None:
         """Note the frameworks the program imported since the last look (torch in the middle

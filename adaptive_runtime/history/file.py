@@ -355,7 +355,7 @@ def record_from_json(row: object) -> HistoryRecord:
         raise ValueError(f"backend must be one of gpu, simd, scalar; got {_brief(backend)}")
     variant = row.get("variant", "")
     if not isinstance(variant, str) or (variant and not VARIANT_NAME.fullmatch(variant)):
-        raise ValueError(f"variant must be 1-64 letters, digits and _ . + -, got "
+        raise ValueError(f"variant must be 1-64 letters, digits and _ . + - @, got "
                          f"{_brief(variant)}")
     samples = _count(row, "samples")
     failures = _count(row, "failures")

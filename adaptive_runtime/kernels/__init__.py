@@ -29,6 +29,7 @@ from . import (
     torch_arms,
 )
 from . import sum as sum_op
+from ._thread_counts import add_thread_variants
 
 if TYPE_CHECKING:
     from ..operations import Registrar
@@ -42,8 +43,12 @@ LIBRARY_ARMS = (torch_arms, jax_arms)
 
 
 def register_builtins(rt: Registrar) -> None:
-    """Register every built-in operation on ``rt``, with the arms of every input family."""
+    """Register every built-in operation on ``rt``, with the arms of every input family and
+    each threaded implementation's variants at fewer threads (``_thread_counts``)."""
     for module in BUILTIN_OPERATIONS:
         module.register(rt)
     for module in LIBRARY_ARMS:
         module.register(rt)
+    for module in BUILTIN_OPERATIONS:
+        for name in getattr(module, "NAMES", None) or (module.NAME,):
+            add_thread_variants(rt.operation(name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .._imported import FRAMEWORKS
@@ -79,6 +79,13 @@ class Implementation:
     implementation is a candidate only once the program has imported its framework (or the
     runtime did, when made: ``RuntimeConfig.import_frameworks``); a key made before then
     takes it up once the framework is imported.
+
+    ``min_size``: the smallest call size (``size_of``) it is a candidate at; smaller calls do
+    not try it (a one-thread variant of a kernel that runs serially below some size anyway).
+
+    ``thread_count``: the threads of its pool it runs at (0: the pool's size), for the
+    variants the runtime adds at fewer threads (``kernels/_thread_counts``): candidates only
+    where ``RuntimeConfig.choose_threads``.
     """
 
     backend: Backend
@@ -92,6 +99,8 @@ class Implementation:
     name: str = ""
     threads: str = ""
     needs: str = ""
+    min_size: int = 0
+    thread_count: int = 0
     choice: Choice = field(default=None, compare=False)  # type: ignore[assignment]
     # (derived) none of the hooks a timed call runs around the kernel: it is timed bare
     plain: bool = field(init=False, repr=False, compare=False)
@@ -201,7 +210,7 @@ class Operation:
 
     def add_implementation(self, backend: Backend | str, fn: Callable[..., Any], *,
                            name: str = "", family: str = "", threads: str = "",
-                           needs: str = "",
+                           needs: str = "", min_size: int = 0, thread_count: int = 0,
                            compile_count: Callable[[], int] | None = None,
                            floor_us: Callable[..., float] | None = None,
                            warm_up: bool = False,
@@ -211,9 +220,9 @@ class Operation:
                            | None = None) -> None:
         """Register ``fn`` as a kernel on ``backend`` (see :meth:`implementation`): the
         arm's primary implementation (one per arm), or a variant of the arm named ``name``
-        (letters, digits and ``_ . + -``, unique on the arm). ``threads``, ``needs``,
-        ``compile_count``, ``floor_us``, ``warm_up``, ``surcharge_us``, ``sync`` and
-        ``device_timing`` as in :class:`Implementation`.
+        (letters, digits and ``_ . + - @``, unique on the arm). ``threads``, ``needs``,
+        ``min_size``, ``thread_count``, ``compile_count``, ``floor_us``, ``warm_up``,
+        ``surcharge_us``, ``sync`` and ``device_timing`` as in :class:`Implementation`.
 
         ``family`` (default ``""``, the default family) registers it for calls the
         operation's ``family`` hook puts in that input family (``"torch"``, say): such calls
@@ -240,7 +249,18 @@ class Operation:
         impls[choice] = Implementation(
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
             floor_us, bool(warm_up), surcharge_us, sync, device_timing,
-            name, threads, needs)
+            name, threads, needs, int(min_size), int(thread_count))
+        if self._owner is not None:
+            self._owner._implementations_changed(self.name)
+
+    def wrap_implementation(self, choice: Choice, wrap: Callable[[Callable[..., Any]],
+                                                                Callable[..., Any]],
+                            *, family: str = "") -> None:
+        """Replace the kernel of the implementation registered as ``choice`` (``family``'s)
+        with ``wrap(kernel)``, its other settings kept (``kernels/_thread_counts``)."""
+        impls = self._impls if not family else self._families[family]
+        impl = impls[choice]
+        impls[choice] = replace(impl, fn=wrap(impl.fn))
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 
@@ -251,7 +271,7 @@ class Operation:
         if not isinstance(name, str) or (name and not VARIANT_NAME.fullmatch(name)):
             raise RegistrationError(
                 f"name of an implementation of {self.name!r} on {arm.value}{where} must be "
-                f"1-64 letters, digits and _ . + -, got {name!r}")
+                f"1-64 letters, digits and _ . + - @, got {name!r}")
         choice = Variant(arm, name) if name else arm
         if choice in impls:
             what = f"a {arm.value} variant named {name!r}" if name else \

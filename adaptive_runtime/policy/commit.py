@@ -15,7 +15,7 @@ from ..history import ArmStats, KeyHistory
 from ..knobs import PolicyConfig
 from .compare import _p_faster, _two_fastest, best_arm
 from .explain import _UNEXPLAINED_EXPLOIT, _explained, _explained_exploit
-from .explore import _explore_budget
+from .explore import _explore_budget, priced_again_us
 from .state import KeyState, _Round
 
 _EXPLOIT = Reason.EXPLOIT
@@ -148,7 +148,7 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
         stats = arms.get(b)
         if b is incumbent or stats is None:
             continue
-        expected = _expected_us(stats, floors, b)
+        expected = _expected_us(stats, floors, b, incumbent_us)
         if ((full or expected <= incumbent_us * cfg.plausible_ratio)
                 and expected - incumbent_us <= budget):
             others.append(b)
@@ -158,12 +158,15 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
 
 
 def _expected_us(stats: ArmStats, floors: Mapping[Choice, float] | None,
-                 backend: Choice) -> float:
+                 backend: Choice, best_us: float) -> float:
     """What a timing of ``backend`` is expected to take: its estimate, but where that rests
     on one timing, at most twice what it took on the next smaller size bucket (its floor:
-    sizes double per bucket). One timing far over that is more likely a stall than the
-    arm's cost, and a re-check priced at it would never fit the budget."""
+    sizes double per bucket), and where it rests on a few, at most what
+    ``priced_again_us`` allows against ``best_us``. One timing far over that is more likely
+    a stall than the arm's cost, and a re-check priced at it would never fit the budget."""
     estimate = stats.estimate_us
+    if math.isfinite(estimate):
+        estimate = min(estimate, priced_again_us(stats, best_us))
     if stats.epoch_samples == 1 and floors:
         floor = floors.get(backend)
         if floor is not None and 2.0 * floor < estimate:

@@ -33,6 +33,25 @@ _EVALUATION_US = 5.0
 _BEHIND = 2.0
 # The longest plan one decision carries (min_samples may be up to 1,000).
 _MAX_PLAN = 16
+# An arm timed fewer times than this on a key is priced, for a trial again, at its fastest
+# timing (noise only ever adds time), and one timed once at most _OUTLIER_LAG x the best: its
+# one timing may be an outlier (a first ATen call after the warm-up read 10 ms where the
+# kernel takes 60-90 us, and kept the arm out of its key for good). So at most this many
+# timings are spent proving such an arm slow.
+FEW_TIMINGS = 3
+_OUTLIER_LAG = 4.0
+
+
+def priced_again_us(stats: ArmStats, best_us: float) -> float:
+    """What timing an arm timed before is expected to take: its estimate, but while it rests
+    on fewer than ``FEW_TIMINGS`` timings their fastest, and after one timing at most
+    ``_OUTLIER_LAG`` x ``best_us``."""
+    if stats.samples >= FEW_TIMINGS:
+        return stats.mean_us
+    fastest = min(stats.window) if stats.window else stats.mean_us
+    if stats.samples == 1 and fastest > _OUTLIER_LAG * best_us:
+        return _OUTLIER_LAG * best_us
+    return fastest
 
 
 def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
@@ -192,8 +211,10 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             guess = _first_trial_us(cfg, behind, b, best_seen)
         elif stats.epoch_samples or stats.failures or not previous:
             guess = None  # measured in this epoch, or failed: its own estimate decides
-        else:
-            guess = previous.get(b)  # timed before the drift alarm
+        else:  # timed before the drift alarm: what it took then
+            guess = previous.get(b)
+            if guess is not None and stats.samples < FEW_TIMINGS:
+                guess = min(guess, priced_again_us(stats, best_seen))
         if floored is not None and b in floored:
             # (held back by its floor: tried once the key's own share affords the whole
             # floor — its calls have taken 1/explore_share times it — with no free

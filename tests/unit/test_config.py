@@ -48,6 +48,7 @@ def test_config_is_frozen() -> None:
     ({"min_samples_per_arm": 0}, "min_samples_per_arm", ">= 1"),
     ({"tracing": "yes"}, "tracing", "True or False"),
     ({"host_arms_on_device": 1}, "host_arms_on_device", "True or False"),
+    ({"choose_threads": "off"}, "choose_threads", "True or False"),
     ({"history_force": "no"}, "history_force", "True or False"),
     ({"sampling_threshold_us": True}, "sampling_threshold_us", "number"),
     ({"max_history_keys": 10.0}, "max_history_keys", "integer"),
@@ -145,6 +146,7 @@ def test_from_env_ignores_empty_values() -> None:
     ("MAX_HISTORY_KEYS", "1000", "max_history_keys", 1000),
     ("MAX_MEASURE_PERIOD", "64", "max_measure_period", 64),
     ("HOST_ARMS_ON_DEVICE", "on", "host_arms_on_device", True),
+    ("CHOOSE_THREADS", "off", "choose_threads", False),
     ("IMPORT_FRAMEWORKS", "yes", "import_frameworks", True),
 ])
 def test_from_env_reads_each_variable(var: str, raw: str, field: str,
@@ -176,6 +178,7 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     ("HOT_PATH_CALLS_PER_SEC", "lots"),
     ("TRACING", "maybe"),
     ("HOST_ARMS_ON_DEVICE", "sometimes"),
+    ("CHOOSE_THREADS", "fewer"),
     ("MAX_MEASURE_PERIOD", "100"),
 ])
 def test_from_env_bad_value_raises_config_error_naming_the_variable(var: str, raw: str) -> None:

@@ -319,15 +319,28 @@ def test_a_rival_left_a_few_times_behind_on_one_timing_waits_for_the_regular_rec
 
 
 def test_a_recheck_of_an_arm_timed_once_is_priced_at_twice_its_smaller_bucket_time() -> None:
-    # SCALAR's one timing here, 900 ms, is a stall (it took 3 ms on the smaller bucket): priced
-    # at that, its re-check never fits the budget; priced at twice its floor, it does
+    # SCALAR's one timing here, 900 ms, is a stall (it took 3 ms on the smaller bucket):
+    # priced at twice its floor, its re-check fits the budget at once
     key = key_with({SIMD: timed(4_000.0, n=10, var_us2=0.0), SCALAR: timed(900_000.0, n=1)})
     policy = Policy()
     state = due_for_recheck(policy, key)
-    assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
     state.floors = {SCALAR: 3_000.0}
     d = policy.decide(state, key, TWO, NOW_S)
     assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+
+
+def test_an_arm_whose_few_timings_may_all_be_outliers_is_timed_again_within_the_budget() -> None:
+    # SCALAR timed once at 900 ms, no floor: priced at 4x the committed arm (16 ms), not at
+    # its one reading, so the key's allowance (3 % of the 940 ms its timings took) pays
+    key = key_with({SIMD: timed(4_000.0, n=10, var_us2=0.0), SCALAR: timed(900_000.0, n=1)})
+    policy = Policy()
+    state = due_for_recheck(policy, key)
+    d = policy.decide(state, key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.RECHECK)
+    # three readings of 900 ms are the arm's cost: a re-check is priced at that, and waits
+    key.arms[SCALAR] = timed(900_000.0, n=3, var_us2=0.0)
+    state = due_for_recheck(policy, key)
+    assert policy.decide(state, key, TWO, NOW_S).reason is Reason.EXPLOIT
 
 
 def test_a_recheck_waits_for_the_exploration_budget() -> None:
@@ -447,10 +460,10 @@ def test_a_recheck_is_due_at_next_recheck_and_the_interval_then_doubles() -> Non
 
 
 def test_a_recheck_turn_with_no_arm_to_look_at_passes_and_the_fourth_looks_at_every_arm() -> None:
-    # SCALAR's one timing (a cold first call's, say) is 45x SIMD's: not plausible, so the
-    # regular turns pass it over. They still count: the memo holds between turns (a turn
-    # left due made every later decision a full one) and the fourth turn looks at every arm.
-    key = key_with({SIMD: timed(0.6, n=50, var_us2=0.01), SCALAR: timed(27.0, n=1)})
+    # SCALAR's three timings are 45x SIMD's: not plausible, so the regular turns pass it
+    # over. They still count: the memo holds between turns (a turn left due made every later
+    # decision a full one) and the fourth turn looks at every arm.
+    key = key_with({SIMD: timed(0.6, n=50, var_us2=0.01), SCALAR: timed(27.0, n=3)})
     policy = Policy(PolicyConfig(recheck_interval=4))
     state = committed(policy, key)
     steps = []
