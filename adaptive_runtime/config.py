@@ -83,11 +83,12 @@ class RuntimeConfig(PolicyKnobs):
         GPU arm runs instead. Worth it only where the device is far slower than the host for
         small calls (an old or shared GPU).
     Thread counts
-      choose_threads: learn each threaded implementation (numba's loops, ATen) at fewer
-        threads too (variants ``simd:numba@1``, ``simd:torch@1``), and let torch's thread
-        count between the runtime's calls follow what its keys chose. On by default: beside
-        a process that takes a core (a DataLoader worker) one thread beats two by multiples.
-        Off: every kernel runs at its pool's size, and torch's count is never changed.
+      choose_threads: learn each numba-threaded implementation at fewer threads too (the
+        variant ``simd:numba@1``), and hold torch's process-wide count, phase by phase, at
+        whichever of its size and one thread ran the keys' timed calls faster in a trial. On
+        by default: beside a process that takes a core (a DataLoader worker) one thread beats
+        two by multiples. Off: every kernel runs at its pool's size, and torch's count is
+        never changed.
     """
 
     force_backend: Choice | None = None

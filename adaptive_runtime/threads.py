@@ -68,9 +68,9 @@ def _numba_threads() -> int | None:
 
 
 def _torch_threads() -> int | None:
-    """torch's pool size: its count now, or — where the runtime set the count between its
-    calls (:func:`set_torch_phase`) or runs a call at fewer threads now — the size it had
-    before, so the runtime's own settings never look like the program resizing the pool."""
+    """torch's pool size: its count now, or — where the runtime holds torch at a count of
+    its choosing (:func:`set_torch_phase`) — the size it had before, so the runtime's own
+    setting never looks like the program resizing the pool."""
     torch = imported("torch")
     if torch is None:
         return None
@@ -78,8 +78,6 @@ def _torch_threads() -> int | None:
         now = int(torch.get_num_threads())
     except Exception:
         return None
-    if _torch_outer:
-        return _torch_outer[0]
     if _phase:
         base, phase = _phase
         if now == phase:
@@ -88,21 +86,19 @@ def _torch_threads() -> int | None:
     return now
 
 
-# torch's count outside the fewer-threads calls running now (torch's setting is process-wide)
-_torch_outer: list[int] = []
-# [pool size, count set] while the runtime holds torch at a count of its choosing between calls
+# [pool size, count set] while the runtime holds torch at a count of its choosing
 _phase: list[int] = []
 
 
 def torch_phase() -> int:
-    """The count the runtime holds torch at between its calls (0: it does not; the pool
-    runs at its own size)."""
+    """The count the runtime holds torch at (0: it does not; the pool runs at its own
+    size)."""
     return _phase[1] if _phase else 0
 
 
 def set_torch_phase(count: int) -> None:
-    """Hold torch at ``count`` threads between the runtime's calls (0: back to the pool's own
-    size). No effect where torch is not imported or the count is already so."""
+    """Hold torch at ``count`` threads (0: back to the pool's own size), see
+    ``_dispatch/pool_phase``. No effect where torch is not imported or it is held so."""
     torch = imported("torch")
     if torch is None:
         return
@@ -134,57 +130,22 @@ def pool_size(pool: str) -> int:
     return cpus
 
 
-def at_threads(pool: str, count: int, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run with its pool (``"numba"`` or ``"torch"``) at ``count`` threads (at most its
-    size; 0: its size), set for the call and set back after it (see
-    ``kernels/_thread_counts``). numba's count is the calling thread's own; torch's is
-    process-wide, so a torch call at another count changes it for another thread's torch
-    calls while it runs."""
-    setter: Callable[[int, Callable[..., Any], tuple[Any, ...]], Any]
-    if pool == "numba":
-        setter = _numba_at
-    elif pool == "torch":
-        setter = _torch_at if count else _torch_at_size
-    else:
-        raise ValueError(f"no thread count can be set for pool {pool!r}")
+def at_threads(count: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with numba's pool at ``count`` threads for the calling thread (numba's count is
+    per thread: others keep theirs), set for the call and back after it."""
 
     def at_count(*args: Any) -> Any:
-        return setter(count, fn, args)
+        numba: Any = imported("numba")
+        now = _numba_threads() if numba is not None else None
+        if now is None or now <= count:  # (pool not up yet: the call launches it at full size)
+            return fn(*args)
+        numba.set_num_threads(count)
+        try:
+            return fn(*args)
+        finally:
+            numba.set_num_threads(now)
 
     return functools.update_wrapper(at_count, fn)
-
-
-def _numba_at(count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    numba: Any = imported("numba")
-    now = _numba_threads() if numba is not None else None
-    if now is None or now <= count:  # (pool not up yet: the call launches it at full size)
-        return fn(*args)
-    numba.set_num_threads(count)  # (numba's is per calling thread: others keep theirs)
-    try:
-        return fn(*args)
-    finally:
-        numba.set_num_threads(now)
-
-
-def _torch_at(count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    torch: Any = imported("torch")  # (imported: the kernel needs it)
-    now = torch.get_num_threads()
-    if now == count:
-        return fn(*args)
-    _torch_outer.append(_phase[0] if _phase else now)
-    torch.set_num_threads(count)
-    try:
-        return fn(*args)
-    finally:
-        torch.set_num_threads(now)
-        _torch_outer.pop()
-
-
-def _torch_at_size(_count: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    # (the pool's own size: nothing to do unless the runtime holds torch at fewer threads)
-    if not _phase:
-        return fn(*args)
-    return _torch_at(_phase[0], fn, args)
 
 
 def _blas_threads() -> int | None:

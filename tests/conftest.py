@@ -27,6 +27,17 @@ settings.register_profile("pinned", derandomize=True, database=None, deadline=No
                           print_blob=True)
 settings.load_profile("pinned")
 
+
+@pytest.fixture(autouse=True)
+def _torch_at_its_own_size():
+    """Each test starts as a new process does: torch at its pool's size. (A runtime holds
+    torch at the count a trial measured faster, process-wide, and an earlier test's runtime
+    may have left it at one thread: ``_dispatch/pool_phase``.)"""
+    from adaptive_runtime.threads import set_torch_phase
+
+    set_torch_phase(0)
+    yield
+
 Backend = ar.Backend
 ALL_ARMS = (Backend.GPU, Backend.SIMD, Backend.SCALAR)
 # The harness's default size: the reference size of bucket 13, at which a timing is learned as

@@ -1,58 +1,117 @@
-"""torch's thread count between the runtime's calls, following what its keys chose.
+"""torch's thread count, chosen per pool for a phase by trials against the current count.
 
-Each torch key learns ATen at the pool's size (``simd``) and at fewer threads
-(``simd:torch@1``: ``kernels/_thread_counts``), and commits to the faster. Which count torch is
-held at between calls matters beyond those keys: autograd's backward and the optimizer step run
-at it, and a key whose count differs switches the pool for its call and back. So about once a
-second (``Settler._look_around``) the time the torch keys spent since the last look is summed
-by the count of the choice each is committed to — calls times that choice's estimate — and
-torch is held at the count that took at least ``SHARE`` of it (hysteresis: a near tie changes
-nothing). When the load that made one thread win goes, the keys' own drift and exploration
-bring them back to the pool's size, and the count follows them.
+torch's count is process-wide: autograd's backward and the optimizer run at whatever count is
+set, and they are most of a training step. Setting it per call did not work here (ATen at one
+thread read 120-190 us a call with the switch there and back, against 90 us held at one
+thread), and per-call timings hide what contention does to a pool: beside a busy process the
+median of a 64x256x256 linear at 2 threads was 50 us, like 1 thread's, but its mean 104-123 us
+against 88-99 us — one call in a few waits for the thread whose core was taken, and the
+backward's mean was 4-6x one thread's. So the count is held for a phase and judged by the mean
+of the timed calls that ran at it:
+
+- the timed calls of keys whose implementation runs on torch's pool are summed per key at the
+  count held now (a *reference* window);
+- then torch is held at the other count for a *trial* window of as many timed calls
+  (``TRIAL_CALLS``), summed the same way;
+- the keys seen in both are compared: what the reference window's calls cost against what
+  they would have cost at the trial's per-key means. The trial count is kept where that is
+  under ``1 / SWITCH_GAIN`` of the reference, else torch goes back;
+- a trial that loses doubles the wait before the next (``FIRST_WAIT_S`` up to
+  ``LONGEST_WAIT_S``): on a quiet machine trials cost little; a change in the machine's load
+  (``_load``: involuntary context switches, the run queue) brings the next trial forward.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable
 
+from .._load import LoadReading
 from ..threads import set_torch_phase, torch_phase
-from .entry import Entry
 
-__all__ = ["SHARE", "PoolPhase"]
+__all__ = ["FIRST_WAIT_S", "LONGEST_WAIT_S", "SWITCH_GAIN", "TRIAL_CALLS", "PoolPhase"]
 
-# the share of the torch keys' time a count must take to become the count between calls
-SHARE = 2 / 3
+TRIAL_CALLS = 48  # timed calls in a reference window and in a trial
+SWITCH_GAIN = 1.15  # a trial count must be this much faster to be kept
+FIRST_WAIT_S = 1.0
+LONGEST_WAIT_S = 64.0
+# a change in involuntary context switches per second, or in the run queue per CPU, of this
+# much since the last trial makes the next trial come at once
+_SWITCHES_CHANGE = 200.0
+_QUEUE_CHANGE = 0.5
+
+Window = dict[object, list[float]]  # key id -> [summed us, calls]
 
 
 class PoolPhase:
-    """Holds torch at the count its committed keys spend most of their time at. Not
-    thread-safe: the caller holds the runtime's lock."""
+    """Holds torch at the count its timed calls measure fastest (see the module docstring).
+    Not thread-safe: the caller holds the runtime's lock. ``load`` gives the latest machine
+    load reading (injectable)."""
 
-    def __init__(self) -> None:
-        self._seen: dict[int, int] = {}  # entry id -> its calls at the last look
+    def __init__(self, pool_size: int, load: Callable[[], LoadReading | None]) -> None:
+        # the counts tried: the pool's size (0) and one thread
+        self._other = 1 if pool_size > 1 else 0
+        self._load = load
+        self._window: Window = {}
+        self._calls = 0
+        self._reference: Window | None = None  # while a trial runs: the window before it
+        self._wait_s = FIRST_WAIT_S
+        self._next_s = -math.inf  # when the next reference window may start
+        self._load_at_trial: LoadReading | None = None
+        self.trials = self.switches = 0
 
-    def look(self, entries: Iterable[Entry]) -> int:
-        """Weigh the calls since the last look and hold torch at the winning count; returns the
-        count torch is held at now (0: the pool's own size)."""
-        time_at: dict[int, float] = defaultdict(float)
-        seen: dict[int, int] = {}
-        for entry in entries:
-            choice = entry.backend
-            impl = entry.impls.get(choice) if choice is not None else None
-            if impl is None or impl.threads != "torch":
-                continue
-            calls = entry.next_ticket()
-            seen[id(entry)] = calls
-            arm = entry.key.arms.get(choice)  # type: ignore[arg-type]
-            estimate = arm.estimate_us if arm is not None else math.nan
-            if math.isfinite(estimate):
-                time_at[impl.thread_count] += (calls - self._seen.get(id(entry), 0)) * estimate
-        self._seen = seen
-        total = sum(time_at.values())
-        if total > 0:
-            count, spent = max(time_at.items(), key=lambda item: item[1])
-            if count != torch_phase() and spent >= SHARE * total:
-                set_torch_phase(count)
-        return torch_phase()
+    def observe(self, key: object, duration_us: float, now_s: float) -> None:
+        """One timed call of a key on torch's pool, at the count held now."""
+        if not self._other:
+            return
+        if self._reference is None and now_s < self._next_s and not self._load_moved():
+            return
+        window = self._window
+        sums = window.get(key)
+        if sums is None:
+            window[key] = [duration_us, 1.0]
+        else:
+            sums[0] += duration_us
+            sums[1] += 1.0
+        self._calls += 1
+        if self._calls >= TRIAL_CALLS:
+            self._window_done(now_s)
+
+    def _window_done(self, now_s: float) -> None:
+        window, self._window, self._calls = self._window, {}, 0
+        held = torch_phase()
+        if self._reference is None:  # the reference is measured: try the other count
+            self._reference = window
+            self.trials += 1
+            self._load_at_trial = self._load()
+            set_torch_phase(self._other if held == 0 else 0)
+            return
+        reference, self._reference = self._reference, None
+        if _trial_gain(reference, window) >= SWITCH_GAIN:
+            self.switches += 1
+            self._wait_s = FIRST_WAIT_S  # (kept: the count held now; look again soon)
+        else:
+            set_torch_phase(0 if held else self._other)  # back
+            self._wait_s = min(self._wait_s * 2.0, LONGEST_WAIT_S)
+        self._next_s = now_s + self._wait_s
+
+    def _load_moved(self) -> bool:
+        before, now = self._load_at_trial, self._load()
+        if before is None or now is None:
+            return False
+        switches, queue, cpus = now
+        return (abs(switches - before[0]) >= _SWITCHES_CHANGE
+                or abs(queue - before[1]) / cpus >= _QUEUE_CHANGE)
+
+
+def _trial_gain(reference: Window, trial: Window) -> float:
+    """How much faster the trial ran the reference window's calls: their cost at each key's
+    reference mean over their cost at its trial mean (keys seen in both); 1.0 where none."""
+    before = after = 0.0
+    for key, (summed, calls) in reference.items():
+        tried = trial.get(key)
+        if tried is None:
+            continue
+        before += summed
+        after += calls * tried[0] / tried[1]
+    return before / after if after > 0.0 else 1.0

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from .._imported import loaded_frameworks
+from .._load import latest as latest_load
 from .._load import poll as poll_load
 from .._thread_faults import revive_threads, survive
 from ..backend import Choice
@@ -17,7 +18,7 @@ from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import KeyState, Step
-from ..threads import ThreadWatch, torch_phase
+from ..threads import ThreadWatch, pool_size
 from .candidates import Candidates, floors
 from .core import Core
 from .emission import Emission
@@ -61,8 +62,9 @@ class Settler:
         # the thread pools' sizes, read every second or so from timed calls (see
         # _threads_changed)
         self._threads = ThreadWatch()
-        # (torch's count between calls, from the keys' choices; None: counts are not chosen)
-        self._pool_phase = PoolPhase() if core.config.choose_threads else None
+        # (torch's count, held per phase by trials; None: thread counts are not chosen)
+        self._pool_phase = (PoolPhase(pool_size("torch"), latest_load)
+                            if core.config.choose_threads else None)
         # the frameworks the program had imported at the last look (same schedule): one
         # imported since brings the implementations that need it (see frameworks_imported)
         self._frameworks = loaded_frameworks()
@@ -135,6 +137,10 @@ class Settler:
         if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
+            phase = self._pool_phase
+            if phase is not None and (impl := entry.impls.get(backend)) is not None \
+                    and impl.threads == "torch":
+                phase.observe(key.id, duration_us, now)  # (what torch's count is judged by)
             sample = self._learn(key, state, decision, duration_us, n, now, calls,
                                  span is not None)
             if sample is not None:
@@ -189,23 +195,11 @@ class Settler:
         fails the call."""
         with survive("thread_watch", "thread pools"):
             self._threads_changed(self._threads.poll(now))
-            if self._pool_phase is not None:
-                self._hold_torch_count()
         with survive("thread_watch", "frameworks"):
             self._look_for_frameworks()
         with survive("thread_watch", "machine load"):  # (what a drift span is explained by)
             poll_load(now)
         revive_threads()
-
-    def _hold_torch_count(self) -> None:
-        """torch's count between calls follows the keys' committed counts (``pool_phase``)."""
-        before = torch_phase()
-        held = self._pool_phase.look(  # type: ignore[union-attr]
-            entry for _size_of, entries, _op, _families in self._routes.values()
-            for entry in entries.values())
-        if held != before:
-            _log.info("torch held at %s between calls (the torch keys' time is mostly there)",
-                      f"{held} threads" if held else "its pool's size")
 
     def _look_for_frameworks(self) -> None:
         """Note the frameworks the program imported since the last look (torch in the middle

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._imported import FRAMEWORKS
@@ -250,17 +250,6 @@ class Operation:
             arm, fn, compile_count if compile_count is not None else _numba_compile_count(fn),
             floor_us, bool(warm_up), surcharge_us, sync, device_timing,
             name, threads, needs, int(min_size), int(thread_count))
-        if self._owner is not None:
-            self._owner._implementations_changed(self.name)
-
-    def wrap_implementation(self, choice: Choice, wrap: Callable[[Callable[..., Any]],
-                                                                Callable[..., Any]],
-                            *, family: str = "") -> None:
-        """Replace the kernel of the implementation registered as ``choice`` (``family``'s)
-        with ``wrap(kernel)``, its other settings kept (``kernels/_thread_counts``)."""
-        impls = self._impls if not family else self._families[family]
-        impl = impls[choice]
-        impls[choice] = replace(impl, fn=wrap(impl.fn))
         if self._owner is not None:
             self._owner._implementations_changed(self.name)
 

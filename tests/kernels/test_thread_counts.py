@@ -1,5 +1,5 @@
-"""Thread counts as choices: every threaded built-in implementation also runs, and is learned,
-at fewer threads (``kernels/_thread_counts``), on real numba and torch pools."""
+"""Thread counts as choices: every numba-threaded built-in implementation also runs, and is
+learned, at fewer threads (``kernels/_thread_counts``), on real numba kernels."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.kernels._compile import PARALLEL_MIN_ELEMENTS, one_thread, prange, simd_jit
-from adaptive_runtime.kernels._thread_counts import ATEN_GRAIN, fewer_counts
-from adaptive_runtime.threads import at_threads, set_torch_phase, thread_counts
+from adaptive_runtime.kernels._thread_counts import fewer_counts
 
 NUMBA_AT_ONE = ar.Variant("simd", "numba@1")
-TORCH_AT_ONE = ar.Variant("simd", "torch@1")
 
 
 @simd_jit
@@ -38,7 +36,7 @@ def test_threaded_builtins_get_a_one_thread_variant_in_every_host_family() -> No
     sum_op = rt.operation("sum")
     assert NUMBA_AT_ONE in sum_op.choices  # (its SIMD arm is numba's prange loop)
     torch_sum = {i.choice for i in sum_op.implementations("torch")}
-    assert {TORCH_AT_ONE, NUMBA_AT_ONE} <= torch_sum
+    assert NUMBA_AT_ONE in torch_sum  # (beside ATen's, whose count is chosen per pool)
     assert not any("@" in i.name for i in sum_op.implementations("device"))
     # serial implementations get none: add's SIMD arm is numpy's own (single-threaded) call
     assert not any("@" in i.name for i in rt.operation("add").implementations())
@@ -68,20 +66,6 @@ def test_a_one_thread_builtin_variant_computes_what_the_threaded_arm_does() -> N
     assert one == pytest.approx(threaded, rel=1e-9)
 
 
-def test_torch_at_one_thread_sets_the_pool_for_the_call_and_back_unseen_by_the_watch() -> None:
-    torch = pytest.importorskip("torch")
-    set_torch_phase(0)  # (an earlier test's runtime may hold torch at one thread)
-    outer = torch.get_num_threads()
-    seen = []
-
-    def kernel() -> None:
-        seen.append((torch.get_num_threads(), thread_counts(blas=False)["torch"]))
-
-    at_threads("torch", 1, kernel)()
-    assert seen == [(1, outer)]  # the pool's size, as the watch reads it, stays the outer one
-    assert torch.get_num_threads() == outer
-
-
 def test_one_thread_variants_are_candidates_only_from_the_size_they_differ_at() -> None:
     rt = ar.AdaptiveRuntime()
     small = np.random.default_rng(2).standard_normal(1000)
@@ -94,17 +78,3 @@ def test_one_thread_variants_are_candidates_only_from_the_size_they_differ_at() 
     assert (ar.size_bucket(large.size), NUMBA_AT_ONE) in timed
     assert (ar.size_bucket(small.size), ar.Backend.SIMD) in timed
     assert (ar.size_bucket(small.size), NUMBA_AT_ONE) not in timed
-    assert ATEN_GRAIN == PARALLEL_MIN_ELEMENTS  # (both are 2^15: one size class for both pools)
-
-
-def test_linear_on_torch_learns_aten_at_one_thread_under_autograd() -> None:
-    torch = pytest.importorskip("torch")
-    rt = ar.AdaptiveRuntime()
-    x = torch.randn(64, 256, requires_grad=True)
-    w = torch.randn(256, 256, requires_grad=True)
-    for _ in range(300):
-        out = rt.run("linear", x, w)
-    out.sum().backward()  # (the one-thread variant keeps ATen's graph)
-    assert x.grad is not None and w.grad is not None
-    timed = {(r.operation, _choice(r)) for r in rt.history_snapshot()}
-    assert ("linear@torch+grad", TORCH_AT_ONE) in timed
