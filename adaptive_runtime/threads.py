@@ -15,6 +15,11 @@ installed. ``None``: not known here. While a program runs, BLAS's is read only o
 program has imported threadpoolctl itself: a BLAS pool is resized through it (or fixed by
 ``OPENBLAS_NUM_THREADS`` before the program starts), and finding the library costs ~6.5 ms
 and importing threadpoolctl more, which no training loop should pay for nothing.
+
+The runtime also sets counts (``RuntimeConfig.choose_threads``): a numba kernel at fewer
+threads for one call (:func:`at_threads`, numba's count being per thread), and torch's
+process-wide count held for a phase (:func:`set_torch_phase`, ``_dispatch/pool_phase``). Its
+own setting is not a change of the pool's size: the pool's size reads as before.
 """
 
 from __future__ import annotations
