@@ -8,12 +8,11 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.pool_phase import FIRST_WAIT_S, TRIAL_CALLS, PoolPhase
 from adaptive_runtime.threads import set_torch_phase, thread_counts, torch_phase
-
-torch = pytest.importorskip("torch")
 
 
 @pytest.fixture
