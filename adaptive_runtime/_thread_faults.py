@@ -8,7 +8,9 @@ The threads (by the name they are counted under, ``ar.telemetry.stats().thread_f
 - ``metrics``: the OpenTelemetry SDK's metric reader thread, where it runs our callbacks and
   our exporter wrapper (the thread is the SDK's; the work we put on it is guarded);
 - ``history``: a runtime's history saver (``runtime._history_file``), per save;
-- ``thread_watch``: the reading of the thread pools' sizes, on a timed call.
+- ``thread_watch``: the reading of the thread pools' sizes, on a timed call;
+- ``prepare``: a runtime's compiler of cold numba candidates (``_dispatch.prepare``), while it
+  has work.
 
 :func:`survive` guards one unit: an ``Exception`` raised in it is counted for its thread,
 logged at WARNING with its traceback once per (thread, unit, exception type) — a failing
@@ -35,7 +37,7 @@ __all__ = ["THREADS", "fault_counts", "keep_alive", "note_restart", "record_faul
 
 _log = logging.getLogger("adaptive_runtime.threads")
 
-THREADS = ("spans", "export", "metrics", "history", "thread_watch")
+THREADS = ("spans", "export", "metrics", "history", "thread_watch", "prepare")
 
 _lock = threading.Lock()
 _faults: dict[str, int] = dict.fromkeys(THREADS, 0)

@@ -14,6 +14,7 @@ from ..operations import Implementation, Operation
 from ..policy import heuristic_order, heuristic_preference
 from .core import Core
 from .entry import Arms, Route
+from .prepare import Preparer
 
 _log = logging.getLogger(__name__.rpartition(".")[0])
 
@@ -42,9 +43,10 @@ class Candidates:
     """Candidates — arms, and variants of arms — of registered operations and of any other
     name."""
 
-    def __init__(self, core: Core, routes: dict[str, Route]) -> None:
+    def __init__(self, core: Core, routes: dict[str, Route], preparer: Preparer) -> None:
         self._core = core
         self._routes = routes
+        self.preparer = preparer
         self._arms_cache: dict[tuple[Any, ...], Arms] = {}
 
     def arms_of(self, op: Operation, n: int) -> Arms:
@@ -66,11 +68,12 @@ class Candidates:
         for cache_key in [k for k in self._arms_cache if k[0] == name]:
             del self._arms_cache[cache_key]
 
-    def of(self, op: Operation, n: int) -> tuple[Choice, ...]:
+    def of(self, op: Operation, n: int, *, compiled: bool = True) -> tuple[Choice, ...]:
         """Candidates of a registered operation at size ``n``: its implementations on the
         arms enabled and available here whose framework the program has imported (``needs``),
-        from their ``min_size`` (thread-count variants where ``choose_threads``), in
-        heuristic order; or the forced one."""
+        from their ``min_size`` (thread-count variants where ``choose_threads``), in heuristic
+        order — where ``compiled``, those whose code is not compiled yet left out
+        (``prepare``: the runtime would compile it in the call) —; or the forced one."""
         backends = op.choices
         if not backends:
             raise RegistrationError(
@@ -113,7 +116,19 @@ class Candidates:
         if op.resident:  # (inputs on the GPU: tried there first, see Operation.resident)
             order = (*(c for c in order if c.arm is Backend.GPU),
                      *(c for c in order if c.arm is not Backend.GPU))
-        return order
+        return self.preparer.leave_out_cold(op, order) if compiled else order
+
+    def prepare_cold(self, op: Operation, n: int, args: tuple[Any, ...]) -> None:
+        """Have the implementations of ``op`` at size ``n`` whose code is not compiled yet
+        compiled off the caller's path, for calls like one on ``args`` (``prepare``). Those
+        whose inputs cannot be copied small become candidates at once. Lock held."""
+        if self._core.forced is not None:
+            return
+        preparer = self.preparer
+        cold = [c for c in op.choices if self._can_run(op, c, n)
+                and preparer.cold(op, c, op.implementation_for(c))]
+        if cold:
+            preparer.request(op, cold, args)
 
     def _can_run(self, op: Operation, choice: Choice, n: int) -> bool:
         """Whether ``choice`` of ``op`` is a candidate at size ``n`` here (see :meth:`of`)."""
@@ -124,12 +139,13 @@ class Candidates:
                 and (not impl.thread_count or core.config.choose_threads))
 
     def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:
-        """Candidate arms for any operation name (registered or not), in heuristic order."""
+        """Candidate arms for any operation name (registered or not), in heuristic order
+        (for ``select()``, whose caller runs its own code: none is left out uncompiled)."""
         core = self._core
         route = self._routes.get(operation)  # (a device twin is routed, not registered)
         op = route[2] if route is not None else core.registry.find(operation)
         if op is not None and op.backends:
-            return self.of(op, n)
+            return self.of(op, n, compiled=False)
         if core.forced is not None:
             return (core.forced,)
         usable = [b for b in core.enabled if core.devices.available(b)]

@@ -26,6 +26,7 @@ from .entry import Route
 from .fallback import Fallback
 from .fastpath import Router
 from .period import Periods
+from .prepare import Preparer
 from .settle import Settler
 from .timed import TimedCalls
 from .trueno import TruenoApi
@@ -49,15 +50,17 @@ class Dispatcher:
         rates: dict[str, OperationRate] = {}
         counts = self._counts = Counts(core, routes)
         emission = self._emission = Emission(core, counts)
-        candidates = Candidates(core, routes)
+        preparer = self._preparer = Preparer(config.explore_share)
+        candidates = Candidates(core, routes, preparer)
         periods = Periods(core, counts)
         settler = self._settler = Settler(core, periods, emission, candidates, rates, routes)
         attempt = Attempt(timer, ResultChecks(core, settler, periods))
         fallback = Fallback(core, settler, periods, counts, emission, attempt)
-        timed = TimedCalls(core, settler, emission, attempt, fallback)
+        timed = TimedCalls(core, settler, emission, attempt, fallback, preparer)
         router = self._router = Router(core, candidates, counts, routes, rates)
         router.connect(timed.slow, fallback.fast_failure)
         timed.reroute = self._frameworks_imported
+        timed.compiled = self._compiled
         self._trueno = TruenoApi(core, router, settler, candidates, counts, emission)
         self.run = router.run
         self.route = router.route
@@ -74,6 +77,19 @@ class Dispatcher:
         for op in list(self._core.registry):
             if op.frameworks_needed() & names or Backend.GPU in op.backends:
                 self._router.reset_route(op.name)
+
+    def _compiled(self) -> None:
+        """Candidates left out of their keys until their code was compiled (``prepare``)
+        are ready: their operations are routed afresh (what they learned is kept)."""
+        for name in self._preparer.take_finished():
+            self._router.reset_route(name)
+
+    def wait_compiled(self, timeout_s: float | None = None) -> bool:
+        """Wait until the candidates being compiled off the callers' path are ready, and
+        make them candidates of their keys now; ``False`` if ``timeout_s`` passed first."""
+        done = self._preparer.wait(timeout_s)
+        self._compiled()
+        return done
 
     # ------------------------------------------------------------------ telemetry
 

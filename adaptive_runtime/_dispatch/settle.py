@@ -57,6 +57,7 @@ class Settler:
         self._refresh = periods.refresh
         self._emission = emission
         self._candidates = candidates
+        self._spend = candidates.preparer.spend
         self._rates = rates  # registered operations' call-rate state (see Router)
         self._routes = routes  # the route table (see Router): every key's implementations
         # the thread pools' sizes, read every second or so from timed calls (see
@@ -90,6 +91,7 @@ class Settler:
             entry = entries.get(bucket)
             if entry is None:
                 key = core.history.key(op.name, bucket)
+                self._candidates.prepare_cold(op, n, args)
                 entry = entries[bucket] = Entry(key, learner.state_of(key),
                                                 self._candidates.arms_of(op, n),
                                                 self._rates[op.name], op.size_of,
@@ -137,6 +139,7 @@ class Settler:
         if not state.decisions & 15:
             self._history.touch(key)  # LRU recency, refreshed every 16th decision
         if duration_us is not None:
+            self._spend(duration_us * calls)  # (what compiling left-out candidates may take)
             phase = self._pool_phase
             if phase is not None and (impl := entry.impls.get(backend)) is not None \
                     and impl.threads == "torch":

@@ -15,6 +15,7 @@ from .core import Core
 from .emission import Emission
 from .entry import TALLY_REASON, Entry
 from .fallback import Fallback
+from .prepare import Preparer
 from .profiling import profiler_range
 from .settle import Settler, Span
 
@@ -30,7 +31,7 @@ class TimedCalls:
     a converged one, the first call of a key."""
 
     def __init__(self, core: Core, settler: Settler, emission: Emission, attempt: Attempt,
-                 fallback: Fallback) -> None:
+                 fallback: Fallback, preparer: Preparer) -> None:
         self._core = core
         self._timer = core.timer  # (never replaced: read here once, not through the core)
         self._settler = settler
@@ -41,6 +42,10 @@ class TimedCalls:
         # (set by the dispatcher) make the routes of operations that gain implementations
         # again, given the frameworks the program imported since the last look
         self.reroute: Callable[[frozenset[str]], None] | None = None
+        # (set by the dispatcher) make the routes of operations again whose left-out
+        # candidates were compiled off the callers' path (see prepare)
+        self._preparer = preparer
+        self.compiled: Callable[[], None] | None = None
 
     def slow(self, op: Operation, entries: dict[int, Entry], n: int, args: tuple[Any, ...],
              entry: Entry | None, ticket: int) -> Any:
@@ -112,6 +117,8 @@ class TimedCalls:
         if settler.frameworks_imported and self.reroute is not None:
             imported, settler.frameworks_imported = settler.frameworks_imported, frozenset()
             self.reroute(imported)
+        if self._preparer.finished and self.compiled is not None:
+            self.compiled()
         if ready:
             for held, device_us in ready:
                 self._emission.emit(*held, device_us=device_us)

@@ -60,9 +60,9 @@ elif HAVE_NUMBA:
 else:  # pragma: no cover - numba is a dependency; this keeps the package usable
     prange = range  # (the parallel loops then run sequentially, in plain Python)
 
-__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "LazyKernel", "SizeSplitKernel",
-           "compile_count", "launch_parallel_threads", "one_thread", "prange", "scalar_jit",
-           "simd_jit"]
+__all__ = ["HAVE_NUMBA", "PARALLEL_MIN_ELEMENTS", "KernelCompiles", "LazyKernel",
+           "SizeSplitKernel", "compile_count", "every_build", "launch_parallel_threads",
+           "one_thread", "prange", "scalar_jit", "simd_jit"]
 
 # OpenMP's default wait policy lets a thread team spin for a while after each parallel region.
 # Beside another spinning pool — numpy's OpenBLAS threads spin for ~0.1 s after a BLAS call —
@@ -219,36 +219,53 @@ def scalar_jit(fn: F) -> F:
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
 
-class _OneThread(threading.local):
-    """Whether this thread's SIMD kernels run their serial build at every size now (a
-    one-thread variant's call: :func:`one_thread`)."""
+class _BuildMode(threading.local):
+    """How this thread's SIMD kernels pick a build now: ``one``, their serial build at every
+    size (a one-thread variant's call: :func:`one_thread`); ``every``, the serial build run and
+    the parallel one compiled too, without running it (a preparation off the caller's path:
+    :func:`every_build`)."""
 
-    on = False
+    one = False
+    every = False
 
 
-_one_thread = _OneThread()
+_mode = _BuildMode()
 
 
 def one_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (which calls :func:`simd_jit` kernels) with those kernels at one thread: their
     serial build at every size. No pool is resized — numba's ``set_num_threads`` there and
     back cost ~3 us a call here, the flag ~0.1 us — and other threads are not affected."""
-    flag = _one_thread
+    mode = _mode
 
     def at_one_thread(*args: Any) -> Any:
-        flag.on = True
+        mode.one = True
         try:
             return fn(*args)
         finally:
-            flag.on = False
+            mode.one = False
 
     return functools.update_wrapper(at_one_thread, fn)
+
+
+def every_build(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call ``fn`` (which calls numba kernels) on ``args``, compiling — or loading from
+    numba's cache — every build of every kernel it reaches for these argument types: the
+    parallel build of a SIMD kernel too, which small ``args`` would not run. The parallel
+    build is compiled, not run: a second thread launching numba's pool while the caller's
+    thread uses it is safe only with some threading layers."""
+    mode = _mode
+    mode.every = True
+    try:
+        return fn(*args)
+    finally:
+        mode.every = False
 
 
 class SizeSplitKernel:
     """A SIMD kernel compiled twice — serial ``fastmath`` and ``fastmath`` + ``parallel`` —
     that runs the serial build on small inputs (and inside :func:`one_thread`) and the
-    parallel one on large inputs."""
+    parallel one on large inputs (inside :func:`every_build`, small inputs compile both)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         # before a parallel build can load from numba's cache (loading one launches the pool)
@@ -261,9 +278,16 @@ class SizeSplitKernel:
 
     def __call__(self, *args: Any) -> Any:
         largest = max((a.size for a in args if isinstance(a, np.ndarray)), default=0)
-        if largest < PARALLEL_MIN_ELEMENTS or _one_thread.on:
+        if largest < PARALLEL_MIN_ELEMENTS or _mode.one:
+            if _mode.every:
+                self._compile_parallel(args)
             return self.serial(*args)
         return self.parallel(*args)
+
+    def _compile_parallel(self, args: tuple[Any, ...]) -> None:
+        """Compile (or load from the cache) the parallel build for ``args``' types."""
+        typeof = self.parallel.typeof_pyval
+        self.parallel.compile(tuple(typeof(a) for a in args))
 
     @property
     def signatures(self) -> list[Any]:
@@ -328,16 +352,35 @@ def simd_jit(fn: F) -> F:
     return _lazy(fn, _make_simd)
 
 
-def compile_count(kernel: Any) -> Callable[[], int] | None:
+class KernelCompiles:
+    """How many specialisations one or more numba kernels have compiled so far (called: an
+    ``int``). An implementation's ``compile_count`` of this type says its code is numba's,
+    which the dispatcher may compile before the implementation's first call, off the
+    caller's path (:func:`every_build` on a small copy of a call's inputs)."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def __call__(self) -> int:
+        return self._count()
+
+    def __add__(self, other: KernelCompiles) -> KernelCompiles:
+        first, second = self._count, other._count
+        return KernelCompiles(lambda: first() + second())
+
+
+def compile_count(kernel: Any) -> KernelCompiles | None:
     """How many type signatures ``kernel`` has compiled so far (a call that raised it was
     spent compiling, and the runtime does not learn from it); ``None`` without numba."""
     if not HAVE_NUMBA:
         return None
     if isinstance(kernel, LazyKernel):
-        return kernel.compiled
+        return KernelCompiles(kernel.compiled)
     # ``len(overloads)``, not ``len(signatures)``: the property builds a list, which cost
     # 1.7 us a call warm and ~25 us cold, twice per timed call.
     if isinstance(kernel, SizeSplitKernel):
-        return kernel.compiled
+        return KernelCompiles(kernel.compiled)
     overloads = kernel.overloads
-    return lambda: len(overloads)
+    return KernelCompiles(lambda: len(overloads))

@@ -195,4 +195,4 @@ def _both(first: Any, second: Any) -> Any:
     """The compile count of two kernels (``None`` without numba)."""
     if first is None or second is None:
         return None
-    return lambda: first() + second()
+    return first + second

@@ -46,22 +46,19 @@ class AdaptiveRuntime(RuntimeParts):
     ``config`` defaults to :meth:`RuntimeConfig.from_env`. ``builtin_ops`` registers the
     built-in operations (``dot``, ``add``, ...). ``devices`` decides which arms can run (tests
     pass ``adaptive_runtime.operations.DeviceProbe(gpu=True)``, internal, to stand in for a
-    GPU); ``clock`` (seconds) and ``timer``
-    (nanoseconds) are injectable for tests.
+    GPU); ``clock`` (seconds) and ``timer`` (nanoseconds) are injectable for tests.
 
     Raises :class:`BackendUnavailableError` at construction when a forced arm cannot run here.
 
     Processes: a forked child (a ``DataLoader`` worker) goes on with its copy of the runtime
-    (history, operations and telemetry as they were at the fork; it never saves to the
-    parent's history file). A runtime pickles — for a ``spawn`` worker, whose ``Dataset``
-    holds one — as a recipe: unpickling makes a fresh runtime, in the receiving process, with
-    the same :class:`RuntimeConfig`, a copy of the learned history (what
-    :meth:`history_snapshot` shows) and the operations registered on it — the built-in ones
-    registered afresh there, the user's own with their functions, which must pickle (defined
-    at module level; a ``TypeError`` names the operation otherwise). Counters, hot-path and
-    quarantine state start afresh, devices are probed there (a ``DeviceProbe`` stand-in
+    (as it was at the fork; it never saves to the parent's history file). A runtime pickles
+    (for a ``spawn`` worker's ``Dataset``) as a recipe: unpickling makes a fresh runtime with
+    the same :class:`RuntimeConfig`, a copy of the learned history (:meth:`history_snapshot`)
+    and its operations — the built-in ones registered afresh, the user's own with their
+    functions, which must pickle (a ``TypeError`` names the operation otherwise). Counters,
+    hot-path and quarantine state start afresh, devices are probed there (a ``DeviceProbe``
     given to the constructor goes along), and the copy is never attached to a
-    ``history_path`` file: the file stays its first runtime's to load and save.
+    ``history_path`` file: the file stays its first runtime's.
     """
 
     def __init__(self, config: RuntimeConfig | None = None, *, builtin_ops: bool = True,
@@ -157,6 +154,12 @@ class AdaptiveRuntime(RuntimeParts):
         self._dispatcher.learn_device_timings()
         return self._spans.flush(timeout_s)
 
+    def wait_compiled(self, timeout_s: float | None = None) -> bool:
+        """Compile now the candidates left out of their keys until compiled off the callers'
+        path (docs/policy.md, "Compiling off the caller's path"), and make them candidates;
+        ``False`` if ``timeout_s`` passed first. A benchmark's warm-up, say."""
+        return self._dispatcher.wait_compiled(timeout_s)
+
     # ------------------------------------------------------------------ Trueno-compatible core
 
     def select(self, operation: str, input_size: int) -> Backend:
@@ -182,9 +185,9 @@ class AdaptiveRuntime(RuntimeParts):
         return CallSite(self._dispatcher, operation)
 
     def decide(self, operation: str, input_size: int) -> Decision:
-        """What :meth:`select` would choose now, explained; changes nothing. Its
-        ``choice`` names the implementation (an arm, or a :class:`Variant` of one) and its
-        ``estimates_us`` hold each candidate's estimate."""
+        """What :meth:`select` would choose now, explained; changes nothing: its ``choice``
+        (an arm, or a :class:`Variant` of one), each candidate's ``estimates_us``, the
+        ``timings`` behind each and their standard deviation ``stdevs_us`` (:class:`Decision`)."""
         return self._dispatcher.explain(_name(operation), input_size)
 
     def record_performance(self, operation: str, input_size: int, backend: Backend | str,
@@ -312,14 +315,11 @@ class AdaptiveRuntime(RuntimeParts):
         """One frozen reading of this runtime's per-call counters (every call, traced or
         not): selections by (operation, arm, reason), fallbacks, the operations on the hot path
         now, what the trace gate did with the calls it saw, and whether it records spans."""
-        traces = self.trace_counts()
+        traces, frozen = self.trace_counts(), MappingProxyType
         return RuntimeStats(
-            selections=MappingProxyType(self.selection_counts()),
-            fallbacks=MappingProxyType(self.fallback_counts()),
-            hot_operations=tuple(self.hot_operations()),
-            spans_admitted=self._dispatcher.spans_admitted(),
-            spans_exported=MappingProxyType(dict(traces["exported"])),
-            spans_suppressed=MappingProxyType(dict(traces["suppressed"])),
+            frozen(self.selection_counts()), frozen(self.fallback_counts()),
+            tuple(self.hot_operations()), self._dispatcher.spans_admitted(),
+            frozen(dict(traces["exported"])), frozen(dict(traces["suppressed"])),
             recording_spans=self._dispatcher.tracing)
 
     def selection_counts(self) -> dict[SelectionKey, int]:
