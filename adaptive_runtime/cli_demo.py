@@ -138,7 +138,8 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
     console.print(f"\n{calls} calls in {elapsed_s:.2f} s; {len(report.rows)} of {keys} keys "
                   f"(operation x size bucket) measured; chosen arm: {by_arm or 'none'}",
                   markup=False)
-    console.print("latencies: learned at each bucket's reference size (its geometric middle); "
+    console.print("latencies: learned at each bucket's reference size (its geometric middle), "
+                  "±the standard deviation of the timings behind it (n: how many); "
                   "speed-up: the slowest arm measured / the chosen arm; '-' when only one arm "
                   f"was measured or either stands on under {SPEEDUP_MIN_TIMINGS} timings",
                   markup=False)
@@ -148,8 +149,9 @@ def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,
                     operations: Iterable[str] | None = None) -> None:
     """Print what ``rt`` decided for every key it has history for (or only ``operations``'
     keys, their input families included): per (operation key, size bucket), the arm it runs
-    now, why, how sure, the latency learned on each arm, the timings behind them and the
-    speed-up over the slowest arm (``out``: standard output by default)."""
+    now, why, how sure, the latency learned on each arm with the standard deviation and number
+    of the timings behind it, and the speed-up over the slowest arm (``out``: standard output
+    by default)."""
     report = from_runtime(rt, operations)
     make_console(sys.stdout if out is None else out).print(decision_table(report.rows))
 

@@ -15,6 +15,7 @@ from ._progress import progress, status
 from .cli_defaults import telemetry_folder
 from .cli_views import print_json, report_json
 from .report import (
+    SPEEDUP_MIN_TIMINGS,
     Report,
     ReportInputError,
     crossovers,
@@ -98,5 +99,7 @@ def _count(n: int, what: str) -> str:
 
 def _legend(report: Report) -> str:
     return ("latencies (µs): learned at each size bucket's reference size (its geometric "
-            f"middle); chosen: {report.chosen_means}; samples: timings learned on the key; "
-            "speed-up: the slowest arm measured / the chosen arm")
+            "middle), ±the standard deviation of the timings behind it (n: how many), where "
+            f"the source has them; chosen: {report.chosen_means}; samples: timings learned on "
+            "the key; speed-up: the slowest arm measured / the chosen arm, where both stand "
+            f"on {SPEEDUP_MIN_TIMINGS} timings or more")

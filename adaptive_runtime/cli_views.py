@@ -38,6 +38,8 @@ def report_json(report: Report, found: Sequence[Crossover]) -> dict[str, Any]:
         "rows": [{"operation": r.operation, "size_bucket": r.size_bucket,
                   "sizes": list(r.sizes), "reference_size": r.reference_size,
                   "latency_us": {str(c): _number(us) for c, us in r.latency_us.items()},
+                  "timings": {str(c): n for c, n in r.timings.items()},
+                  "stdev_us": {str(c): _number(us) for c, us in r.stdev_us.items()},
                   "samples": r.samples, "chosen": str(r.chosen) if r.chosen else None,
                   "fastest": str(r.fastest) if r.fastest else None,
                   "speedup": _number(r.speedup), "reason": r.reason,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .backend import Backend, Choice
 
@@ -34,8 +34,11 @@ class Reason(str, enum.Enum):
         return self is Reason.EXPLOIT
 
 
-#: An empty, read-only ``estimates_us`` / ``floors_us`` (shared: one per decision would cost)
-EMPTY_ESTIMATES: Mapping[Choice, float] = MappingProxyType({})
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+#: An empty, read-only ``estimates_us`` / ``floors_us`` / ``stdevs_us`` (shared: one per
+#: decision would cost)
+EMPTY_ESTIMATES: Mapping[Choice, float] = _EMPTY
+_NO_TIMINGS: Mapping[Choice, int] = _EMPTY  # (the same object: an empty ``timings``)
 
 
 class Decision(NamedTuple):
@@ -55,6 +58,20 @@ class Decision(NamedTuple):
     ``floors_us`` holds what arms with a known floor take at least here (the GPU arm of a
     host call: its copies at the measured bandwidth); an arm never timed whose floor is over
     ``floor_ratio`` x the best measured estimate is not tried yet (see ``PolicyConfig``).
+
+    How much each estimate can be trusted, on the decisions that are explained
+    (``rt.decide()`` and the ones a span shows; empty on the others, which nobody reads):
+
+    - ``timings``: for each choice in ``estimates_us``, the number of timings its estimate
+      stands on: those learned in the arm's current epoch (a drift alarm, a re-measure or an
+      arm found faster starts again from its first timing; loaded or merged history counts
+      as the timings it holds). The estimate is read from the latest 16 of them (the mean; of
+      the first three, their lower or median: docs/policy.md).
+    - ``stdevs_us``: the standard deviation (µs) of those timings: the square root of the
+      variance the history keeps of the same window as the estimate (a stall far over every
+      other timing left out, as from the estimate); only for choices timed twice or more and
+      not failing (one timing has no spread). The spread of single timings, not the error of
+      the estimate.
     """
 
     choice: Choice
@@ -64,6 +81,8 @@ class Decision(NamedTuple):
     samples: int = 0
     plan: tuple[Choice, ...] = ()
     floors_us: Mapping[Choice, float] = EMPTY_ESTIMATES
+    timings: Mapping[Choice, int] = _NO_TIMINGS
+    stdevs_us: Mapping[Choice, float] = EMPTY_ESTIMATES
 
     @property
     def backend(self) -> Backend:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import KeyHistory
@@ -76,17 +78,22 @@ class TruenoApi:
                        candidates: tuple[Choice, ...]) -> Decision:
         """``decision`` explained from the history as it is now, not as it was when it was
         made (a memoised exploit, or a decision made before the latest timings): its
-        estimates are left out, so that Policy.explained fills them in afresh."""
-        return self._core.policy.explained(decision._replace(estimates_us={}), state, key,
-                                           candidates)
+        estimates (and their timings) are left out, so that Policy.explained fills them in
+        afresh."""
+        return self._core.policy.explained(decision._replace(estimates_us={}, timings={}),
+                                           state, key, candidates)
 
     def _forced(self, key: KeyHistory | None, forced: Choice) -> Decision:
         """The forced decision: ``forced`` is the choice forced, as the operation has it (a
         variant it lacks: its arm)."""
         stats = key.arms.get(forced) if key is not None else None
-        return Decision(forced, Reason.FORCED, 1.0,
-                        {forced: stats.estimate_us} if stats else {},
-                        stats.samples if stats else 0)
+        if stats is None:
+            return Decision(forced, Reason.FORCED, 1.0)
+        n = stats.epoch_samples
+        spread = n > 1 and not stats.consecutive_failures
+        return Decision(forced, Reason.FORCED, 1.0, {forced: stats.estimate_us}, stats.samples,
+                        timings={forced: n},
+                        stdevs_us={forced: math.sqrt(stats.var_us2)} if spread else {})
 
     def record(self, operation: str, n: int, backend: Choice, duration_us: float) -> None:
         bucket = size_bucket(n)

@@ -1,6 +1,7 @@
 """Decisions and what they were based on: ``_explained`` (a decision with the key's estimates,
 samples and floors), ``_explained_exploit`` (and the exploit's confidence), ``_fill_in`` (a
-decision made with ``explain=False``, explained when someone asks: :meth:`Policy.explained`),
+decision made with ``explain=False``, explained when someone asks: :meth:`Policy.explained`,
+with each estimate's timings and standard deviation),
 and the decisions nobody will look at, built once: the cold start's (:func:`heuristic_decision`),
 unexplained exploring (:func:`explore_decision`) and exploit ones."""
 
@@ -11,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ..backend import Backend, Choice
-from ..decision import EMPTY_ESTIMATES, Decision, Reason
+from ..decision import _NO_TIMINGS, EMPTY_ESTIMATES, Decision, Reason
 from ..history import KeyHistory
 from .compare import _confidence
 from .state import KeyState
@@ -33,6 +34,47 @@ def _estimates(key: KeyHistory) -> Mapping[Choice, float]:
     return MappingProxyType({b: math.inf if s.consecutive_failures else s.mean_us
                              for b, s in key.arms.items()
                              if s.epoch_samples or s.consecutive_failures})
+
+
+def _trust(key: KeyHistory, estimates: Mapping[Choice, float],
+           ) -> tuple[Mapping[Choice, int], Mapping[Choice, float]]:
+    """The timings each of ``estimates`` stands on (the epoch's) and their standard
+    deviation (two timings or more, not failing): how far each estimate can be trusted. Only
+    for decisions someone reads (a span, ``rt.decide()``)."""
+    arms = key.arms
+    timings: dict[Choice, int] = {}
+    stdevs: dict[Choice, float] = {}
+    for b in estimates:
+        s = arms.get(b)
+        if s is not None:
+            n = timings[b] = s.epoch_samples
+            if n > 1 and not s.consecutive_failures:
+                stdevs[b] = math.sqrt(s.var_us2)
+    return (MappingProxyType(timings) if timings else _NO_TIMINGS,
+            MappingProxyType(stdevs) if stdevs else EMPTY_ESTIMATES)
+
+
+def _estimates_and_trust(key: KeyHistory) -> tuple[
+        Mapping[Choice, float], Mapping[Choice, int], Mapping[Choice, float]]:
+    """``_estimates(key)`` and ``_trust`` of them, in one pass over the arms (an exported
+    span's decision is explained on the caller's thread)."""
+    estimates: dict[Choice, float] = {}
+    timings: dict[Choice, int] = {}
+    stdevs: dict[Choice, float] = {}
+    for b, s in key.arms.items():
+        n = s.epoch_samples
+        if s.consecutive_failures:
+            estimates[b] = math.inf
+            timings[b] = n
+        elif n:
+            estimates[b] = s.mean_us
+            timings[b] = n
+            if n > 1:
+                stdevs[b] = math.sqrt(s.var_us2)
+    if not estimates:
+        return EMPTY_ESTIMATES, _NO_TIMINGS, EMPTY_ESTIMATES
+    return (MappingProxyType(estimates), MappingProxyType(timings),
+            MappingProxyType(stdevs) if stdevs else EMPTY_ESTIMATES)
 
 
 def _floors_of(state: KeyState) -> Mapping[Choice, float]:
@@ -76,10 +118,19 @@ def _explained_exploit(chosen: Choice, usable: Sequence[Choice], key: KeyHistory
 def _fill_in(decision: Decision, state: KeyState, key: KeyHistory,
              candidates: Sequence[Choice], noise_floor: float) -> Decision:
     """``decision`` with its estimates (and an exploit's confidence) filled in from ``key``, if
-    it was made with ``explain=False`` (:meth:`Policy.explained`)."""
-    if decision.estimates_us or not key.arms:
+    it was made with ``explain=False``, and each estimate's timings and standard deviation
+    (:meth:`Policy.explained`)."""
+    if decision.timings or not key.arms:
         return decision
-    if decision.reason is Reason.EXPLOIT:
-        return _explained_exploit(decision.choice, candidates, key, state, noise_floor)
-    return decision._replace(estimates_us=_estimates(key), samples=key.samples,
-                             floors_us=_floors_of(state))
+    estimates = decision.estimates_us
+    if estimates:  # explained when made (a re-check, a drift alarm...): only the trust to add
+        confidence, samples, floors = decision.confidence, decision.samples, decision.floors_us
+        timings, stdevs = _trust(key, estimates)
+    else:
+        estimates, timings, stdevs = _estimates_and_trust(key)
+        samples, floors = key.samples, _floors_of(state)
+        confidence = (_confidence(decision.choice, candidates, key.arms, noise_floor)
+                      if decision.reason is _EXPLOIT else decision.confidence)
+    # (one construction, positional: this runs for every exported span, on the caller's thread)
+    return Decision(decision.choice, decision.reason, confidence, estimates, samples,
+                    decision.plan, floors, timings, stdevs)

@@ -32,8 +32,10 @@ class KeyRow:
     """One (operation, size bucket): each measured arm's learned latency (µs, at the bucket's
     reference size), the timings learned on the key, and the arm chosen there. ``reason`` and
     ``confidence`` are those of the decision shown, where the source has one (a history file
-    keeps no decisions). ``timings``: how many timings each arm's latency stands on, where
-    the source says (a history file and a live runtime do; traces do not)."""
+    keeps no decisions). ``timings``: how many timings each arm's latency stands on, and
+    ``stdev_us``: their standard deviation (µs; arms with two timings or more), where the
+    source says (a history file, a live runtime and spans written since they carry
+    ``adaptive.timings.<arm>`` do)."""
 
     operation: str
     size_bucket: int
@@ -43,6 +45,7 @@ class KeyRow:
     reason: str | None = None
     confidence: float | None = None
     timings: Mapping[Choice, int] = field(default_factory=dict)
+    stdev_us: Mapping[Choice, float] = field(default_factory=dict)
 
     @property
     def reference_size(self) -> int:

@@ -57,6 +57,7 @@ def rows_from_records(records: Iterable[HistoryRecord]) -> list[KeyRow]:
     arm is the fastest (see the module docstring)."""
     latency: dict[tuple[str, int], dict[Choice, float]] = {}
     timings: dict[tuple[str, int], dict[Choice, int]] = {}
+    stdevs: dict[tuple[str, int], dict[Choice, float]] = {}
     samples: dict[tuple[str, int], int] = {}
     for r in records:
         key = (r.operation, r.size_bucket)
@@ -65,17 +66,22 @@ def rows_from_records(records: Iterable[HistoryRecord]) -> list[KeyRow]:
         if r.samples and math.isfinite(r.mean_us):
             latency.setdefault(key, {})[r.choice] = r.mean_us
             timings.setdefault(key, {})[r.choice] = r.samples
+            if r.samples > 1 and math.isfinite(r.variance_us2):  # (one timing: no spread)
+                stdevs.setdefault(key, {})[r.choice] = math.sqrt(max(r.variance_us2, 0.0))
     rows = []
     for (operation, bucket), arms in sorted(latency.items()):
-        rows.append(KeyRow(operation, bucket, arms, samples[(operation, bucket)],
-                           fastest_arm(arms), timings=timings[(operation, bucket)]))
+        key = (operation, bucket)
+        rows.append(KeyRow(operation, bucket, arms, samples[key], fastest_arm(arms),
+                           timings=timings[key], stdev_us=stdevs.get(key, {})))
     return rows
 
 
 def from_runtime(rt: AdaptiveRuntime, operations: Iterable[str] | None = None) -> Report:
     """The report of what ``rt`` learned, for every key with history (or only the keys of
     ``operations``, their input families — ``"gelu@torch"`` for ``"gelu"`` — included), each
-    decided by ``rt.decide`` at the bucket's smallest size."""
+    decided by ``rt.decide`` at the bucket's smallest size. Each arm's timings and standard
+    deviation are the decision's (those its estimate stands on now: after a drift alarm,
+    the timings since)."""
     wanted = None if operations is None else set(operations)
     records = [r for r in rt.history_snapshot()
                if wanted is None or r.operation in wanted
@@ -83,9 +89,16 @@ def from_runtime(rt: AdaptiveRuntime, operations: Iterable[str] | None = None) -
     rows = []
     for row in rows_from_records(records):
         decision = rt.decide(row.operation, bucket_bounds(row.size_bucket)[0])
+        timings, stdevs = dict(row.timings), dict(row.stdev_us)
+        for choice in row.latency_us:  # (the decision's, where it has the arm)
+            if choice in decision.timings:
+                timings[choice] = decision.timings[choice]
+                stdevs.pop(choice, None)
+                if choice in decision.stdevs_us:
+                    stdevs[choice] = decision.stdevs_us[choice]
         rows.append(KeyRow(row.operation, row.size_bucket, row.latency_us, row.samples,
                            decision.choice, decision.reason.value,
-                           float(decision.confidence), row.timings))
+                           float(decision.confidence), timings, stdevs))
     return Report(tuple(rows), (), "this runtime", "the arm the runtime runs now (rt.decide)")
 
 

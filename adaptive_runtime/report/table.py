@@ -1,9 +1,11 @@
 """The decision table in the terminal (rich): one line per (operation, size bucket).
 
 Columns: the operation, the size bucket and its sizes, the arm chosen (and, where the source
-knows them, why and how sure), each arm's learned latency, the timings behind them, and the
-speed-up of the chosen arm over the slowest one measured. Plain columns separated by spaces, no
-vertical rules, so a saved log still reads with ``grep`` and ``awk`` (``$4`` is the arm).
+knows them, why and how sure), each arm's learned latency — with, where the source knows them,
+the standard deviation of the timings behind it and how many there are (``12.3±1.2(n=8)``) —,
+the timings learned on the key and the speed-up of the chosen arm over the slowest one
+measured. Plain columns separated by spaces, no vertical rules and no space inside a cell, so a
+saved log still reads with ``grep`` and ``awk`` (``$4`` is the arm).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..backend import Backend, choice_order
+from ..backend import Backend, Choice, choice_order
 from .model import KeyRow
 
-__all__ = ["ARM_STYLES", "REASON_STYLES", "decision_table", "format_us", "make_console"]
+__all__ = ["ARM_STYLES", "REASON_STYLES", "decision_table", "format_us", "latency_cell",
+           "make_console"]
 
 # the same hues as the figure's (report.figure), in the terminal's palette
 ARM_STYLES = {Backend.GPU: "magenta", Backend.SIMD: "cyan", Backend.SCALAR: "yellow"}
@@ -69,7 +72,7 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
             cells += [Text(reason, style=REASON_STYLES.get(reason, "")),
                       Text("-" if row.confidence is None else f"{row.confidence:.2f}")]
         for arm in arms:
-            cell = Text(format_us(row.latency_us.get(arm)))
+            cell = Text(latency_cell(row, arm))
             if arm is chosen and len(row.latency_us) > 1:
                 cell.stylize("bold")
             cells.append(cell)
@@ -79,6 +82,23 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
         last_of_operation = i + 1 < len(rows) and rows[i + 1].operation != row.operation
         table.add_row(*cells, end_section=last_of_operation)
     return table
+
+
+def latency_cell(row: KeyRow, arm: Choice) -> str:
+    """``arm``'s learned latency in ``row`` (:func:`format_us`), then, where the row has
+    them, the standard deviation of its timings (``±1.2``) and their number (``(n=8)``):
+    ``"12.3±1.2(n=8)"``; one word, so the table still splits on spaces."""
+    latency = row.latency_us.get(arm)
+    text = format_us(latency)
+    if latency is None or not math.isfinite(latency):
+        return text
+    stdev = row.stdev_us.get(arm)
+    if stdev is not None and math.isfinite(stdev):
+        text += f"±{format_us(stdev)}"
+    timings = row.timings.get(arm)
+    if timings is not None:
+        text += f"(n={timings:,})"
+    return text
 
 
 def format_us(value: float | None) -> str:

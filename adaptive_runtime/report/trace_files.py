@@ -4,9 +4,11 @@ Without a collector the runtime appends its spans to ``<folder>/traces.jsonl`` (
 ``traces.jsonl.1``): OTLP/JSON, one export request per line (see ``telemetry.sdk.otlp_json``).
 Every traced selection is an ``adaptive.select {operation}`` span carrying the key, the arm,
 the reason, the confidence, the key's timings so far (``adaptive.samples``) and each arm's
-latency estimate (``adaptive.estimate_us.<arm>``) when it was made. Per key the report takes
-the estimates of the latest span that has them; the chosen arm is that span's own arm when it
-was a committed one (``exploit`` or ``forced``), else the fastest of those estimates (what the
+latency estimate (``adaptive.estimate_us.<arm>``) when it was made, with the timings it stood
+on (``adaptive.timings.<arm>``) and their standard deviation (``adaptive.stdev_us.<arm>``;
+spans written before these were added have neither). Per key the report takes the estimates
+of the latest span that has them; the chosen arm is that span's own arm when it was a
+committed one (``exploit`` or ``forced``), else the fastest of those estimates (what the
 runtime commits to next).
 
 The files are streamed line by line (reduced to small tuples as they are read, with progress
@@ -35,6 +37,8 @@ __all__ = ["TRACES_FILE", "from_telemetry", "key_values", "request_lines", "trac
 TRACES_FILE = "traces.jsonl"
 _SELECT = "adaptive.select "
 _ESTIMATE = "adaptive.estimate_us."
+_TIMINGS = "adaptive.timings."
+_STDEV = "adaptive.stdev_us."
 _COMMITTED = ("exploit", "forced")
 # No export request the runtime writes comes near this (a batch of 512 spans is ~1 MiB): a
 # longer line is not from one of its files, and is not read into memory whole.
@@ -57,6 +61,8 @@ class _Select(NamedTuple):
     weight: float
     estimates_us: Mapping[Choice, float]
     commit: bool  # the key committed to ``backend`` on this call (adaptive.commit)
+    timings: Mapping[Choice, int]  # (adaptive.timings.<arm>; empty in older spans)
+    stdevs_us: Mapping[Choice, float]
 
 
 def trace_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -167,6 +173,10 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                 a = key_values(span.get("attributes", ()))
                 estimates = {parse_choice(k[len(_ESTIMATE):]): float(v)
                              for k, v in a.items() if k.startswith(_ESTIMATE)}
+                timings = {parse_choice(k[len(_TIMINGS):]): int(v)
+                           for k, v in a.items() if k.startswith(_TIMINGS)}
+                stdevs = {parse_choice(k[len(_STDEV):]): float(v)
+                          for k, v in a.items() if k.startswith(_STDEV)}
                 yield _Select(
                     run, service, int(span["startTimeUnixNano"]),
                     str(a.get("adaptive.operation") or span["name"][len(_SELECT):]),
@@ -175,7 +185,7 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                               str(a.get("adaptive.variant", ""))), str(a["adaptive.decision"]),
                     float(a.get("adaptive.confidence", 0.0)), int(a.get("adaptive.samples", 0)),
                     float(a.get("adaptive.sampling.weight", 1.0)), estimates,
-                    a.get("adaptive.commit") is True)
+                    a.get("adaptive.commit") is True, timings, stdevs)
 
 
 def key_values(items: Any) -> dict[str, Any]:
@@ -216,13 +226,15 @@ def _rows(selects: list[_Select]) -> list[KeyRow]:
         last = latest[key]
         basis = estimated.get(key)
         if basis is None:  # only a first call was traced: no estimate yet
-            chosen, latency = last.backend, {}
+            chosen, latency, timings, stdevs = last.backend, {}, {}, {}
         else:
             latency = dict(basis.estimates_us)
+            timings, stdevs = dict(basis.timings), dict(basis.stdevs_us)
             chosen = (basis.backend if basis.reason in _COMMITTED
                       else fastest_arm(latency) or basis.backend)
         rows.append(KeyRow(key[0], key[1], latency, samples[key], chosen, last.reason,
-                           last.confidence if math.isfinite(last.confidence) else None))
+                           last.confidence if math.isfinite(last.confidence) else None,
+                           timings, stdevs))
     return rows
 
 

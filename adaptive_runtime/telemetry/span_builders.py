@@ -127,6 +127,12 @@ class SpanBuilder:
             _explain_by_load(select_attrs)
         for arm, estimate in decision.estimates_us.items():
             select_attrs[f"adaptive.estimate_us.{arm.value}"] = float(estimate)
+        # (how far each estimate can be trusted: filled in with the estimates when the call's
+        # decision was explained for its span, Policy.explained)
+        for arm, count in decision.timings.items():
+            select_attrs[f"adaptive.timings.{arm.value}"] = int(count)
+        for arm, stdev in decision.stdevs_us.items():
+            select_attrs[f"adaptive.stdev_us.{arm.value}"] = float(stdev)
         for arm, floor in decision.floors_us.items():
             select_attrs[f"adaptive.floor_us.{arm.value}"] = float(floor)
         return select_attrs

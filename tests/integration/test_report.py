@@ -15,6 +15,7 @@ import importlib
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -38,6 +39,9 @@ from adaptive_runtime.report import (
 from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
 
 BUCKETS = range(4, 18)
+# a learned latency in the table: µs, ±the standard deviation of its timings where there are
+# two or more, and their number
+LATENCY_CELL = re.compile(r"[\d,.]+(±[\d,.]+)?\(n=[\d,]+\)")
 
 RECORD = textwrap.dedent('''
     import json, math, sys, time
@@ -185,6 +189,9 @@ def test_report_table_shows_each_key_its_arms_and_the_arm_the_runtime_chose(
     for (op, _), row in rows.items():
         assert int(row["samples"].replace(",", "")) > 0
         assert row[f"{row['chosen']}_µs"] != "-"  # the chosen arm was measured
+        # each latency with the spread and number of its timings ("12.3±1.2(n=8)")
+        assert all(LATENCY_CELL.fullmatch(row[f"{arm}_µs"]) for arm in ("simd", "scalar")
+                   if row[f"{arm}_µs"] != "-"), row
         assert row["gpu_µs"] == "-" or op == "project"  # blend has no GPU arm
     if source == "telemetry":
         assert {row["reason"] for row in rows.values()} <= {
@@ -410,6 +417,9 @@ def test_demo_prints_one_parseable_line_per_key_and_shows_progress(
     rows = [line.split() for line in out.splitlines() if line.startswith(("dot ", "add "))]
     assert len(rows) >= 10 and all(len(r) == len(header) for r in rows), out
     assert {r[3] for r in rows} <= {"simd", "scalar", "gpu"}
+    arms = [i for i, name in enumerate(header) if name.endswith("_µs")]
+    assert arms and all(LATENCY_CELL.fullmatch(r[i]) or r[i] == "-" for r in rows for i in arms)
+    assert any("±" in r[i] for r in rows for i in arms), out
     assert "400 calls in" in out
     # off a terminal: a progress line per tenth of the work, on stderr
     progress = [ln for ln in err.splitlines() if ln.startswith("demo: ")]
@@ -426,5 +436,7 @@ def test_report_json_holds_the_tables_rows_and_crossovers(
     for key, backend in recorded.clear_keys().items():
         assert rows[key]["chosen"] == backend
         assert rows[key]["latency_us"][backend] > 0 and rows[key]["samples"] > 0
+        assert rows[key]["timings"][backend] >= 1  # (the spans carry each arm's timings)
+        assert set(rows[key]["stdev_us"]) <= set(rows[key]["timings"])
     assert doc["decisions"] > 0 and isinstance(doc["crossovers"], list)
     assert not Path("report.png").exists()  # (--json draws nothing)

@@ -15,6 +15,7 @@ span timestamps are real.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -23,6 +24,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,7 +48,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 
 import adaptive_runtime as ar
+from adaptive_runtime.keys import reference_size
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.report import decision_table, from_telemetry, make_console
+from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
 from adaptive_runtime.telemetry.spans import SpanRecorder
 
 Backend = ar.Backend
@@ -72,6 +77,8 @@ EXECUTE_ATTRIBUTES = {
     "adaptive.duration_us": float,
 }
 ESTIMATE_PREFIX = "adaptive.estimate_us."
+TIMINGS_PREFIX = "adaptive.timings."
+STDEV_PREFIX = "adaptive.stdev_us."
 
 # Span budgets (token buckets and background CPU share) far above what a test produces.
 NO_SPAN_BUDGET = {"spans_per_sec": 1e9, "trace_cpu_share": math.inf}
@@ -244,6 +251,15 @@ def test_select_and_execute_spans_carry_every_contract_attribute(tracing: Tracin
         assert set(estimates) <= {"simd", "scalar"}, estimates
         assert all(isinstance(v, float) and v >= 0 for v in estimates.values()), estimates
         assert attrs["adaptive.has_history"] == bool(estimates)
+        # each estimate with the timings it stands on, and their spread from two timings on
+        timings = {k[len(TIMINGS_PREFIX):]: v for k, v in attrs.items()
+                   if k.startswith(TIMINGS_PREFIX)}
+        stdevs = {k[len(STDEV_PREFIX):]: v for k, v in attrs.items()
+                  if k.startswith(STDEV_PREFIX)}
+        assert set(timings) == set(estimates), attrs
+        assert all(isinstance(v, int) and v >= 1 for v in timings.values()), timings
+        assert set(stdevs) == {arm for arm, n in timings.items() if n >= 2}, attrs
+        assert all(isinstance(v, float) and v >= 0 for v in stdevs.values()), stdevs
         # execute: the arm that ran, and how long it took
         assert execute.attributes["adaptive.operation"] == "scale"
         assert execute.attributes["adaptive.backend"] == attrs["adaptive.backend"]
@@ -286,6 +302,87 @@ def test_spans_name_the_variant_that_ran_and_estimate_every_candidate(tracing: T
     assert by_variant[None] in {"simd", "scalar"}
     assert any({f"{ESTIMATE_PREFIX}simd", f"{ESTIMATE_PREFIX}simd:plain",
                 f"{ESTIMATE_PREFIX}scalar"} <= set(s.attributes) for s, _e in pairs)
+
+
+def test_select_spans_carry_each_estimates_timings_and_spread_into_the_report(
+        tmp_path: Path, timer: Any) -> None:
+    """``adaptive.timings.<arm>`` and ``adaptive.stdev_us.<arm>`` beside each estimate, through
+    the SDK's in-memory exporter and the embedded OTLP/JSON files, read back by the report.
+    The arms advance the runtime's timer by set costs (SIMD 100 and 120 µs in turn, SCALAR
+    300 µs), so every timing is known."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "test-tracing"}),
+                              shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileSpanExporter(
+        tmp_path / "traces.jsonl")))
+    rt = ar.AdaptiveRuntime(EXPORT_ALL, builtin_ops=False, devices=DeviceProbe(gpu=False),
+                            timer=timer)
+    simd_us = itertools.cycle([100.0, 120.0])
+
+    def simd(n: int) -> str:
+        timer.advance_us(next(simd_us))
+        return "simd"
+
+    def scalar(n: int) -> str:
+        timer.advance_us(300.0)
+        return "scalar"
+
+    two_arms(rt, simd=simd, scalar=scalar)
+    export_into(rt, provider)
+    n = reference_size(12)  # (timings learned as they are: no rescaling to the bucket)
+    try:
+        for _ in range(40):
+            rt.run("scale", n)
+        assert rt.flush_telemetry(10.0)
+        assert provider.force_flush(10_000)
+        selects = sorted((s for s in memory.get_finished_spans()
+                          if s.name == "adaptive.select scale"), key=lambda s: s.start_time)
+        decided = rt.decide("scale", n)
+    finally:
+        ar.telemetry.uninstrument(rt, timeout_s=5.0)
+        provider.shutdown()
+    assert len(selects) == 40  # (every call exported)
+
+    def prefixed(attrs: Any, prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)}
+
+    explained = [s for s in selects if prefixed(s.attributes, ESTIMATE_PREFIX)]
+    assert explained
+    ran_before = Counter[str]()
+    for span in selects:
+        attrs = span.attributes
+        timings = prefixed(attrs, TIMINGS_PREFIX)
+        stdevs = prefixed(attrs, STDEV_PREFIX)
+        assert set(timings) == set(prefixed(attrs, ESTIMATE_PREFIX))
+        # a span shows what its decision knew: the timings of the calls before it, at most
+        assert all(1 <= count <= ran_before[arm] for arm, count in timings.items()), (
+            timings, ran_before)
+        assert set(stdevs) == {arm for arm, count in timings.items() if count >= 2}
+        if "scalar" in stdevs:
+            assert stdevs["scalar"] == 0.0  # (always 300 µs)
+        if timings.get("simd", 0) >= 4:  # (100 and 120 in turn: a window's spread ~10.3 µs)
+            assert 9.0 <= stdevs["simd"] <= 11.6, stdevs
+        ran_before[attrs["adaptive.backend"]] += 1
+    last = explained[-1].attributes
+    assert prefixed(last, TIMINGS_PREFIX)["simd"] >= 4  # (committed to simd, timed every call)
+    assert decided.backend is SIMD and decided.timings[SIMD] >= prefixed(
+        last, TIMINGS_PREFIX)["simd"]
+
+    # the files: the report reads the latest estimates with their timings and spread
+    (row,) = from_telemetry(tmp_path).rows
+    assert {arm.value: count for arm, count in row.timings.items()} == prefixed(
+        last, TIMINGS_PREFIX)
+    assert {arm.value: us for arm, us in row.stdev_us.items()} == pytest.approx(
+        prefixed(last, STDEV_PREFIX))
+    assert {arm.value: us for arm, us in row.latency_us.items()} == pytest.approx(
+        prefixed(last, ESTIMATE_PREFIX))
+    out = io.StringIO()
+    make_console(out).print(decision_table([row]))
+    cells = next(ln for ln in out.getvalue().splitlines() if ln.startswith("scale ")).split()
+    assert f"(n={row.timings[SIMD]})" in cells[6] and "±" in cells[6], cells  # simd µs
+    scalar_n = row.timings[SCALAR]  # (timed once at least: 3x behind, re-checked seldom)
+    assert cells[7] == (f"300±0.00(n={scalar_n})" if scalar_n >= 2 else "300(n=1)"), cells
 
 
 def test_select_spans_of_a_device_call_show_the_gpu_arms_floor_with_fake_gpu_arm(

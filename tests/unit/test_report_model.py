@@ -63,7 +63,8 @@ def test_compact_size(n: int, text: str) -> None:
 
 
 def _select(start_s: float, reason: str, backend: str, estimates: dict[str, float],
-            samples: int) -> dict[str, object]:
+            samples: int, timings: dict[str, int] | None = None,
+            stdevs: dict[str, float] | None = None) -> dict[str, object]:
     attributes = [
         {"key": "adaptive.operation", "value": {"stringValue": "op"}},
         {"key": "adaptive.input_size", "value": {"intValue": "1000"}},
@@ -73,7 +74,11 @@ def _select(start_s: float, reason: str, backend: str, estimates: dict[str, floa
         {"key": "adaptive.confidence", "value": {"doubleValue": 0.9}},
         {"key": "adaptive.samples", "value": {"intValue": str(samples)}},
         *({"key": f"adaptive.estimate_us.{arm}", "value": {"doubleValue": us}}
-          for arm, us in estimates.items())]
+          for arm, us in estimates.items()),
+        *({"key": f"adaptive.timings.{arm}", "value": {"intValue": str(n)}}
+          for arm, n in (timings or {}).items()),
+        *({"key": f"adaptive.stdev_us.{arm}", "value": {"doubleValue": us}}
+          for arm, us in (stdevs or {}).items())]
     return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "adaptive.select op",
             "startTimeUnixNano": str(int(1.7e18 + start_s * 1e9)), "attributes": attributes}
 
@@ -104,6 +109,31 @@ def test_while_exploring_the_chosen_arm_is_the_fastest_estimate_so_far(
     events = from_telemetry(tmp_path).events
     assert [(e.time_s, e.reason, e.backend) for e in events] == [
         (0.0, "exploit", SIMD), (1.0, "recheck", SIMD)]
+
+
+def test_spans_timings_and_spreads_come_with_the_estimates_they_were_read_beside(
+        tmp_path: Path) -> None:
+    # the latest span with estimates gives the row its latencies, timings and spreads; the
+    # speed-up then needs three timings of each arm (not the key's timings per arm)
+    _write_spans(tmp_path,
+                 _select(0.0, "explore", "scalar", {"simd": 10.0}, 1, {"simd": 1}),
+                 _select(1.0, "exploit", "simd", {"simd": 10.0, "scalar": 30.0}, 9,
+                         {"simd": 8, "scalar": 1}, {"simd": 1.5}),
+                 _select(2.0, "exploit", "simd", {}, 10))
+    (row,) = from_telemetry(tmp_path).rows
+    assert row.timings == {SIMD: 8, SCALAR: 1}
+    assert row.stdev_us == {SIMD: 1.5}
+    # (the scalar arm stands on one timing; counted per key, 9 timings of 2 arms would do)
+    assert row.speedup is None
+    _write_spans(tmp_path, _select(1.0, "exploit", "simd", {"simd": 10.0, "scalar": 30.0}, 9,
+                                   {"simd": 6, "scalar": 3}, {"simd": 1.5, "scalar": 2.0}))
+    (row,) = from_telemetry(tmp_path).rows
+    assert row.speedup == pytest.approx(3.0)
+    # spans written before the timings were carried: latencies alone
+    _write_spans(tmp_path, _select(1.0, "exploit", "simd", {"simd": 10.0, "scalar": 30.0}, 9))
+    (row,) = from_telemetry(tmp_path).rows
+    assert (row.timings, row.stdev_us) == ({}, {})
+    assert row.speedup == pytest.approx(3.0)
 
 
 def test_variants_of_an_arm_are_columns_and_winners_of_their_own() -> None:
@@ -144,7 +174,8 @@ def test_history_rows_carry_each_arms_timings() -> None:
     from adaptive_runtime.history import HistoryRecord
     from adaptive_runtime.report.sources import rows_from_records
 
-    rows = rows_from_records([HistoryRecord("add", 6, Backend.SIMD, 4, 2.5, 0, 0.0),
+    rows = rows_from_records([HistoryRecord("add", 6, Backend.SIMD, 4, 2.5, 0, 0.0, 0.25),
                               HistoryRecord("add", 6, Backend.SCALAR, 1, 34.3, 0, 0.0)])
     assert rows[0].timings == {Backend.SIMD: 4, Backend.SCALAR: 1}
+    assert rows[0].stdev_us == {Backend.SIMD: 0.5}  # (the variance's root; one timing: none)
     assert rows[0].speedup is None
