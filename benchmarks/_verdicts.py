@@ -26,6 +26,9 @@ from dataclasses import dataclass
 __all__ = ["Ratio", "judge", "paired_ratio"]
 
 RESAMPLES = 4000
+# Beyond this many rounds to decide, a verdict says "> MANY_ROUNDS": the median sits on the
+# target, and the estimate is only a sign of that.
+MANY_ROUNDS = 100
 _Z95 = 1.96
 
 
@@ -73,7 +76,10 @@ def judge(ratio: Ratio, target: float, *, judged: int | None = None) -> str:
         return "meets"
     if ratio.low > target:
         return "MISSES"
-    return f"inconclusive (~{rounds_to_decide(ratio, target)} rounds)"
+    needed = rounds_to_decide(ratio, target)
+    if needed > MANY_ROUNDS:  # (the median sits on the target: no run here would decide)
+        return f"inconclusive (> {MANY_ROUNDS} rounds)"
+    return f"inconclusive (~{needed} rounds)"
 
 
 def rounds_to_decide(ratio: Ratio, target: float) -> int:

@@ -637,7 +637,7 @@ def judge_per_key(rounds: list[dict[str, dict[str, Any]]], fixed: list[str]) -> 
             [f"  adaptive <= {PER_KEY_TARGET:.2f}x the key's fastest implementation",
              f"{len(met)} of {len(judged)}",
              f"median {statistics.median(ratio.values()):.3f}x" if ratio else "-",
-             verdict(len(met) == len(judged))],
+             verdict(len(met) == len(judged)) if judged else "not judged"],
             [f"  adaptive <= {PER_KEY_TARGET:.2f}x the trained runtime (learning's cost)",
              f"{len(learned)} of {len(judged)}",
              f"median {statistics.median(learning.values()):.3f}x" if learning else "-", "-"]]

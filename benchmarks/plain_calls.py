@@ -3,11 +3,19 @@
 For each input type (numpy arrays, torch tensors, JAX arrays where the runtime has JAX arms) and
 dtype (float32, float64), a workload of every built-in operation runs through a fresh adaptive
 runtime and as the plain library call (numpy / ``torch`` / jitted ``jax.numpy``; numpy's gelu is
-scipy's ``erf``), side by side in a random order per call. Target: adaptive <= 1.02x the plain
-call per input type and dtype, exploration included (goal: under 1x, from the arms that beat
-it); per size bucket with at least 100 calls, adaptive <= 1.10x the plain call or at most the
-dispatch overhead's target (0.35 us) above it a call, and the buckets that miss; then the
-operations and sizes where an adaptive arm beats the plain call, and by how much.
+scipy's ``erf``), and the plain call again (the A/A column: the noise floor), the three side by
+side in one process in a random order per call — taking turns call by call meets the machine's
+drift more finely than a process per side could, and the inputs stay shared. This is done in
+``ROUNDS`` rounds (``PLAIN_CALLS_ROUNDS``, 5), each with a fresh runtime learning from nothing.
+Target: adaptive <= 1.02x the plain call per input type and dtype, exploration included (goal:
+under 1x, from the arms that beat it), judged by the rounds: per round the ratio of the two
+sides' totals, the median of the rounds' ratios with a 95 % bootstrap interval — "meets" when
+the interval is within the target, "MISSES" when beyond it, else "inconclusive" with about how
+many rounds would decide (``_verdicts``). Per size bucket with at least 100 calls over the
+rounds, adaptive <= 1.10x the plain call or at most the dispatch overhead's target (0.35 us)
+above it a call (their totals over the rounds), and the buckets that miss (no bucket with
+enough calls: "not judged"); then the operations and sizes where an adaptive arm beats the
+plain call, and by how much.
 
 What a competent user's baseline looks like, and so what this compares:
 
@@ -26,7 +34,12 @@ What a competent user's baseline looks like, and so what this compares:
 - numpy and torch inputs are read once, untimed, before each call, so whichever side runs
   first does not pay for bringing them into cache for the other.
 
-``PLAIN_CALLS_PER_OP`` (environment variable of the same name) shrinks the run while developing.
+``PLAIN_CALLS_PER_OP`` (environment variable of the same name; calls per operation in each
+round) and ``PLAIN_CALLS_ROUNDS`` shrink the run while developing. The default, 120 calls per
+operation a round, replaced one run of 600 with two sides: five rounds of three sides cost about
+1.5x that run, and the per-bucket counts over the rounds stay as they were; a round's fresh
+runtime meets each shape ~20 times, so exploration weighs more in a round than it did in the
+one run.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -41,14 +55,21 @@ from typing import Any
 
 import numpy as np
 from _table import print_table, verdict
+from _verdicts import judge, paired_ratio
 
 import adaptive_runtime as ar
+from adaptive_runtime._imported import imported
 from adaptive_runtime.keys import size_bucket
-from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.operations import DeviceProbe, Implementation
 
 SEED = 0
 GC_EVERY = 50  # calls between garbage collections (which are not timed)
-PLAIN_CALLS_PER_OP = int(os.environ.get("PLAIN_CALLS_PER_OP", "600"))
+# calls per operation in each round (a fresh runtime each round: exploration included)
+PLAIN_CALLS_PER_OP = int(os.environ.get("PLAIN_CALLS_PER_OP", "120"))
+ROUNDS = int(os.environ.get("PLAIN_CALLS_ROUNDS", "5"))
+# the sides of every call, in a random order per call: the plain call again is the A/A
+PLAIN, ADAPTIVE, PLAIN_AGAIN = 0, 1, 2
+SIDES = (PLAIN, ADAPTIVE, PLAIN_AGAIN)
 PLAIN_MAX_ELEMENTS = 1_000_000
 PLAIN_TARGET = 1.02
 # per (operation, size bucket) with at least PER_BUCKET_MIN_CALLS calls: adaptive <= 1.10x the
@@ -248,6 +269,13 @@ def build_calls(library: str, names: list[str], dtype: Any
     return [calls[i] for i in rng.permutation(len(calls))], inputs
 
 
+def runs_here(impl: Implementation) -> bool:
+    """Whether the runtime may run ``impl`` in this program now: not an arm calling a framework
+    the program has not imported yet (ATen on numpy inputs before torch is imported: the
+    runtime never imports torch itself, so it offers no such arm, and calling one raises)."""
+    return not impl.needs or imported(impl.needs) is not None
+
+
 def warm_up(rt: ar.AdaptiveRuntime, plain_calls: dict[str, Callable[..., Any]],
             inputs: dict[tuple[str, int], list[tuple[Any, ...]]],
             sync: Callable[[Any], Any]) -> tuple[float, float]:
@@ -267,7 +295,7 @@ def warm_up(rt: ar.AdaptiveRuntime, plain_calls: dict[str, Callable[..., Any]],
         family_op, _entries, _size = rt._dispatcher.route(name, args)
         start = time.perf_counter()
         for impl in family_op.implementations():  # (every arm's, and every variant)
-            if probe.available(impl.backend):
+            if probe.available(impl.backend) and runs_here(impl):
                 for _ in range(WARM_CALLS):
                     sync(impl.fn(*args))
         adaptive_s += time.perf_counter() - start
@@ -295,10 +323,7 @@ def versus_plain_calls() -> None:
                 COMPILES.listen()
             label = f"{library} {np.dtype(dtype).name}"
             run = _plain_run(library, plain_calls, dtype)
-            plain_s, adaptive_s = run["timed"]
-            rows.append([label, f"{plain_s:.3f} s", f"{adaptive_s:.3f} s",
-                         f"{adaptive_s / plain_s:.3f}x", f"<= {PLAIN_TARGET}x",
-                         verdict(adaptive_s <= PLAIN_TARGET * plain_s)])
+            rows.append(verdict_row(label, run["rounds"]))
             plain_warm, adaptive_warm = run["warm"]
             compiles = (f"{run['compiles'][0]} / {run['compiles'][1]}" if library == "jax"
                         else "-")
@@ -308,16 +333,20 @@ def versus_plain_calls() -> None:
             summary, worst = bucket_rows(label, run["buckets"])
             bucket_summary.append(summary)
             bucket_misses += worst
-    print_table(f"adaptive vs the plain library call: {PLAIN_CALLS_PER_OP} calls per "
-                f"operation over {SHAPES_PER_OP} fixed shapes each (8..{PLAIN_MAX_ELEMENTS:,} "
-                "elements), shuffled, both sides warmed on every shape and synced alike, "
-                "exploration included",
-                ["inputs", "plain call", "adaptive", "ratio", "target", "verdict"], rows)
+    print_table(f"adaptive vs the plain library call: {ROUNDS} rounds of "
+                f"{PLAIN_CALLS_PER_OP} calls per operation over {SHAPES_PER_OP} fixed shapes "
+                f"each (8..{PLAIN_MAX_ELEMENTS:,} elements), shuffled, both sides warmed on "
+                "every shape and synced alike, a fresh runtime each round (exploration "
+                "included); times: median of the rounds; ratios per round: median [95 % "
+                "bootstrap interval]",
+                ["inputs", "plain call", "adaptive", "adaptive / plain", "target", "verdict",
+                 "A/A: plain again / plain"], rows)
     print_table("compile / warm-up before the timed calls (untimed, not in the ratios above: "
                 f"{WARM_CALLS} calls per shape, the plain call and every adaptive arm's kernel)",
                 ["inputs", "shapes", "plain call", "adaptive arms",
                  "XLA compiles in timed calls (plain / adaptive)"], warm_rows)
-    print_table(f"per size bucket with >= {PER_BUCKET_MIN_CALLS} calls: adaptive <= "
+    print_table(f"per size bucket with >= {PER_BUCKET_MIN_CALLS} calls over the rounds "
+                f"(totals of the {ROUNDS} rounds): adaptive <= "
                 f"{PER_BUCKET_TARGET:.2f}x the plain call, or at most "
                 f"{PER_BUCKET_OVERHEAD_US} us above it a call (the dispatch overhead's target)",
                 ["inputs", "buckets meeting", "median ratio", "verdict"], bucket_summary)
@@ -331,20 +360,59 @@ def versus_plain_calls() -> None:
                 wins or [["(none)", "", "", "", "", "", ""]])
 
 
+def verdict_row(label: str, rounds: dict[int, list[float]]) -> list[object]:
+    """One input type's row of the verdict table: the sides' median totals, the per-round
+    ratio of adaptive to the plain call judged by its interval, and the A/A beside it."""
+    plain, adaptive = rounds[PLAIN], rounds[ADAPTIVE]
+    ratio = paired_ratio(adaptive, plain)
+    return [label, f"{statistics.median(plain):.3f} s", f"{statistics.median(adaptive):.3f} s",
+            str(ratio), f"<= {PLAIN_TARGET}", judge(ratio, PLAIN_TARGET),
+            str(paired_ratio(rounds[PLAIN_AGAIN], plain))]
+
+
+Key = tuple[str, int]  # (operation, size bucket)
+
+
 def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
                dtype: Any) -> dict[str, Any]:
-    """One input type and dtype: the timed totals (plain, adaptive), the warm-up seconds,
-    the compilations during the timed calls (plain, adaptive), the shape count and the keys
-    where the adaptive side wins."""
-    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    """One input type and dtype: each side's timed total per round, the warm-up seconds, the
+    compilations during the timed calls (plain, adaptive), the shape count, the keys where
+    the adaptive side wins and the per-bucket totals over the rounds."""
+    warm_rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     names = [name for name in PLAIN_WORKLOAD if name in plain_calls]
     calls, inputs = build_calls(library, names, dtype)
     sync = syncer(library)
-    warm = warm_up(rt, plain_calls, inputs, sync)
-    adaptive_s = plain_s = 0.0
-    compiles = [0, 0]  # (plain, adaptive) XLA compilations during the timed calls
-    per_key: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    warm = warm_up(warm_rt, plain_calls, inputs, sync)
+    rounds: dict[int, list[float]] = {side: [] for side in SIDES}
+    compiles = [0, 0, 0]  # XLA compilations during the timed calls, per side
+    per_key: dict[Key, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     order = np.random.default_rng(SEED + 2)
+    for _ in range(ROUNDS):
+        # (a fresh runtime each round: every round learns from nothing, as the one run did)
+        rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+        totals = timed_round(rt, calls, plain_calls, sync, order, per_key, compiles)
+        for side in SIDES:
+            rounds[side].append(totals[side])
+    losses = sorted(((adaptive - plain, key) for key, (plain, adaptive, _n) in per_key.items()),
+                    reverse=True)[:5]
+    print(f"  {library} {np.dtype(dtype).name}: largest losses vs the plain call: " + "; ".join(
+        f"{name} bucket {bucket} {loss * 1e3:+.1f} ms" for loss, (name, bucket) in losses),
+        flush=True)
+    return {"rounds": rounds, "warm": warm,
+            "compiles": (compiles[PLAIN] + compiles[PLAIN_AGAIN], compiles[ADAPTIVE]),
+            "shapes": len(inputs), "beaten": beaten_rows(rt, calls, per_key),
+            "buckets": {key: tuple(v) for key, v in per_key.items()}}
+
+
+def timed_round(rt: ar.AdaptiveRuntime, calls: list[Call],
+                plain_calls: dict[str, Callable[..., Any]], sync: Callable[[Any], Any],
+                order: np.random.Generator, per_key: dict[Key, list[float]],
+                compiles: list[int]) -> list[float]:
+    """Every call once on each side, the sides in a random order per call (so the side that
+    runs first, on a cache the previous call left, is no side in particular); each side's
+    total. ``per_key`` gathers (plain, adaptive, calls) per key, ``compiles`` the XLA
+    compilations per side."""
+    totals = [0.0] * len(SIDES)
     clock = time.perf_counter
     run = rt.run
     gc.disable()
@@ -352,34 +420,32 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
         for i, (name, args) in enumerate(calls):
             touch_any(args)
             sync(args)  # (JAX inputs computed before either side's timer starts)
-            key = (name, size_bucket(rt.operation(name).size_of(*args)))
-            per_key[key][2] += 1
-            for first in order.permutation(2):
+            stats = per_key[(name, size_bucket(rt.operation(name).size_of(*args)))]
+            stats[2] += 1
+            plain, adaptive_args = plain_calls[name], (name, *args)
+            for side in order.permutation(len(SIDES)):
+                fn, fn_args = (run, adaptive_args) if side == ADAPTIVE else (plain, args)
                 before = COMPILES.count
-                if first:
-                    start = clock()
-                    sync(run(name, *args))
-                    took = clock() - start
-                    adaptive_s += took
-                    per_key[key][1] += took
-                else:
-                    start = clock()
-                    sync(plain_calls[name](*args))
-                    took = clock() - start
-                    plain_s += took
-                    per_key[key][0] += took
-                compiles[first] += COMPILES.count - before
+                start = clock()
+                sync(fn(*fn_args))
+                took = clock() - start
+                compiles[side] += COMPILES.count - before
+                totals[side] += took
+                if side != PLAIN_AGAIN:  # (per key: adaptive against the plain call)
+                    stats[side] += took
             if (i + 1) % GC_EVERY == 0:
                 gc.collect()
     finally:
         gc.enable()
-    losses = sorted(((adaptive - plain, key) for key, (plain, adaptive, _n) in per_key.items()),
-                    reverse=True)[:5]
-    print(f"  {library} {np.dtype(dtype).name}: largest losses vs the plain call: " + "; ".join(
-        f"{name} bucket {bucket} {loss * 1e3:+.1f} ms" for loss, (name, bucket) in losses),
-        flush=True)
+    return totals
+
+
+def beaten_rows(rt: ar.AdaptiveRuntime, calls: list[Call], per_key: dict[Key, list[float]]
+                ) -> list[list[str]]:
+    """The keys where the adaptive side beat the plain call by at least 10 % over the
+    rounds, the largest savings first (at most ``BEATEN_ROWS``), with the arm ``rt`` (the
+    last round's runtime) runs there."""
     beaten = []
-    # (the largest savings first, at most BEATEN_ROWS per input type)
     by_saving = sorted(per_key.items(), key=lambda item: item[1][1] - item[1][0])
     for (name, bucket), (plain, adaptive, _n) in by_saving[:BEATEN_ROWS]:
         if adaptive < 0.9 * plain:
@@ -390,9 +456,7 @@ def _plain_run(library: str, plain_calls: dict[str, Callable[..., Any]],
             arm = rt.decide(family, lo).backend.value
             beaten.append([name, f"{lo:,}-{hi:,}", arm, f"{plain * 1e3:.2f} ms",
                            f"{adaptive * 1e3:.2f} ms", f"{plain / adaptive:.2f}x"])
-    return {"timed": (plain_s, adaptive_s), "warm": warm, "compiles": compiles,
-            "shapes": len(inputs), "beaten": beaten,
-            "buckets": {key: tuple(v) for key, v in per_key.items()}}
+    return beaten
 
 
 def bucket_rows(label: str, buckets: dict[tuple[str, int], tuple[float, float, int]]
@@ -409,9 +473,10 @@ def bucket_rows(label: str, buckets: dict[tuple[str, int], tuple[float, float, i
 
     met = [key for key, v in judged.items() if ok(v)]
     ratios = sorted(v[1] / v[0] for v in judged.values())
+    # (no bucket with enough calls: nothing judged, never a "meets")
     summary = [label, f"{len(met)} of {len(judged)}",
                f"{ratios[len(ratios) // 2]:.3f}x" if ratios else "-",
-               verdict(len(met) == len(judged))]
+               verdict(len(met) == len(judged)) if judged else "not judged"]
     worst = []
     for key, (plain, adaptive, n) in sorted(judged.items(), key=lambda kv: -kv[1][1] / kv[1][0]):
         if ok((plain, adaptive, n)):

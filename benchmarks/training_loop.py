@@ -3,7 +3,8 @@
 The model, data and phases of ``examples/train_torch.py`` (scikit-learn's digits; batch size
 8 -> 64 -> 512; Adam; a fixed seed and step count), trained from scratch in each run:
 
-- plain: the model as written (the baseline a torch user has);
+- plain: the model as written (the baseline a torch user has), and plain again beside it
+  (the A/A column: the noise floor of the adapted table);
 - adapted, tracing off: ``adapt(model)`` on a fresh runtime (``tracing=False``), so every key
   explores from nothing — exploration included;
 - adapted, tracing on: the same, with the runtime's spans and every step's ``train_step`` span
@@ -11,22 +12,27 @@ The model, data and phases of ``examples/train_torch.py`` (scikit-learn's digits
   OTLP/gRPC) to the project's loopback OTLP receiver, in a child process as a collector would
   be.
 
-Two kinds at a time train side by side, step by step — step i of each, in a rotating order,
-then step i + 1 — so the machine's load drifts across them alike; the whole is done ``REPEATS``
-times (fresh models and runtimes each time), and each step's time is its minimum over the
-repeats (a shared machine only adds time, and exploration happens at the same steps each
-time). A phase's time is the sum of its steps'. One short untimed run first: numba compiles
-its kernels on a machine's first use (then loads them from its disk cache) and torch
-initialises lazily — one-off costs of a process, not of a policy, reported as the warm-up.
+The kinds compared train side by side in one process, step by step — step i of each, in a
+rotating order, then step i + 1 — so the machine's load drifts across them alike (one process,
+not one per kind: the steps take turns far more finely than processes could); the whole is
+done ``ROUNDS`` times (fresh models and runtimes each time), and a phase's time in a round is
+the sum of its steps'. Every verdict reads the rounds: per round the ratio of a kind's phase
+time to its baseline's in the same round, the median of the rounds' ratios with a 95 %
+bootstrap interval — "meets" when the interval is within the target, "MISSES" when beyond it,
+else "inconclusive" with about how many rounds would decide (``_verdicts``) — beside the A/A
+column, the baseline against itself. One short untimed run first: numba compiles its kernels
+on a machine's first use (then loads them from its disk cache) and torch initialises lazily —
+one-off costs of a process, not of a policy, reported as the warm-up.
 
 Then the JAX loop of ``examples/train_jax.py`` (the same data; an eager step with a
 hand-written backward, every operation adaptive), against two baselines of the same math in
 plain ``jax.numpy``: the example's own (each operation ``jax.jit``-compiled, run eagerly step
 by step) and what a JAX user writes for a training loop — the whole step (forward, backward,
 momentum update) under one ``jax.jit``, which XLA compiles and fuses as one program per batch
-size. ``REPEATS`` runs of each, alternating in a rotating order, each phase's minimum (and
-the round-to-round spread of the totals); every step's loss of each against the per-operation
-loop's. Each compiles in an untimed warm-up first; the whole step's compile time is printed.
+size. ``ROUNDS`` runs of each, one after another in a rotating order, and of the
+per-operation loop again (the A/A column); per phase the median time and the ratios per round
+(no target: no verdict); every step's loss of each against the per-operation loop's. Each
+compiles in an untimed warm-up first; the whole step's compile time is printed.
 
 Targets (issue 10): adapted <= 1.05x plain in every phase; tracing on <= 1.02x tracing off;
 in float64, the loss after every step equal to plain torch's within 1e-4 relative.
@@ -34,16 +40,19 @@ in float64, the loss after every step equal to plain torch's within 1e-4 relativ
 What tracing costs is measured with both runtimes starting from one learned history (that
 of the adapted run above), so both make the same choices and the difference is tracing's —
 two cold runtimes explore apart, and one committing a slower arm than the other would read as
-a tracing cost or a gain. It is judged without the machine's noise, which swings whole-loop times by
-several % between runs here: its in-loop cost is the difference of the median step times, on
-against off (the loop's own thread: capturing contexts and timestamps, the step span's ids);
-its background cost, the CPU the span workers and the exporter used during the phase (what
-they take from the loop, through the GIL and the cores), over the phase's time with tracing
-off. Their sum is the verdict; the wall-time ratio is printed beside it, and so is the same
-measure for the baseline a user would otherwise write: plain torch with a span per step made
-by the OpenTelemetry SDK, exported through the same pipeline. A second tracing-off runtime
-steps beside the two, and its in-loop difference from the first is printed as the noise
-floor: two identical runtimes' models read 1-2 % apart here, as much as the target allows.
+a tracing cost or a gain. It is measured apart from the machine's noise where it can be, which
+swings whole-loop times by several % between runs here: its in-loop cost is the difference of
+the median step times, on against off (the loop's own thread: capturing contexts and
+timestamps, the step span's ids); its background cost, the CPU the span workers and the
+exporter used during the phase (what they take from the loop, through the GIL and the cores).
+Per round, the off run's phase time plus both, over the off run's phase time, is the ratio
+judged; the wall-time ratio is printed beside it, and so is the same measure for the baseline a
+user would otherwise write: plain torch with a span per step made by the OpenTelemetry SDK,
+exported through the same pipeline. A second tracing-off runtime steps beside the two, and its
+in-loop difference from the first, measured the same way, is the A/A column: two identical
+runtimes' models read 1-2 % apart here, as much as the target allows.
+
+``TRAINING_LOOP_STEPS`` (250 steps per phase) and ``TRAINING_LOOP_ROUNDS`` (5) shrink a run.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ import numpy as np
 import torch
 from _otlp import Pipeline, Receiver, background_cpu_s
 from _table import print_table, verdict
+from _verdicts import judge, paired_ratio
 
 import adaptive_runtime as ar
 from adaptive_runtime.keys import bucket_bounds
@@ -70,12 +80,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 import train_jax
 import train_torch
 
+# one side-by-side run: kind -> per phase, each step's seconds
+Round = dict[str, list[list[float]]]
+
 PHASES = (8, 64, 512)
-# steps per phase: a real run's phases last thousands of steps; 300 keeps the benchmark near a
-# minute while the first phase's one-time exploration (~4 ms here: the numba arms and the
-# backward operations they bring, tried once) still weighs about 1 %
-STEPS = int(os.environ.get("TRAINING_LOOP_STEPS", "300"))  # (smaller while developing)
-REPEATS = 3
+# steps per phase: a real run's phases last thousands of steps; 250 keeps five rounds within
+# about 1.5x the three rounds of 300 this benchmark ran before, while the first phase's
+# one-time exploration (~4 ms here: the numba arms and the backward operations they bring,
+# tried once) still weighs about 1 %
+STEPS = int(os.environ.get("TRAINING_LOOP_STEPS", "250"))  # (smaller while developing)
+ROUNDS = int(os.environ.get("TRAINING_LOOP_ROUNDS", "5"))
 SEED = 0
 ADAPTED_TARGET = 1.05
 TRACING_TARGET = 1.02
@@ -103,10 +117,11 @@ class SdkSpanTrainer:
 
 def trainer(kind: str, pipeline: Pipeline | None, dtype: torch.dtype = torch.float32,
             learned: list[Any] | None = None) -> tuple[Any, Any]:
-    """A fresh trainer and its runtime: ``kind`` is "plain", "sdk" (plain, SDK step spans),
-    "off" (or "off2") or "on" (adapted, tracing off / on: the runtime's spans and its step
-    spans); an adapted runtime starts from the ``learned`` history records, if given."""
-    if kind == "plain":
+    """A fresh trainer and its runtime: ``kind`` is "plain" (or "plain2"), "sdk" (plain, SDK
+    step spans), "off" (or "off2") or "on" (adapted, tracing off / on: the runtime's spans and
+    its step spans); an adapted runtime starts from the ``learned`` history records, if
+    given."""
+    if kind in ("plain", "plain2"):  # ("plain2": plain again, the A/A column's control)
         return train_torch.Trainer(seed=SEED, dtype=dtype, adapted=False), None
     if kind == "sdk":
         assert pipeline is not None
@@ -151,31 +166,49 @@ def side_by_side(pipeline: Pipeline | None, kinds: tuple[str, ...], steps: int,
 
 
 def passes(pipeline: Pipeline, kinds: tuple[str, ...], learned: list[Any] | None = None
-           ) -> tuple[dict[str, list[list[float]]], list[list[float]], dict[str, Any]]:
-    """``REPEATS`` side-by-side runs of ``kinds`` (adapted ones starting from ``learned``):
-    each step's minimum time over them, each run's background CPU per phase, and the last
-    run's runtimes."""
-    best: dict[str, list[list[float]]] = {}
+           ) -> tuple[list[Round], list[list[float]], dict[str, Any]]:
+    """``ROUNDS`` side-by-side runs of ``kinds`` (fresh trainers and runtimes each; adapted
+    ones starting from ``learned``): each run's step times, its background CPU per phase, and
+    the last run's runtimes."""
+    rounds: list[Round] = []
     background: list[list[float]] = []
     runtimes: dict[str, Any] = {}
-    for _ in range(REPEATS):
+    for _ in range(ROUNDS):
         spent: list[float] = []
         times, _losses, runtimes = side_by_side(pipeline, kinds, STEPS, background_s=spent,
                                                 learned=learned)
         pipeline.flush()  # (between runs, untimed: the exporter's queue is bounded)
+        rounds.append(times)
         background.append(spent)
-        for kind, phases in times.items():
-            best[kind] = [[min(a, b) for a, b in zip(old, new, strict=True)]
-                          for old, new in zip(best.get(kind, phases), phases, strict=True)]
-    return best, background, runtimes
+    return rounds, background, runtimes
 
 
-def tracing_cost(off: list[float], on: list[float], background: list[list[float]],
-                 phase: int) -> tuple[float, float]:
-    """(in-loop, background) seconds tracing cost a phase: the median step's difference
-    times the steps, and the median run's span-thread CPU."""
-    in_loop = (statistics.median(on) - statistics.median(off)) * len(off)
-    return in_loop, statistics.median(run[phase] for run in background)
+def phase_s(rounds: list[Round], kind: str, phase: int) -> list[float]:
+    """Per round, ``kind``'s time in ``phase`` (the sum of its steps')."""
+    return [sum(times[kind][phase]) for times in rounds]
+
+
+def in_loop_s(times: Round, kind: str, base: str, phase: int) -> float:
+    """What ``kind`` cost beyond ``base`` in the loop's own thread, in one run's phase: the
+    median step's difference times the steps (a median: a shared machine's bursts land on a
+    few steps of either kind, not on the typical one)."""
+    steps = times[base][phase]
+    return (statistics.median(times[kind][phase]) - statistics.median(steps)) * len(steps)
+
+
+def accounted_s(rounds: list[Round], kind: str, base: str, phase: int,
+                background: list[list[float]] | None = None) -> list[float]:
+    """Per round, ``base``'s phase time plus what ``kind`` cost beyond it: in the loop
+    (:func:`in_loop_s`) and, where given, the span threads' CPU in the phase (what they can
+    take from the loop at most)."""
+    return [sum(times[base][phase]) + in_loop_s(times, kind, base, phase)
+            + (background[r][phase] if background is not None else 0.0)
+            for r, times in enumerate(rounds)]
+
+
+def ms(values: list[float]) -> str:
+    """The median of ``values`` (seconds) in ms."""
+    return f"{statistics.median(values) * 1e3:.0f} ms"
 
 
 def winners(rt: ar.AdaptiveRuntime) -> list[list[object]]:
@@ -207,9 +240,9 @@ def main() -> None:
         side_by_side(pipeline, ("plain", "sdk", "off", "on"), 5)
         pipeline.flush()
         warm_s = time.perf_counter() - start
-        # Three passes of two kinds each: background threads (span workers, the exporter)
-        # belong to one traced kind per pass, so the CPU they use is that kind's.
-        adapted, _background, runtimes = passes(pipeline, ("plain", "off"))
+        # Three passes, one traced kind at most in each: background threads (span workers,
+        # the exporter) belong to that kind, so the CPU they use is its.
+        adapted, _background, runtimes = passes(pipeline, ("plain", "off", "plain2"))
         # Tracing's cost, apart from what two runtimes' own explorations happen to choose:
         # both start from one learned history (that of the last cold tracing-off run)
         learned = runtimes["off"].history_snapshot()
@@ -218,42 +251,8 @@ def main() -> None:
         traced, ours, _runtimes = passes(pipeline, ("off", "on", "off2"), learned)
         sdk, theirs, _runtimes = passes(pipeline, ("plain", "sdk"))
         spans = receiver.count()
-
-        rows = []
-        totals = {kind: [sum(phase) for phase in times] for kind, times in adapted.items()}
-        for i, batch in enumerate(PHASES):
-            plain, off = totals["plain"][i], totals["off"][i]
-            ok = off / plain <= ADAPTED_TARGET
-            rows.append([f"batch {batch}", f"{plain * 1e3:.0f} ms", f"{off * 1e3:.0f} ms",
-                         f"{off / plain:.3f}x", f"<= {ADAPTED_TARGET}x", verdict(ok)])
-        total = [sum(totals[kind]) for kind in ("plain", "off")]
-        rows.append(["all phases", f"{total[0] * 1e3:.0f} ms", f"{total[1] * 1e3:.0f} ms",
-                     f"{total[1] / total[0]:.3f}x", "(goal < 1x)", ""])
-        print_table(
-            f"training loop: digits, {STEPS} steps per phase, each step's min over {REPEATS} "
-            f"side-by-side runs (float32; warm-up {warm_s:.1f} s, untimed)",
-            ["phase", "plain torch", "adapted (tracing off)", "ratio", "target", "verdict"],
-            rows)
-
-        rows = []
-        for i, batch in enumerate(PHASES):
-            cost = tracing_cost(traced["off"][i], traced["on"][i], ours, i)
-            baseline = tracing_cost(sdk["plain"][i], sdk["sdk"][i], theirs, i)
-            off = sum(traced["off"][i])
-            control = tracing_cost(traced["off"][i], traced["off2"][i], ours, i)[0]
-            rows.append([f"batch {batch}", f"{cost[0] * 1e3:+.1f} ms", f"{cost[1] * 1e3:.1f} ms",
-                         f"{1 + sum(cost) / off:.3f}x", f"<= {TRACING_TARGET}x",
-                         verdict(sum(cost) / off <= TRACING_TARGET - 1),
-                         f"{1 + control / off:.3f}x",
-                         f"{sum(traced['on'][i]) / off:.3f}x",
-                         f"{1 + sum(baseline) / sum(sdk['plain'][i]):.3f}x"])
-        print_table(
-            "tracing on vs off, both from the same learned history: the runtime's spans and "
-            "its train_step spans (sampled within the trace budget), to the loopback OTLP "
-            "receiver (in-loop: the median step's difference; background: the span threads' "
-            "CPU); the baseline: a span per step from the SDK",
-            ["phase", "in loop", "background", "on/off", "target", "verdict",
-             "off/off (noise floor)", "on/off wall", "plain torch + SDK step spans"], rows)
+        adapted_table(adapted, warm_s)
+        tracing_table(traced, ours, sdk, theirs)
         print(f"spans received by the loopback OTLP receiver: {spans}")
 
         won = winners(runtimes["off"])
@@ -269,6 +268,58 @@ def main() -> None:
     finally:
         pipeline.shutdown()
         receiver.stop()
+
+
+def adapted_table(rounds: list[Round], warm_s: float) -> None:
+    """Adapted (tracing off) against plain torch per phase: per round the ratio of their
+    phase times, judged by the rounds (``_verdicts``); plain again against plain, the A/A."""
+    rows: list[list[object]] = []
+    for i, batch in enumerate(PHASES):
+        plain, off = phase_s(rounds, "plain", i), phase_s(rounds, "off", i)
+        ratio = paired_ratio(off, plain)
+        rows.append([f"batch {batch}", ms(plain), ms(off), str(ratio), f"<= {ADAPTED_TARGET}",
+                     judge(ratio, ADAPTED_TARGET),
+                     str(paired_ratio(phase_s(rounds, "plain2", i), plain))])
+    total = {kind: [sum(phase_s(rounds, kind, i)[r] for i in range(len(PHASES)))
+                    for r in range(len(rounds))] for kind in ("plain", "off", "plain2")}
+    rows.append(["all phases", ms(total["plain"]), ms(total["off"]),
+                 str(paired_ratio(total["off"], total["plain"])), "(goal < 1)", "-",
+                 str(paired_ratio(total["plain2"], total["plain"]))])
+    print_table(
+        f"training loop: digits, {STEPS} steps per phase, {len(rounds)} side-by-side rounds "
+        f"(float32; warm-up {warm_s:.1f} s, untimed); times: median of the rounds; ratios per "
+        "round: median [95 % bootstrap interval]",
+        ["phase", "plain torch", "adapted (tracing off)", "adapted / plain", "target",
+         "verdict", "A/A: plain again / plain"], rows)
+
+
+def tracing_table(traced: list[Round], ours: list[list[float]], sdk: list[Round],
+                  theirs: list[list[float]]) -> None:
+    """Tracing on against off per phase, both from one learned history: per round, the off
+    run's phase time plus tracing's cost (in the loop and in the span threads) over the off
+    run's; off again the same way (the A/A); the SDK's step spans over plain torch beside."""
+    rows: list[list[object]] = []
+    for i, batch in enumerate(PHASES):
+        off = phase_s(traced, "off", i)
+        ratio = paired_ratio(accounted_s(traced, "on", "off", i, ours), off)
+        rows.append([
+            f"batch {batch}",
+            f"{statistics.median(in_loop_s(t, 'on', 'off', i) for t in traced) * 1e3:+.1f} ms",
+            f"{statistics.median(run[i] for run in ours) * 1e3:.1f} ms", str(ratio),
+            f"<= {TRACING_TARGET}", judge(ratio, TRACING_TARGET),
+            str(paired_ratio(accounted_s(traced, "off2", "off", i), off)),
+            str(paired_ratio(phase_s(traced, "on", i), off)),
+            str(paired_ratio(accounted_s(sdk, "sdk", "plain", i, theirs),
+                             phase_s(sdk, "plain", i)))])
+    print_table(
+        "tracing on vs off, both from the same learned history: the runtime's spans and "
+        "its train_step spans (sampled within the trace budget), to the loopback OTLP "
+        "receiver (in loop: the median step's difference; background: the span threads' "
+        f"CPU; medians of {len(traced)} rounds); ratios per round: median [95 % bootstrap "
+        "interval]; the baseline: a span per step from the SDK",
+        ["phase", "in loop", "background", "on/off", "target", "verdict",
+         "A/A: off again/off (noise floor)", "on/off wall", "plain torch + SDK step spans"],
+        rows)
 
 
 def jit_step_train(phases: tuple[int, ...], steps_per_phase: int) -> list[Any]:
@@ -319,6 +370,21 @@ def _make_whole_step() -> Any:
 _whole_step = _make_whole_step()
 
 
+# the JAX loop's kinds; "plain again": the per-operation loop run twice, the A/A column
+JAX_KINDS = ("plain", "jit step", "adapted", "plain again")
+
+
+def jax_run(kind: str) -> tuple[list[float], list[float]]:
+    """One JAX training run of ``kind``: each phase's seconds and every step's loss."""
+    if kind == "jit step":
+        phases = jit_step_train(PHASES, STEPS)
+        return [p.seconds for p in phases], [loss for p in phases for loss in p.losses]
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    result = train_jax.train(phases=PHASES, steps_per_phase=STEPS, check_grad=False,
+                             plain=kind != "adapted", runtime=rt)
+    return [p.seconds for p in result.phases], result.losses
+
+
 def jax_loop() -> None:
     """The JAX example, adaptive against plain jitted jax.numpy, per operation and the whole
     step under one jit (see the module)."""
@@ -329,53 +395,44 @@ def jax_loop() -> None:
     start = time.perf_counter()
     jit_step_train(PHASES, 5)
     compile_s = time.perf_counter() - start
-    kinds = ("plain", "jit step", "adapted")
-    best = {kind: [math.inf] * len(PHASES) for kind in kinds}
-    totals: dict[str, list[float]] = {kind: [] for kind in kinds}
+    seconds: dict[str, list[list[float]]] = {kind: [] for kind in JAX_KINDS}  # per round
     losses: dict[str, list[float]] = {}
-    for repeat in range(REPEATS):
-        for kind in kinds[repeat % 3:] + kinds[:repeat % 3]:  # (a rotating order)
-            if kind == "jit step":
-                phases = jit_step_train(PHASES, STEPS)
-                losses[kind] = [loss for phase in phases for loss in phase.losses]
-            else:
-                rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-                result = train_jax.train(phases=PHASES, steps_per_phase=STEPS,
-                                         check_grad=False, plain=kind == "plain", runtime=rt)
-                phases, losses[kind] = result.phases, result.losses
-            best[kind] = [min(b, p.seconds) for b, p in zip(best[kind], phases, strict=True)]
-            totals[kind].append(sum(p.seconds for p in phases))
+    for r in range(ROUNDS):
+        shift = r % len(JAX_KINDS)
+        for kind in JAX_KINDS[shift:] + JAX_KINDS[:shift]:  # (a rotating order)
+            phase_seconds, losses[kind] = jax_run(kind)
+            seconds[kind].append(phase_seconds)
+    jax_table(seconds)
 
     def worst(kind: str) -> float:
         return max(abs(a - p) / abs(p) for p, a in zip(losses["plain"], losses[kind],
                                                         strict=True))
 
-    rows = []
-    for i, batch in enumerate(PHASES):
-        plain, step, adapted = (best[kind][i] for kind in kinds)
-        rows.append([f"batch {batch}", f"{plain * 1e3:.0f} ms", f"{step * 1e3:.0f} ms",
-                     f"{adapted * 1e3:.0f} ms", f"{adapted / plain:.3f}x",
-                     f"{adapted / step:.3f}x", f"{plain / step:.2f}x"])
-    plain, step, adapted = (sum(best[kind]) for kind in kinds)
-    rows.append(["all phases", f"{plain * 1e3:.0f} ms", f"{step * 1e3:.0f} ms",
-                 f"{adapted * 1e3:.0f} ms", f"{adapted / plain:.3f}x", f"{adapted / step:.3f}x",
-                 f"{plain / step:.2f}x"])
-    print_table(f"JAX loop (examples/train_jax.py, float32, {STEPS} steps per phase, min of "
-                f"{REPEATS} runs each, rotating order): adapted vs plain jax.numpy, one jit per "
-                "operation (eager loop) and the whole step under one jax.jit — no target in "
-                "the issue",
-                ["phase", "plain JAX, jit per op", "plain JAX, jit per step", "adapted",
-                 "adapted / per op", "adapted / per step", "per op / per step"], rows)
-
-    def spread(kind: str) -> str:
-        runs = totals[kind]
-        return (f"{kind} {statistics.median(runs) * 1e3:.0f} ms "
-                f"(+{(max(runs) / min(runs) - 1) * 100:.1f} %)")
-
-    print("whole runs, median total (max over min): " + ", ".join(spread(k) for k in kinds))
     print(f"largest relative loss difference from the per-op loop over every step: adapted "
           f"{worst('adapted'):.1e}, whole step jitted {worst('jit step'):.1e}; the whole "
           f"step's warm-up (XLA compiles one program per batch size): {compile_s:.2f} s")
+
+
+def jax_table(seconds: dict[str, list[list[float]]]) -> None:
+    """Per phase and over all phases: each kind's median time, and per round the ratios of
+    adapted to both plain loops, of the two plain loops, and of plain again to plain."""
+    rows: list[list[object]] = []
+    for i, label in [*enumerate(f"batch {b}" for b in PHASES), (None, "all phases")]:
+        t = {kind: [sum(run) if i is None else run[i] for run in runs]
+             for kind, runs in seconds.items()}
+        rows.append([label, ms(t["plain"]), ms(t["jit step"]), ms(t["adapted"]),
+                     str(paired_ratio(t["adapted"], t["plain"])),
+                     str(paired_ratio(t["adapted"], t["jit step"])),
+                     str(paired_ratio(t["plain"], t["jit step"])),
+                     str(paired_ratio(t["plain again"], t["plain"]))])
+    print_table(f"JAX loop (examples/train_jax.py, float32, {STEPS} steps per phase, "
+                f"{len(seconds['plain'])} rounds, rotating order; times: median of the "
+                "rounds; ratios per round: median [95 % bootstrap interval]): adapted vs plain "
+                "jax.numpy, one jit per operation (eager loop) and the whole step under one "
+                "jax.jit — no target in the issue",
+                ["phase", "plain JAX, jit per op", "plain JAX, jit per step", "adapted",
+                 "adapted / per op", "adapted / per step", "per op / per step",
+                 "A/A: per op again / per op"], rows)
 
 
 def compare_losses(steps: int = 60) -> tuple[int, float]:

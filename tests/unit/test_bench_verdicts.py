@@ -11,7 +11,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from _verdicts import judge, paired_ratio, rounds_to_decide  # noqa: E402
+from _verdicts import MANY_ROUNDS, judge, paired_ratio, rounds_to_decide  # noqa: E402
 
 
 def test_ratios_are_paired_round_by_round_not_pooled() -> None:
@@ -32,9 +32,15 @@ def test_an_interval_inside_the_target_meets_and_one_beyond_it_misses() -> None:
 
 def test_an_interval_across_the_target_is_inconclusive_and_says_how_many_rounds_decide() -> None:
     ratio = paired_ratio([0.95, 1.04, 0.99, 1.06, 0.97], [1.0] * 5)
-    verdict = judge(ratio, 1.0)
+    verdict = judge(ratio, 1.02)
     assert verdict.startswith("inconclusive (~") and verdict.endswith(" rounds)")
-    assert rounds_to_decide(ratio, 1.0) > ratio.rounds
+    assert ratio.rounds < rounds_to_decide(ratio, 1.02) <= MANY_ROUNDS
+
+
+def test_a_median_on_the_target_says_no_run_here_would_decide() -> None:
+    ratio = paired_ratio([0.95, 1.04, 0.99, 1.06, 0.97], [1.0] * 5)
+    assert rounds_to_decide(ratio, 1.0) > MANY_ROUNDS
+    assert judge(ratio, 1.0) == f"inconclusive (> {MANY_ROUNDS} rounds)"
 
 
 def test_nothing_judged_is_never_a_meet() -> None:
