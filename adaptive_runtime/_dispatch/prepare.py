@@ -10,7 +10,8 @@ the interpreter, and each of the loop's ATen calls waits for it on return (~0.1-
 What pays for it is a run long enough to gain from the candidates. So:
 
 - the arm the cold-start order runs first on a key compiles in its call, as it always did
-  (something must run, and it is the arm a fixed rule would run);
+  (something must run, and it is the arm a fixed rule would run), and so do its variants at
+  other thread counts, which share its kernels;
 - any other candidate whose code is not compiled yet is *cold*: left out of its keys
   (``Candidates.of``) and queued here by its key's first call, with a small copy of the
   call's inputs (``kernels._specimen``: numba compiles per type, not per size);
@@ -98,17 +99,28 @@ class Preparer:
                 and count() == 0 and not op.name.endswith(_DEVICE_TWIN))  # type: ignore[misc]
 
     def leave_out_cold(self, op: Operation, order: Sequence[Choice]) -> tuple[Choice, ...]:
-        """``order`` (candidates, in heuristic order) without its cold choices but the first:
-        the arm the cold-start order runs first compiles in its call, as it always did."""
+        """``order`` (candidates, in heuristic order) without its cold choices but the first
+        and those sharing its kernels (its variants at other thread counts): the arm the
+        cold-start order runs first compiles in its call, as it always did."""
         if not order:
             return ()
         first = order[0]
-        if self.cold(op, first, op.implementation_for(first)):
-            # (a candidate from now on: one left out later would leave a key's plans and
-            # history naming a choice its entry cannot run)
-            self._ready[(op.name, first)] = True
-        return (first, *(c for c in order[1:]
-                         if not self.cold(op, c, op.implementation_for(c))))
+        compiled_first = getattr(op.implementation_for(first), "compile_count", None)
+        kept = [first]
+        for choice in order:
+            impl = op.implementation_for(choice)
+            if not self.cold(op, choice, impl):
+                if choice is not first:
+                    kept.append(choice)
+            elif choice is first or impl.compile_count is compiled_first:  # type: ignore[union-attr]
+                # (the first compiles in its call, and so do the kernels of its variants at
+                # other thread counts, which share them: candidates from now on — one left
+                # out later would leave a key's plans and history naming a choice its entry
+                # cannot run)
+                self._ready[(op.name, choice)] = True
+                if choice is not first:
+                    kept.append(choice)
+        return tuple(kept)
 
     def request(self, op: Operation, choices: Sequence[Choice], args: tuple[Any, ...]) -> None:
         """Queue ``choices`` of ``op`` (cold) to be compiled for calls like one on ``args``,
