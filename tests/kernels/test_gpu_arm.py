@@ -488,8 +488,11 @@ def test_host_arms_on_device_compete_and_keep_plain_gradients_when_asked_with_fa
     buckets = {r.size_bucket for r in rt.history_snapshot() if r.operation == "linear@device"}
     assert buckets
     for bucket in buckets:
-        decision = rt.decide("linear@device", reference_size(bucket))
-        assert decision.backend is not Backend.GPU
+        size = reference_size(bucket)
+        assert rt.get_best_backend("linear@device", size) is not Backend.GPU
+        decision = rt.decide("linear@device", size)
+        # (the key's next timed call may be a re-check of the GPU arm: they go on, rarely)
+        assert decision.backend is not Backend.GPU or decision.reason is ar.Reason.RECHECK
         assert decision.floors_us[Backend.SIMD] > 0  # (its copies, priced before it ran)
 
 
