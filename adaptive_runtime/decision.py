@@ -72,6 +72,11 @@ class Decision(NamedTuple):
       other timing left out, as from the estimate); only for choices timed twice or more and
       not failing (one timing has no spread). The spread of single timings, not the error of
       the estimate.
+    - ``threads``: where the choice runs on torch's intra-op pool (``Implementation.threads``
+      ``"torch"``), the threads it ran at (a span's) or runs at now (``rt.decide()``): the
+      count the runtime holds torch at for a phase (``_dispatch/pool_phase``), else the
+      pool's size. 0 for a choice on no such pool (a numba count is in the variant's name,
+      ``simd:numba@1``).
     """
 
     choice: Choice
@@ -83,6 +88,7 @@ class Decision(NamedTuple):
     floors_us: Mapping[Choice, float] = EMPTY_ESTIMATES
     timings: Mapping[Choice, int] = _NO_TIMINGS
     stdevs_us: Mapping[Choice, float] = EMPTY_ESTIMATES
+    threads: int = 0
 
     @property
     def backend(self) -> Backend:

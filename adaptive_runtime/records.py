@@ -5,6 +5,8 @@ call's spans (:class:`TraceVerdict`, :class:`SamplingReason`).
 
 The bottom layer: they are made by the dispatcher and the gates, and read by telemetry, the
 call recorder and the replay, which import them from here rather than from their makers.
+A trial of torch's thread count ended (:class:`PoolTrial`) is handed over like a hot-path
+transition.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any, NamedTuple
 from .backend import Backend, Choice
 from .decision import Decision, Reason
 
-__all__ = ["CallRecord", "CallTiming", "HotPathTransition", "SamplingReason", "SelectionKey",
-           "TraceVerdict"]
+__all__ = ["CallRecord", "CallTiming", "HotPathTransition", "PoolTrial", "SamplingReason",
+           "SelectionKey", "TraceVerdict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,38 @@ class HotPathTransition:
     entered: bool
     calls_per_sec: float
     suppressed: int
+
+
+class PoolTrial(NamedTuple):
+    """A trial of a thread pool's count ended (``_dispatch/pool_phase``): the pool was held
+    at ``before`` threads, ran ``trial`` threads for as many timed calls (``window_calls``)
+    over ``trial_s`` seconds, and is held at ``after`` now (``trial`` where it was kept).
+
+    What explained it: ``gain``, what the reference window's calls cost at each key's mean
+    there over what they would have cost at its mean in the trial (kept at
+    ``pool_phase.SWITCH_GAIN`` or more); the windows' mean timed call, ``reference_mean_us``
+    and ``trial_mean_us``; ``trigger``, what started the trial: ``"first"``, ``"wait"`` (the
+    wait since the previous one passed) or ``"load"`` (a change in the machine's load brought
+    it forward: by ``switches_change`` involuntary context switches per second and
+    ``load_change`` in the 1-minute load average, else both 0)."""
+
+    pool: str
+    before: int
+    trial: int
+    after: int
+    gain: float
+    reference_mean_us: float
+    trial_mean_us: float
+    window_calls: int
+    trial_s: float
+    trigger: str
+    switches_change: float = 0.0
+    load_change: float = 0.0
+
+    @property
+    def kept(self) -> bool:
+        """Whether the trial's count was kept."""
+        return self.after == self.trial
 
 
 class SamplingReason(str, enum.Enum):

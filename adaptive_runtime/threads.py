@@ -34,7 +34,7 @@ from typing import Any
 from ._imported import imported
 
 __all__ = ["POOLS", "ThreadWatch", "at_threads", "pool_size", "set_torch_phase",
-           "thread_counts", "torch_phase"]
+           "thread_counts", "torch_phase", "torch_threads"]
 
 _log = logging.getLogger(__name__)
 
@@ -99,6 +99,14 @@ def torch_phase() -> int:
     """The count the runtime holds torch at (0: it does not; the pool runs at its own
     size)."""
     return _phase[1] if _phase else 0
+
+
+def torch_threads() -> int | None:
+    """The threads torch's pool runs at now: the count the runtime holds it at, else its
+    size; ``None`` where torch is not imported. (Reads torch: not for a call's path, where
+    :func:`torch_phase` and a pool size read earlier do.)"""
+    size = _torch_threads()  # (first: a count the program set ends the phase)
+    return None if size is None else torch_phase() or size
 
 
 def set_torch_phase(count: int) -> None:
@@ -183,6 +191,11 @@ class ThreadWatch:
         self._interval_s = interval_s
         self._last: Mapping[str, int | None] | None = None
         self.due_s = -math.inf  # the clock reading from which the next poll reads
+
+    def size(self, pool: str) -> int | None:
+        """``pool``'s size at the latest reading (``None``: none yet, or not known)."""
+        last = self._last
+        return last.get(pool) if last is not None else None
 
     def poll(self, now_s: float) -> dict[str, tuple[int, int]]:
         """The pools whose count changed since the last reading, as pool -> (before, now);

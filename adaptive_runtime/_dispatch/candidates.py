@@ -138,6 +138,14 @@ class Candidates:
                 and _ready(impl) and impl is not None and impl.min_size <= n
                 and (not impl.thread_count or core.config.choose_threads))
 
+    def pool_of(self, operation: str, choice: Choice) -> str:
+        """The thread pool ``choice`` of ``operation`` runs on (``Implementation.threads``;
+        ``""``: none, or not a registered operation's)."""
+        route = self._routes.get(operation)  # (a device twin is routed, not registered)
+        op = route[2] if route is not None else self._core.registry.find(operation)
+        impl = op.implementation_for(choice) if op is not None else None
+        return impl.threads if impl is not None else ""
+
     def for_name(self, operation: str, n: int) -> tuple[Choice, ...]:
         """Candidate arms for any operation name (registered or not), in heuristic order
         (for ``select()``, whose caller runs its own code: none is left out uncompiled)."""

@@ -167,6 +167,11 @@ class Dispatcher:
     def fallback_counts(self) -> dict[tuple[str, Backend, Backend], int]:
         return self._counts.fallback_counts()
 
+    def torch_trials(self) -> dict[str, int]:
+        """torch's thread count and the trials of another (``TorchPool.trials``)."""
+        with self._core.lock:
+            return self._settler.torch.trials()
+
     @property
     def lock(self) -> threading.Lock:
         return self._core.lock

@@ -16,7 +16,7 @@ from typing import Any
 from ..backend import Choice
 from ..decision import Decision
 from ..history import KeyHistory
-from ..records import CallRecord, CallTiming, HotPathTransition, TraceVerdict
+from ..records import CallRecord, CallTiming, HotPathTransition, PoolTrial, TraceVerdict
 from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
 from .core import Core
 from .counts import Counts
@@ -36,8 +36,9 @@ class Emission:
     def __init__(self, core: Core, counts: Counts) -> None:
         self._core = core
         self._counts = counts
-        # hot-path transitions seen under the lock, handed to the span sink outside it
-        self.pending: list[HotPathTransition] = []
+        # hot-path transitions (and trials of torch's thread count ended) seen under the
+        # lock, handed to the span sink outside it
+        self.pending: list[HotPathTransition | PoolTrial] = []
         # every timing learned, for a call recorder; called with the lock held
         self.calls: Callable[[CallTiming], None] = Emission.no_calls
         self.recording_calls = False
@@ -98,7 +99,8 @@ class Emission:
         return hot
 
     def deliver_transitions(self) -> None:
-        """Hand the hot-path transitions queued under the lock to the span sink."""
+        """Hand the hot-path transitions and ended trials queued under the lock to the span
+        sink."""
         with self._core.lock:
             transitions, self.pending = self.pending, []
         submit = self.spans.submit_transition

@@ -19,6 +19,9 @@ of the timed calls that ran at it:
 - a trial that loses doubles the wait before the next (``FIRST_WAIT_S`` up to
   ``LONGEST_WAIT_S``): on a quiet machine trials cost little; a change in the machine's load
   (``_load``: involuntary context switches, the run queue) brings the next trial forward.
+
+A trial's end is told (:class:`~adaptive_runtime.records.PoolTrial`: the counts, the windows'
+means and gain, what started it), for the span that explains it (``adaptive.threads torch``).
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ import math
 from collections.abc import Callable
 
 from .._load import LoadReading
-from ..threads import set_torch_phase, torch_phase
+from ..records import PoolTrial
+from ..threads import ThreadWatch, pool_size, set_torch_phase, torch_phase
 
-__all__ = ["FIRST_WAIT_S", "LONGEST_WAIT_S", "SWITCH_GAIN", "TRIAL_CALLS", "PoolPhase"]
+__all__ = ["FIRST_WAIT_S", "LONGEST_WAIT_S", "SWITCH_GAIN", "TRIAL_CALLS", "PoolPhase",
+           "TorchPool"]
 
 TRIAL_CALLS = 48  # timed calls in a reference window and in a trial
 SWITCH_GAIN = 1.15  # a trial count must be this much faster to be kept
@@ -41,6 +46,9 @@ _SWITCHES_CHANGE = 200.0
 _QUEUE_CHANGE = 0.5
 
 Window = dict[object, list[float]]  # key id -> [summed us, calls]
+# what started a reference window: "first", "wait" or "load", and where the load moved, the
+# change (involuntary context switches per second, the 1-minute load average)
+Trigger = tuple[str, "tuple[float, float] | None"]
 
 
 class PoolPhase:
@@ -58,14 +66,24 @@ class PoolPhase:
         self._wait_s = FIRST_WAIT_S
         self._next_s = -math.inf  # when the next reference window may start
         self._load_at_trial: LoadReading | None = None
-        self.trials = self.switches = 0
+        self._trigger: Trigger = ("first", None)
+        self._trial_start_s = 0.0
+        self.trials = self.switches = 0  # (switches: trials whose count was kept)
 
-    def observe(self, key: object, duration_us: float, now_s: float) -> None:
-        """One timed call of a key on torch's pool, at the count held now."""
+    def observe(self, key: object, duration_us: float, now_s: float) -> PoolTrial | None:
+        """One timed call of a key on torch's pool, at the count held now; the trial it
+        ended, if it ended one."""
         if not self._other:
-            return
-        if self._reference is None and now_s < self._next_s and not self._load_moved():
-            return
+            return None
+        if self._reference is None:
+            moved = None
+            if now_s < self._next_s:
+                moved = self._load_change()
+                if moved is None:
+                    return None
+            if not self._calls:  # (a reference window starts: what started it)
+                self._trigger = ("first" if self._next_s == -math.inf
+                                 else "load" if moved is not None else "wait", moved)
         window = self._window
         sums = window.get(key)
         if sums is None:
@@ -75,33 +93,89 @@ class PoolPhase:
             sums[1] += 1.0
         self._calls += 1
         if self._calls >= TRIAL_CALLS:
-            self._window_done(now_s)
+            return self._window_done(now_s)
+        return None
 
-    def _window_done(self, now_s: float) -> None:
+    def _window_done(self, now_s: float) -> PoolTrial | None:
         window, self._window, self._calls = self._window, {}, 0
         held = torch_phase()
         if self._reference is None:  # the reference is measured: try the other count
             self._reference = window
             self.trials += 1
             self._load_at_trial = self._load()
+            self._trial_start_s = now_s
             set_torch_phase(self._other if held == 0 else 0)
-            return
+            return None
         reference, self._reference = self._reference, None
-        if _trial_gain(reference, window) >= SWITCH_GAIN:
+        gain = _trial_gain(reference, window)
+        before = 0 if held else self._other
+        if gain >= SWITCH_GAIN:
             self.switches += 1
             self._wait_s = FIRST_WAIT_S  # (kept: the count held now; look again soon)
+            after = held
         else:
-            set_torch_phase(0 if held else self._other)  # back
+            set_torch_phase(before)  # back
             self._wait_s = min(self._wait_s * 2.0, LONGEST_WAIT_S)
+            after = before
         self._next_s = now_s + self._wait_s
+        return self._told(before, held, after, gain, reference, window, now_s)
 
-    def _load_moved(self) -> bool:
+    def _told(self, before: int, trial: int, after: int, gain: float, reference: Window,
+              window: Window, now_s: float) -> PoolTrial:
+        """The trial that ended, as a span tells it: counts in threads (0: the pool's size)."""
+        size = pool_size("torch")
+        how, moved = self._trigger
+        switches, average = moved if moved is not None else (0.0, 0.0)
+        return PoolTrial("torch", before or size, trial or size, after or size, gain,
+                         _mean_us(reference), _mean_us(window), TRIAL_CALLS,
+                         now_s - self._trial_start_s, how, switches, average)
+
+    def _load_change(self) -> tuple[float, float] | None:
+        """The change in the machine's load since the last trial began, where it is enough
+        to bring the next trial forward: (involuntary context switches per second, the
+        1-minute load average); else ``None``."""
         before, now = self._load_at_trial, self._load()
         if before is None or now is None:
-            return False
+            return None
         switches, queue, cpus = now
-        return (abs(switches - before[0]) >= _SWITCHES_CHANGE
-                or abs(queue - before[1]) / cpus >= _QUEUE_CHANGE)
+        change = (switches - before[0], queue - before[1])
+        if abs(change[0]) >= _SWITCHES_CHANGE or abs(change[1]) / cpus >= _QUEUE_CHANGE:
+            return change
+        return None
+
+
+def _mean_us(window: Window) -> float:
+    """A window's mean timed call (us), whatever its key."""
+    calls = sum(sums[1] for sums in window.values())
+    return sum(sums[0] for sums in window.values()) / calls if calls else math.nan
+
+
+class TorchPool:
+    """torch's pool as a dispatcher sees it: the threads it runs at, read without calling
+    torch, and where thread counts are chosen (``choose``) the :class:`PoolPhase` that holds
+    its count (``phase``; ``None`` otherwise). ``watch``: the dispatcher's reading of the
+    pools' sizes (about once a second)."""
+
+    def __init__(self, watch: ThreadWatch, choose: bool,
+                 load: Callable[[], LoadReading | None]) -> None:
+        self._watch = watch
+        self._size = pool_size("torch")  # (until the watch has read it)
+        self.phase = PoolPhase(self._size, load) if choose else None
+
+    def threads(self) -> int:
+        """The threads torch runs at now: the count held for a phase, else the pool's size at
+        the latest reading (a list lookup and a dict lookup: cheap enough for a span)."""
+        return torch_phase() or self._watch.size("torch") or self._size
+
+    def trials(self) -> dict[str, int]:
+        """``threads`` torch runs at now, ``held`` the count held for a phase (0: none), the
+        ``trials`` of another count so far and those ``kept``; empty where thread counts are
+        not chosen. The caller holds the runtime's lock."""
+        phase = self.phase
+        if phase is None:
+            return {}
+        return {"threads": self.threads(), "held": torch_phase(), "trials": phase.trials,
+                "kept": phase.switches}
 
 
 def _trial_gain(reference: Window, trial: Window) -> float:

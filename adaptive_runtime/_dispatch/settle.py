@@ -18,13 +18,13 @@ from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import KeyState, Step
-from ..threads import ThreadWatch, pool_size
+from ..threads import ThreadWatch
 from .candidates import Candidates, floors
 from .core import Core
 from .emission import Emission
 from .entry import TALLY_REASON, Entry, Route
 from .period import SUSPECT_DRIFT_SLOW, Periods, suspect
-from .pool_phase import PoolPhase
+from .pool_phase import TorchPool
 
 _log = logging.getLogger(__name__)
 
@@ -63,9 +63,10 @@ class Settler:
         # the thread pools' sizes, read every second or so from timed calls (see
         # _threads_changed)
         self._threads = ThreadWatch()
-        # (torch's count, held per phase by trials; None: thread counts are not chosen)
-        self._pool_phase = (PoolPhase(pool_size("torch"), latest_load)
-                            if core.config.choose_threads else None)
+        # torch's pool: the count it runs at, and (phase; None: thread counts are not
+        # chosen) the count held per phase by trials
+        self.torch = TorchPool(self._threads, core.config.choose_threads, latest_load)
+        self._pool_phase = self.torch.phase
         # the frameworks the program had imported at the last look (same schedule): one
         # imported since brings the implementations that need it (see frameworks_imported)
         self._frameworks = loaded_frameworks()
@@ -143,7 +144,9 @@ class Settler:
             phase = self._pool_phase
             if phase is not None and (impl := entry.impls.get(backend)) is not None \
                     and impl.threads == "torch":
-                phase.observe(key.id, duration_us, now)  # (what torch's count is judged by)
+                trial = phase.observe(key.id, duration_us, now)  # (torch's count judged)
+                if trial is not None:  # (a trial ended: its span is handed over after the lock)
+                    emission.pending.append(trial)
             sample = self._learn(key, state, decision, duration_us, n, now, calls,
                                  span is not None)
             if sample is not None:
@@ -316,8 +319,13 @@ class Settler:
         """``decision`` with what it was based on — estimates, samples, confidence — from the
         key's history as it is now, for its span. Decisions are made unexplained whether or
         not anyone listens (explaining one costs a timed call microseconds); only those that
-        become spans are explained. Lock held."""
-        return self._learner.explained(decision, entry.key, entry.state, entry.candidates)
+        become spans are explained. Lock held. A choice on torch's pool names the threads it
+        ran at (``Decision.threads``)."""
+        explained = self._learner.explained(decision, entry.key, entry.state, entry.candidates)
+        impl = entry.impls.get(decision.choice)
+        if impl is not None and impl.threads == "torch":
+            return explained._replace(threads=self.torch.threads())
+        return explained
 
     def failed(self, entry: Entry, backend: Choice) -> None:
         """``backend`` failed on ``entry``'s key: its failure recorded (quarantine with

@@ -54,7 +54,14 @@ class TruenoApi:
         For a registered operation that is the decision ``run()`` already holds for the key:
         the committed arm when the next call takes the fast path, else the decision made for
         the next timed call. Otherwise the policy's answer now (what ``select()`` returns).
+        A choice on torch's pool names the threads torch runs at now (``threads``).
         """
+        decision = self._explain(operation, n)
+        if self._candidates.pool_of(operation, decision.choice) == "torch":
+            return decision._replace(threads=self._settler.torch.threads())
+        return decision
+
+    def _explain(self, operation: str, n: int) -> Decision:
         bucket = size_bucket(n)
         candidates = self._candidates.for_name(operation, n)
         core = self._core

@@ -313,14 +313,14 @@ class AdaptiveRuntime(RuntimeParts):
 
     def stats(self) -> RuntimeStats:
         """One frozen reading of this runtime's per-call counters (every call, traced or
-        not): selections by (operation, arm, reason), fallbacks, the operations on the hot path
-        now, what the trace gate did with the calls it saw, and whether it records spans."""
-        traces, frozen = self.trace_counts(), MappingProxyType
+        not): selections by (operation, arm, reason), fallbacks, hot operations, the trace
+        gate's verdicts, whether it records spans, torch's thread count and its trials."""
+        traces, frozen, parts = self.trace_counts(), MappingProxyType, self._dispatcher
         return RuntimeStats(
             frozen(self.selection_counts()), frozen(self.fallback_counts()),
-            tuple(self.hot_operations()), self._dispatcher.spans_admitted(),
+            tuple(self.hot_operations()), parts.spans_admitted(),
             frozen(dict(traces["exported"])), frozen(dict(traces["suppressed"])),
-            recording_spans=self._dispatcher.tracing)
+            parts.tracing, frozen(parts.torch_trials()))
 
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call so far, counted by (operation, arm, reason), traced or not."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..backend import Backend
 from ..decision import Reason
@@ -31,7 +32,12 @@ class RuntimeStats:
       ``buffer_full``, ...);
     - ``recording_spans``: whether the runtime's calls can become spans now: telemetry is on
       for it (``ar.telemetry.configure()``, an application's SDK tracer provider or
-      ``ar.telemetry.instrument(rt)``), exports traces, and ``config.tracing`` is on.
+      ``ar.telemetry.instrument(rt)``), exports traces, and ``config.tracing`` is on;
+    - ``torch_threads``: where the runtime chooses thread counts
+      (``RuntimeConfig.choose_threads``), torch's: ``threads`` its intra-op pool runs at now,
+      ``held`` the count the runtime holds it at for a phase (0: none, the pool's size),
+      ``trials`` the trials of another count so far and ``kept`` those whose count was kept
+      (docs/policy.md, "Thread counts are choices"); empty where counts are not chosen.
     """
 
     selections: Mapping[SelectionKey, int]
@@ -41,6 +47,7 @@ class RuntimeStats:
     spans_exported: Mapping[str, int]
     spans_suppressed: Mapping[str, int]
     recording_spans: bool
+    torch_threads: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def calls(self, operation: str | None = None, backend: Backend | str | None = None,
               reason: Reason | str | None = None) -> int:

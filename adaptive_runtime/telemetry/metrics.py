@@ -26,6 +26,10 @@ carries none. Variants are registered names, a few per arm: the label stays boun
   (full, or not sent by the shutdown deadline): process-wide, see ``ar.telemetry.stats()``.
 - ``adaptive.hot_path.active`` gauge — 1 for each registered operation on the hot path, else 0
   (``adaptive_hot_path_active``).
+- ``adaptive.threads.held`` gauge — the threads torch's intra-op pool runs at, by
+  ``adaptive.pool`` (``"torch"``): the count the runtime holds it at for a phase
+  (``_dispatch/pool_phase``), else the pool's size; none while torch is not imported
+  (``adaptive_threads_held``).
 - ``adaptive.op.duration`` histogram, seconds, buckets from 1 µs to 10 s — the kernel time of
   every *timed* call (the runtime times 1-in-N calls of a converged key), by
   ``adaptive.operation`` and ``adaptive.backend`` (``adaptive_op_duration_seconds_bucket``,

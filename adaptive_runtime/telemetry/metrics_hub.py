@@ -24,6 +24,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from .._forks import renew_after_fork
 from .._thread_faults import record_fault
+from ..threads import torch_threads
 from .durations import _MARK, DurationHistogram
 from .key_gauges import _KEY_LABELS, KeyReader
 from .metric_sources import _COUNTERS, MetricsSource, _attributes, _Counts, _Read
@@ -99,6 +100,10 @@ class _Hub:
         meter.create_observable_gauge(
             "adaptive.hot_path.active", [self._observe_hot], "",
             "1 while the operation is on the hot path (its spans suppressed), else 0")
+        meter.create_observable_gauge(
+            "adaptive.threads.held", [self._observe_threads], "{thread}",
+            "Threads torch's intra-op pool runs at: the count the runtime holds it at for a "
+            "phase (1 where one thread measured faster), else the pool's size")
         # The key gauges share one reading per collection (see KeyReader.view): the learned
         # latency is created first so that its callback, which runs first, makes it.
         self._keys = KeyReader(self._sources, self._log_once, reported_keys)
@@ -236,6 +241,16 @@ class _Hub:
             return [Observation(v, {"adaptive.operation": op}) for op, v in active.items()]
         except Exception as exc:
             record_fault("metrics", "hot-path callback", exc)
+            return []
+
+    def _observe_threads(self, _options: CallbackOptions) -> Iterable[Observation]:
+        if self._silent:
+            return []
+        try:
+            count = torch_threads()  # (process-wide; None: torch is not imported)
+            return [] if count is None else [Observation(count, {"adaptive.pool": "torch"})]
+        except Exception as exc:
+            record_fault("metrics", "threads callback", exc)
             return []
 
     # ---------------------------------------------------------------- keys

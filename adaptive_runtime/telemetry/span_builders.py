@@ -3,7 +3,8 @@
 - ``adaptive.select {operation}`` and ``adaptive.execute {operation}`` of a timed call;
 - a training step's span (``steps``), made with the ids its children were recorded under
   (the :class:`StandInSpan` current while it ran, and the preset-id generator);
-- ``adaptive.hot_path {operation}`` of an operation entering or leaving the hot path.
+- ``adaptive.hot_path {operation}`` of an operation entering or leaving the hot path;
+- ``adaptive.threads {pool}`` of a trial of torch's thread count ended (``_dispatch/pool_phase``).
 
 A select span that weighs measured arms links to its evidence: the latest traced execute span
 of each arm at its (operation, size bucket), remembered here, on the worker's thread only.
@@ -26,6 +27,8 @@ from opentelemetry.trace import Status, StatusCode
 from .._load import latest as latest_load
 from .._version import __version__
 from ..backend import Choice
+from ..records import PoolTrial
+from .thread_spans import trial_attributes
 
 if TYPE_CHECKING:
     from ..records import CallRecord, HotPathTransition
@@ -115,6 +118,8 @@ class SpanBuilder:
         variant = decision.choice.variant
         if variant:  # (an arm's primary implementation has none)
             select_attrs["adaptive.variant"] = variant
+        if decision.threads:  # (a choice on torch's pool: the threads it ran at)
+            select_attrs["adaptive.threads"] = decision.threads
         verdict = record.verdict
         switched = False
         if verdict.reason == _COMMIT:
@@ -176,6 +181,8 @@ class SpanBuilder:
         }
         if record.backend.variant:
             exec_attrs["adaptive.variant"] = record.backend.variant
+        if record.decision.threads:
+            exec_attrs["adaptive.threads"] = record.decision.threads
         end_ns = record.end_ns
         if device_us is not None:
             # Timed on the device (CUDA events): the kernel's time is the device's; the host
@@ -243,18 +250,38 @@ class SpanBuilder:
         span.end(end_time=max(step.end_ns, step.start_ns) + offset)
         self._ended(recording)
 
+    def transition_span(self, tracer: trace.Tracer,
+                        transition: HotPathTransition | PoolTrial,
+                        ctx: otel_context.Context, at_ns: int) -> None:
+        """The span of a hot-path transition or of a trial of a pool's thread count."""
+        if isinstance(transition, PoolTrial):
+            self.pool_trial_span(tracer, transition, ctx, at_ns)
+        else:
+            self.hot_path_span(tracer, transition, ctx, at_ns)
+
+    def pool_trial_span(self, tracer: trace.Tracer, trial: PoolTrial,
+                        ctx: otel_context.Context, at_ns: int) -> None:
+        """``adaptive.threads {pool}``: a trial of the pool's thread count ended, and what
+        explained its verdict (``thread_spans``), with the machine's load."""
+        attrs = {**trial_attributes(trial), **self.rank_attrs}
+        _explain_by_load(attrs)
+        self._point_span(tracer, f"adaptive.threads {trial.pool}", ctx, at_ns, attrs)
+
     def hot_path_span(self, tracer: trace.Tracer, transition: HotPathTransition,
                       ctx: otel_context.Context, at_ns: int) -> None:
+        self._point_span(tracer, f"adaptive.hot_path {transition.operation}", ctx, at_ns, {
+            "adaptive.operation": transition.operation,
+            "adaptive.hot_path.entered": transition.entered,
+            "adaptive.hot_path.calls_per_sec": float(transition.calls_per_sec),
+            "adaptive.hot_path.suppressed_selections": transition.suppressed,
+            **self.rank_attrs,
+        })
+
+    def _point_span(self, tracer: trace.Tracer, name: str, ctx: otel_context.Context,
+                    at_ns: int, attributes: dict[str, Any]) -> None:
+        """A span of no duration at ``at_ns`` (the runtime timer's ns)."""
         when = at_ns + self._wall_offset_ns
-        span = tracer.start_span(
-            f"adaptive.hot_path {transition.operation}", context=ctx, start_time=when,
-            attributes={
-                "adaptive.operation": transition.operation,
-                "adaptive.hot_path.entered": transition.entered,
-                "adaptive.hot_path.calls_per_sec": float(transition.calls_per_sec),
-                "adaptive.hot_path.suppressed_selections": transition.suppressed,
-                **self.rank_attrs,
-            })
+        span = tracer.start_span(name, context=ctx, start_time=when, attributes=attributes)
         recording = span.is_recording()
         span.end(end_time=when)
         self._ended(recording)

@@ -283,7 +283,7 @@ class SpanWorker:
                         calls += 0.5
                         builder.step_span(*item[1:])
                     else:
-                        builder.hot_path_span(tracer, item[1], item[2], item[3])
+                        builder.transition_span(tracer, item[1], item[2], item[3])
                 except BaseException as exc:  # observability never breaks the caller
                     _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
                     next(self._errors)

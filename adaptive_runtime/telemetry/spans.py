@@ -9,7 +9,8 @@ Spans (DESIGN.md, "Telemetry contract"):
 
 - ``adaptive.select {operation}`` — the selection, with the decision and why;
 - ``adaptive.execute {operation}`` — the kernel on the chosen arm, with its real start and end;
-- ``adaptive.hot_path {operation}`` — an operation entered or left the hot path.
+- ``adaptive.hot_path {operation}`` — an operation entered or left the hot path;
+- ``adaptive.threads {pool}`` — a trial of torch's thread count ended (what explained it).
 
 ``select`` and ``execute`` are siblings under the caller's active span (a training step); with
 no active span, ``execute`` is the child of ``select`` so the pair stays in one trace.
@@ -43,7 +44,7 @@ from .span_builders import SpanBuilder, StepRecord, _take, is_runtime_span
 from .span_worker import DEFAULT_CAPACITY, SpanWorker, _counts, _track, flush_all, recorder_counts
 
 if TYPE_CHECKING:
-    from ..records import CallRecord, HotPathTransition
+    from ..records import CallRecord, HotPathTransition, PoolTrial
 
 __all__ = ["DEFAULT_CAPACITY", "SpanRecorder", "flush_all", "is_runtime_span",
            "recorder_counts"]
@@ -94,8 +95,9 @@ class SpanRecorder(SpanWorker):
         _take(step.parent)  # (a step in a step: the outer one's span is its parent)
         self._enqueue(("step", step))
 
-    def submit_transition(self, transition: HotPathTransition) -> None:
-        """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it."""
+    def submit_transition(self, transition: HotPathTransition | PoolTrial) -> None:
+        """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it, or an
+        ``adaptive.threads`` span for a trial of a pool's thread count that ended."""
         next(_counts.singles)
         context = otel_context.get_current()
         _take(context)
