@@ -39,6 +39,24 @@ better fixed thread count; in phases, <= 0.90x the best fixed thread count; quie
 loop <= 1.02x plain torch (learning included), numpy from a saved history <= 1.01x the static
 rule and from nothing <= 1.03x.
 
+Two more tables (issue 40):
+
+- phases: after a phase change, how long each key took to switch. In the phases scenario the
+  adaptive modes watch what they chose (``_learned.ChoiceWatch``): each key's committed
+  choice (an arm or a variant, ``simd:numba@1``) — read right after each of its calls in the
+  numpy workload, at each step in the mlp — and, in the mlp, the thread count the runtime
+  holds torch at, every change stamped with ``time.monotonic()``, as the parent stamps each
+  stop and start of the neighbour. A key "switches" after a change where the choice it holds
+  at the next change (or the run's end) differs from the one it held at this one; the delay
+  is from the change to its commitment to that choice, in seconds and in the key's calls
+  (steps for torch's pool), against max(``SWITCH_CALLS`` calls, ``SWITCH_S``). A key whose
+  best choice is the same in both phases needs no switch: it is counted as "no switch", not
+  as a miss (and so is a switch that came only after the next change). The watch's reads
+  stay in the seconds; their cost, measured after the run, is printed (~1 us a read).
+- every adaptive run: its keys with at least 200 calls and, on each, the available
+  candidates never timed (target: none), with candidates still left out of a key until their
+  code is compiled listed apart (``_learned.untimed``).
+
 ``CONTENTION_ROUNDS``, ``CONTENTION_STEPS``, ``CONTENTION_CALLS``, ``CONTENTION_SCENARIOS``
 (comma list) and ``CONTENTION_WORKLOADS`` shrink a run.
 """
@@ -46,6 +64,7 @@ rule and from nothing <= 1.03x.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import shutil
@@ -56,8 +75,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from typing import Any
 
+from _learned import ChoiceWatch, untimed, untimed_table
 from _table import print_table
 from _verdicts import Ratio, judge, paired_ratio
 
@@ -73,6 +94,11 @@ OPERATIONS = ("sum", "relu", "softmax", "add", "dot")
 SIZES = (1 << 16, 1 << 18, 1 << 20)
 # numpy work per dataset item in the loader scenario (element-wise passes over 64 floats)
 ITEM_PASSES = 60
+# after a phase change a key switches within this many of its calls or SWITCH_S, whichever
+# is longer (issue 40)
+SWITCH_CALLS = 20
+SWITCH_S = 1.0
+ADAPTIVE_MODES = ("adaptive", "history")
 
 MODES = {"mlp": ("plain", "plain1", "adaptive", "history", "plain_again"),
          "numpy": ("static", "static1", "adaptive", "history", "static_again")}
@@ -159,7 +185,7 @@ def cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
-def run_mlp(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
+def run_mlp(mode: str, history: str | None, loader: bool, watching: bool) -> dict[str, Any]:
     import numpy as np
     import torch
     from _gpu_correctness import digits, mlp
@@ -173,10 +199,12 @@ def run_mlp(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
     for _ in range(3):
         torch.nn.functional.cross_entropy(warm(images[:BATCH]), labels[:BATCH]).backward()
     model = mlp(torch, "cpu")
-    rt = None
-    if mode in ("adaptive", "history"):
+    rt = watch = None
+    if mode in ADAPTIVE_MODES:
         rt = runtime(history)
         model = art.adapt(model, runtime=rt)
+        if watching:
+            watch = ChoiceWatch(rt, torch_pool=True)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
     if loader:
         batches, worker = loader_batches(images.numpy().astype(np.float64))
@@ -186,13 +214,17 @@ def run_mlp(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
             lambda: torch.randint(len(labels), (BATCH,), generator=picks), None)), None
     cpu_before, start = cpu_seconds(worker), time.perf_counter()
     for _ in range(STEPS):
+        if watch is not None:
+            watch.step()
         x, index = next(batches)
         optimiser.zero_grad()
         torch.nn.functional.cross_entropy(model(x), labels[index]).backward()
         optimiser.step()
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "busy": (cpu_seconds(worker) - cpu_before) / seconds,
-            "keys": {}, "runtime": rt}
+            "keys": {}, "runtime": rt,
+            "watch": watch.result() if watch is not None else None,
+            "untimed": untimed(rt) if rt is not None else None}
 
 
 def numpy_calls() -> list[tuple[str, int, tuple[Any, ...]]]:
@@ -204,20 +236,25 @@ def numpy_calls() -> list[tuple[str, int, tuple[Any, ...]]]:
     return [(name, n, WORKLOAD[name][0](rng, n)) for name in OPERATIONS for n in SIZES]
 
 
-def run_numpy(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
+def run_numpy(mode: str, history: str | None, loader: bool, watching: bool
+              ) -> dict[str, Any]:
     import numpy as np
     from decision_quality import available_choices, fixed_kernel, static_arm
 
     import adaptive_runtime as ar
+    from adaptive_runtime.keys import size_bucket
 
     batches, worker = None, None
     if loader:  # (a training program: torch is loaded, so ATen's kernels compete too)
         batches, worker = loader_batches(np.random.default_rng(1).random((1797, 64)))
     if mode == "static1":
         one_thread()
-    rt = runtime(history) if mode in ("adaptive", "history") else ar.AdaptiveRuntime()
+    rt = runtime(history) if mode in ADAPTIVE_MODES else ar.AdaptiveRuntime()
     calls = numpy_calls()
-    if mode in ("adaptive", "history"):
+    watch = ChoiceWatch(rt) if watching and mode in ADAPTIVE_MODES else None
+    labels = ([watch.watch(name, size_bucket(n)) for name, n, _args in calls]
+              if watch is not None else [])
+    if mode in ADAPTIVE_MODES:
         run = [lambda args, name=name: rt.run(name, *args) for name, _n, _args in calls]
     else:
         choices = available_choices(rt, list(OPERATIONS))
@@ -233,22 +270,35 @@ def run_numpy(mode: str, history: str | None, loader: bool) -> dict[str, Any]:
     for _ in range(CALLS):
         if batches is not None:
             next(batches)
+        if watch is None:
+            for k in order:
+                began = clock()
+                run[k](calls[k][2])
+                per_key[k] += clock() - began
+            continue
+        watch.step(read=False)  # (a pass over the keys; each read right after its call)
         for k in order:
             began = clock()
             run[k](calls[k][2])
             per_key[k] += clock() - began
+            watch.after_call(labels[k])
     seconds = clock() - start
+    learned = None
+    if mode in ADAPTIVE_MODES:
+        learned = untimed(rt, {(name, size_bucket(n)): CALLS for name, n, _args in calls})
     return {"seconds": seconds, "busy": (cpu_seconds(worker) - cpu_before) / seconds,
             "keys": {f"{name}/{n}": t for (name, n, _), t in zip(calls, per_key, strict=True)},
-            "runtime": rt}
+            "runtime": rt, "watch": watch.result() if watch is not None else None,
+            "untimed": learned}
 
 
 def child(workload: str, mode: str, history: str | None, loader: bool,
-          save: str | None) -> None:
-    result = (run_mlp if workload == "mlp" else run_numpy)(mode, history, loader)
+          save: str | None, watching: bool) -> None:
+    result = (run_mlp if workload == "mlp" else run_numpy)(mode, history, loader, watching)
     if save is not None:
         result["runtime"].save_history(save)
-    print(json.dumps({k: v for k, v in result.items() if k in ("seconds", "busy", "keys")}))
+    print(json.dumps({k: v for k, v in result.items()
+                      if k in ("seconds", "busy", "keys", "watch", "untimed")}))
 
 
 # ----------------------------------------------------------------------------- the parent
@@ -259,6 +309,7 @@ def run_child(workload: str, mode: str, scenario: str, history: str | None,
     """One run in its own process, with the scenario's neighbour beside it."""
     neighbour = None
     stop = threading.Event()
+    toggles: list[list[Any]] = []  # [monotonic time, the neighbour running after it]
     if scenario in ("neighbour", "phases"):
         neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     if scenario == "phases":
@@ -267,9 +318,12 @@ def run_child(workload: str, mode: str, scenario: str, history: str | None,
             while not stop.wait(PHASE_S):
                 running = not running
                 neighbour.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
+                toggles.append([time.monotonic(), running])
 
         threading.Thread(target=toggle, daemon=True).start()
     command = [sys.executable, __file__, "--child", workload, mode]
+    if scenario == "phases" and mode in ADAPTIVE_MODES:
+        command.append("--watch")
     if history is not None:
         command += ["--history", history]
     if save is not None:
@@ -287,7 +341,9 @@ def run_child(workload: str, mode: str, scenario: str, history: str | None,
             neighbour.wait()
     if done.returncode != 0:
         raise RuntimeError(f"contention: {workload}/{mode}/{scenario} failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["toggles"] = toggles
+    return result
 
 
 def per_key_best(results: dict[str, list[dict[str, Any]]], modes: tuple[str, ...]
@@ -346,6 +402,146 @@ def table(workload: str, scenario: str, results: dict[str, list[dict[str, Any]]]
                 ["mode", "seconds", f"ratio to {base}", "target", "verdict"], rows)
 
 
+POOL = "torch threads held"
+
+
+def _timelines(watch: dict[str, Any]) -> dict[str, list[tuple[float, int, str]]]:
+    """Per key (and torch's pool), its committed choice's changes: (time, steps done, choice)."""
+    lines: dict[str, list[tuple[float, int, str]]] = {}
+    for label, at, done, choice in watch["events"]:
+        lines.setdefault(label, []).append((at, done, choice))
+    for at, done, count in watch["pool"]:
+        lines.setdefault(POOL, []).append((at, done, f"{count}" if count else "pool size"))
+    return lines
+
+
+def _held(line: list[tuple[float, int, str]], at: float) -> str | None:
+    """The choice held at time ``at`` (None: none committed yet)."""
+    i = bisect.bisect_right([t for t, _d, _c in line], at)
+    return line[i - 1][2] if i else None
+
+
+def phase_changes(result: dict[str, Any]) -> list[tuple[float, bool]]:
+    """The phase changes of a watched run while its loop ran: (time, neighbour running)."""
+    watch = result.get("watch")
+    if not watch or not watch["stamps"]:
+        return []
+    return [(at, running) for at, running in result["toggles"]
+            if watch["stamps"][0] < at < watch["end"]]
+
+
+def phase_switches(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase change inside one watched run, and per key (and torch's pool): the choice
+    held at the change and at the next one (or the run's end). ``status``: ``switch`` where
+    they differ — ``delay_s`` from the change to the first commitment to the later choice,
+    ``calls`` the key's calls meanwhile (its steps since the change times its calls a step;
+    the pool's: training steps), ``within`` the target max(``SWITCH_CALLS`` calls,
+    ``SWITCH_S``) —; ``none`` where they are the same (``flips``: commitments between);
+    ``uncommitted`` where no choice was committed at the change."""
+    changes = phase_changes(result)
+    if not changes:
+        return []
+    watch = result["watch"]
+    stamps, end = watch["stamps"], watch["end"]
+    lines = _timelines(watch)
+    found = []
+    for i, (at, running) in enumerate(changes):
+        until = changes[i + 1][0] if i + 1 < len(changes) else end
+        steps_before = bisect.bisect_right(stamps, at)
+        for label, line in lines.items():
+            before, after = _held(line, at), _held(line, until)
+            row: dict[str, Any] = {"key": label, "on": running, "from": before, "to": after}
+            if before is None:
+                row["status"] = "uncommitted"
+            elif before == after:
+                row["status"] = "none"
+                row["flips"] = sum(at < t <= until for t, _d, _c in line)
+            else:
+                t, done = next((t, d) for t, d, c in line if at < t <= until and c == after)
+                per_step = 1.0 if label == POOL else watch["per_step"].get(label, 1.0)
+                calls = max(done - steps_before, 0) * per_step
+                delay = t - at
+                row.update(status="switch", delay_s=delay, calls=calls,
+                           within=delay <= SWITCH_S or calls <= SWITCH_CALLS)
+            found.append(row)
+    return found
+
+
+def _median_max(values: list[float], fmt: str) -> str:
+    return f"{format(statistics.median(values), fmt)} [{format(max(values), fmt)}]"
+
+
+def switch_table(workload: str, results: dict[str, list[dict[str, Any]]]) -> None:
+    """The phases scenario: after each phase change, how long each key (and torch's pool)
+    took to switch its choice, against max(``SWITCH_CALLS`` of its calls, ``SWITCH_S``)."""
+    rows: list[list[object]] = []
+    total: Counter[str] = Counter()
+    changes = 0
+    watched = []
+    for mode in ADAPTIVE_MODES:
+        found = []
+        for run in results[mode]:
+            found += phase_switches(run)
+            changes += len(phase_changes(run))
+            if run.get("watch"):
+                watched.append(run["watch"]["reads"] * run["watch"]["read_us"] * 1e-6)
+        by_key: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+        for r in found:
+            total[r["status"]] += 1
+            if r["status"] == "switch":
+                total["within" if r["within"] else "later"] += 1
+            by_key.setdefault((r["key"], r["on"]), []).append(r)
+        for (key, on), made in sorted(by_key.items(), key=lambda kv: (kv[0][0] == POOL,
+                                                                        kv[0][0], kv[0][1])):
+            switched = [r for r in made if r["status"] == "switch"]
+            if not switched:
+                continue
+            within = sum(r["within"] for r in switched)
+            rows.append([mode, key, "neighbour on" if on else "neighbour off",
+                         f"{len(switched)} of {len(made)}",
+                         ", ".join(sorted({f"{r['from']} -> {r['to']}" for r in switched})),
+                         _median_max([r["delay_s"] for r in switched], ".2f"),
+                         _median_max([r["calls"] for r in switched], ".0f"),
+                         f"{within} of {len(switched)}"])
+    switches = total["switch"]
+    if not switches:
+        outcome = "not judged (no switch measured)"
+    elif total["later"]:
+        outcome = f"MISSES ({total['later']} of {switches} later)"
+    else:
+        outcome = f"meets ({switches} of {switches} within)"
+    target = f"max({SWITCH_CALLS} calls, {SWITCH_S:g} s)"
+    rows += [
+        ["all", f"switches within {target}", "-", "-", "-", "-", "-",
+         f"{total['within']} of {switches}"],
+        ["all", "switches later", "-", "-", "-", "-", "-", f"{total['later']}"],
+        ["all", "no switch: the choice held at the change held at the next", "-", "-", "-",
+         "-", "-", f"{total['none']} (key x change)"],
+        ["all", "no choice committed yet at the change", "-", "-", "-", "-", "-",
+         f"{total['uncommitted']} (key x change)"],
+        ["verdict", f"a key switches within {target}", "-", "-", "-", "-", "-", outcome]]
+    note = (f"; the watch's reads (in the seconds): about {statistics.median(watched) * 1e3:.1f}"
+            " ms a run" if watched else "")
+    print_table(
+        f"{workload}, phases: after a phase change (neighbour stopped or started every "
+        f"{PHASE_S:g} s; phase changes inside the adaptive runs: {changes}), each key whose "
+        "committed choice at the next change differs from the one at this change (and torch's "
+        f"held thread count: its calls are steps), delay median [max]; target {target}. A key "
+        "whose best choice is the same in both phases needs no switch: it counts under \"no "
+        "switch\", not as a miss (so does a switch that came only after the next change)"
+        f"{note}", ["mode", "key", "change", "switched", "from -> to", "delay s",
+                    "delay, its calls", "within target"], rows)
+
+
+def untimed_report(results: dict[str, dict[str, dict[str, list[dict[str, Any]]]]]) -> None:
+    """Every adaptive run's keys with >= 200 calls and their candidates never timed."""
+    groups = [(f"{workload} {scenario} {mode}",
+               [run.get("untimed") for run in results[scenario][workload][mode]])
+              for scenario in results for workload in results[scenario]
+              for mode in ADAPTIVE_MODES]
+    untimed_table("arms never timed (contention)", groups)
+
+
 def main() -> None:
     started = time.perf_counter()
     print(f"contention: {ROUNDS} rounds; scenarios {', '.join(SCENARIOS)}; workloads "
@@ -371,6 +567,10 @@ def main() -> None:
     for scenario in SCENARIOS:
         for workload in WORKLOADS:
             table(workload, scenario, results[scenario][workload])
+    if "phases" in SCENARIOS:
+        for workload in WORKLOADS:
+            switch_table(workload, results["phases"][workload])
+    untimed_report(results)
     shutil.rmtree(folder, ignore_errors=True)
     print(f"\ntotal benchmark time {time.perf_counter() - started:.0f} s")
 
@@ -381,8 +581,9 @@ if __name__ == "__main__":
     parser.add_argument("--history")
     parser.add_argument("--save")
     parser.add_argument("--loader", action="store_true")
+    parser.add_argument("--watch", action="store_true")
     options = parser.parse_args()
     if options.child:
-        child(*options.child, options.history, options.loader, options.save)
+        child(*options.child, options.history, options.loader, options.save, options.watch)
     else:
         main()
