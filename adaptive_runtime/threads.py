@@ -17,7 +17,8 @@ program has imported threadpoolctl itself: a BLAS pool is resized through it (or
 and importing threadpoolctl more, which no training loop should pay for nothing.
 
 The runtime also sets counts (``RuntimeConfig.choose_threads``): a numba kernel at fewer
-threads for one call (:func:`at_threads`, numba's count being per thread), and torch's
+threads for one call (:func:`at_threads`, numba's count being per thread), BLAS at fewer for
+one call (:func:`at_blas_threads`, through OpenBLAS's own setter), and torch's
 process-wide count held for a phase (:func:`set_torch_phase`, ``_dispatch/pool_phase``). Its
 own setting is not a change of the pool's size: the pool's size reads as before.
 """
@@ -33,8 +34,9 @@ from typing import Any
 
 from ._imported import imported
 
-__all__ = ["POOLS", "ThreadWatch", "at_threads", "pool_size", "set_torch_phase",
-           "thread_counts", "torch_phase", "torch_threads"]
+__all__ = ["POOLS", "ThreadWatch", "at_blas_threads", "at_threads", "blas_setter_found",
+           "find_blas_setter", "pool_size", "set_torch_phase", "thread_counts", "torch_phase",
+           "torch_threads"]
 
 _log = logging.getLogger(__name__)
 
@@ -161,7 +163,95 @@ def at_threads(count: int, fn: Callable[..., Any]) -> Callable[..., Any]:
     return functools.update_wrapper(at_count, fn)
 
 
-def _blas_threads() -> int | None:
+# BLAS's own getter and setter of its thread count, found once through threadpoolctl
+# (:func:`find_blas_setter`): [] until looked for; [None] where there is none to use.
+_blas_calls: list[tuple[Callable[[], int], Callable[[int], None]] | None] = []
+
+
+def blas_setter_found() -> bool:
+    """Whether :func:`at_blas_threads` can set BLAS's thread count (found, not looked for)."""
+    return bool(_blas_calls) and _blas_calls[0] is not None
+
+
+def find_blas_setter() -> bool:
+    """Find BLAS's own thread-count functions (importing threadpoolctl and reading the loaded
+    libraries: milliseconds, so never on a caller's path — the runtime looks from its
+    preparing thread) and say whether there are some to use.
+
+    OpenBLAS only, through its own C functions (``openblas_set_num_threads``, or OpenMP's
+    where OpenBLAS runs on OpenMP), called directly: 0.5 us for a switch there and back,
+    where threadpoolctl's setter takes ~4 us each way. Other BLAS libraries (MKL, BLIS) get
+    no variant at fewer threads."""
+    if not _blas_calls:
+        _blas_calls.append(_openblas_calls())
+    return _blas_calls[0] is not None
+
+
+def _openblas_calls() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    controller = _blas_controller()
+    if controller is None:
+        return None
+    try:
+        lib = _numpys_blas([lib for lib in controller.lib_controllers  # type: ignore[attr-defined]
+                            if lib.user_api == "blas"])
+        if lib is None or lib.internal_api != "openblas":
+            return None
+        prefix = "omp" if lib.threading_layer == "openmp" else "openblas"
+        get = lib._get_symbol("omp_get_max_threads" if prefix == "omp"
+                              else "openblas_get_num_threads")
+        set_ = lib._get_symbol(f"{prefix}_set_num_threads")
+    except Exception as exc:  # (a threadpoolctl without these internals)
+        _log.debug("BLAS thread-count functions not found (%r)", exc)
+        return None
+    if get is None or set_ is None:
+        return None
+    return get, set_
+
+
+def _numpys_blas(libs: list[Any]) -> Any:
+    """Of the BLAS libraries loaded, the one numpy calls: the only one, or the one numpy's
+    wheel ships (scipy's wheel ships its own OpenBLAS too); ``None`` where it is not known."""
+    if len(libs) == 1:
+        return libs[0]
+    numpy = imported("numpy")
+    where = getattr(numpy, "__file__", None)
+    if not where:
+        return None
+    # (real paths: the loader reports a symlinked virtualenv's files by their targets)
+    home = os.path.dirname(os.path.dirname(os.path.realpath(where)))
+    mine = [lib for lib in libs if os.path.relpath(os.path.realpath(lib.filepath), home)
+            .startswith(("numpy.libs", "numpy" + os.sep))]
+    return mine[0] if len(mine) == 1 else None
+
+
+def at_blas_threads(count: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with BLAS at ``count`` threads for the call, set back after it; as ``fn``
+    until :func:`find_blas_setter` found the functions (the runtime leaves such a variant
+    out of its candidates until then).
+
+    OpenBLAS's count is process-wide (on its own threads; OpenMP's is per thread): a BLAS
+    call on another Python thread during this one runs at ``count`` too. A call that finds
+    the count already at or under ``count`` leaves it alone, so two such calls overlapping
+    never leave the pool at the lower count."""
+
+    def at_count(*args: Any) -> Any:
+        calls = _blas_calls[0] if _blas_calls else None
+        if calls is None:
+            return fn(*args)
+        get, set_ = calls
+        now = get()
+        if now <= count:
+            return fn(*args)
+        set_(count)
+        try:
+            return fn(*args)
+        finally:
+            set_(now)
+
+    return functools.update_wrapper(at_count, fn)
+
+
+def _blas_controller() -> object | None:
     if not _controller:
         try:
             import threadpoolctl
@@ -170,7 +260,11 @@ def _blas_threads() -> int | None:
         except Exception as exc:  # (not installed, or it cannot inspect this process)
             _log.debug("threadpoolctl unavailable (%s): BLAS threads not read", exc)
             _controller.append(None)
-    controller = _controller[0]
+    return _controller[0]
+
+
+def _blas_threads() -> int | None:
+    controller = _blas_controller()
     if controller is None:
         return None
     try:

@@ -26,9 +26,12 @@ What pays for it is a run long enough to gain from the candidates. So:
 ``AdaptiveRuntime.wait_compiled()`` compiles everything queued now (a benchmark's warm-up).
 
 Which implementations: those whose ``compile_count`` is numba's (``kernels._compile.
-KernelCompiles``). JAX's arms compile per shape, so a small copy would not prepare them; the
-device family's CPU arms are round trips through the host, whose copies a small copy would
-not spare (their kernels are the torch family's, compiled where that family's calls come).
+KernelCompiles``), and BLAS's variants at fewer threads, whose preparation is finding BLAS's
+thread-count functions (``kernels._thread_counts.BlasSetter``: milliseconds, once; where there
+are none to use, they stay out). JAX's arms compile per shape, so a small copy would not
+prepare them; the device family's CPU arms are round trips through the host, whose copies a
+small copy would not spare (their kernels are the torch family's, compiled where that
+family's calls come).
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._forks import renew_after_fork
 from .._imported import imported
 from .._thread_faults import keep_alive, note_restart, record_fault
 from ..backend import Choice
-from ..kernels._specimen import compile_on, compiled_by_numba, specimen
+from ..kernels._specimen import compiled_by_numba, prepare_ahead, prepared_ahead, specimen
 from ..operations import DEVICE_FAMILY, FAMILY_SEPARATOR, Implementation, Operation
 
 __all__ = ["Preparer"]
@@ -59,11 +62,14 @@ _DEVICE_TWIN = f"{FAMILY_SEPARATOR}{DEVICE_FAMILY}"
 # ms; compiled afresh, ~1 s — the measured cost then takes over).
 FIRST_COMPILE_US = 800_000.0
 KERNEL_COMPILE_US = 30_000.0
+# Finding BLAS's thread-count functions (threadpoolctl's import and its reading of the loaded
+# libraries: 1-7 ms measured here).
+FIND_BLAS_US = 10_000.0
 # Weight of a measured preparation in the expected cost of the next.
 _COST_ALPHA = 0.5
 
-# A preparation: (operation name, choice, the implementation's function, the inputs' specimen)
-_Job = tuple[str, Choice, Callable[..., Any], tuple[Any, ...]]
+# A preparation: (operation name, choice, the implementation, the inputs' specimen or None)
+_Job = tuple[str, Choice, Implementation, "tuple[Any, ...] | None"]
 
 
 class Preparer:
@@ -91,11 +97,12 @@ class Preparer:
         keep_alive(self, "prepare", Preparer._revive)
 
     def cold(self, op: Operation, choice: Choice, impl: Implementation | None) -> bool:
-        """Whether ``choice`` of ``op`` runs numba code not compiled yet: its kernels have
+        """Whether ``choice`` of ``op`` needs preparing: numba code whose kernels have
         compiled nothing in this process (another input type of theirs compiles in its call,
-        as before) and it was not prepared here."""
+        as before) and that was not prepared here, or a BLAS variant whose thread-count
+        functions are not found."""
         count = impl.compile_count if impl is not None else None
-        return (compiled_by_numba(count) and not self._ready.get((op.name, choice), False)
+        return (prepared_ahead(count) and not self._ready.get((op.name, choice), False)
                 and count() == 0 and not op.name.endswith(_DEVICE_TWIN))  # type: ignore[misc]
 
     def leave_out_cold(self, op: Operation, order: Sequence[Choice]) -> tuple[Choice, ...]:
@@ -116,9 +123,10 @@ class Preparer:
                 # (the first compiles in its call, and so do the kernels of its variants at
                 # other thread counts, which share them: candidates from now on — one left
                 # out later would leave a key's plans and history naming a choice its entry
-                # cannot run)
-                self._ready[(op.name, choice)] = True
-                if choice is not first:
+                # cannot run; a BLAS variant finds its setter here, once)
+                usable = prepare_ahead(impl.compile_count, impl.fn, None)  # type: ignore[union-attr]
+                self._ready[(op.name, choice)] = usable
+                if choice is not first and usable:
                     kept.append(choice)
         return tuple(kept)
 
@@ -136,11 +144,13 @@ class Preparer:
                 impl = op.implementation_for(choice)
                 if (op.name, choice) in self._ready or impl is None:
                     continue
-                if small is None:  # (asked before the key's candidates are found: no
-                    self._ready[(op.name, choice)] = True  # route to make again)
+                if small is None and compiled_by_numba(impl.compile_count):
+                    # (asked before the key's candidates are found: no route to make again;
+                    # its first call compiles, as it did before)
+                    self._ready[(op.name, choice)] = True
                     continue
                 self._ready[(op.name, choice)] = False
-                self._jobs.append((op.name, choice, impl.fn, small))
+                self._jobs.append((op.name, choice, impl, small))
             self._start_if_affordable()
 
     def spend(self, duration_us: float) -> None:
@@ -177,7 +187,12 @@ class Preparer:
         time the runtime's calls have taken, less what preparations took. Lock held."""
         if self._unbudgeted:
             return True
-        expected = self._cost_us if imported("numba") is not None else FIRST_COMPILE_US
+        if not compiled_by_numba(self._jobs[0][2].compile_count):
+            expected = FIND_BLAS_US
+        elif imported("numba") is not None:
+            expected = self._cost_us
+        else:
+            expected = FIRST_COMPILE_US
         return self._share * self._spent_us - self._used_us >= expected
 
     def _start_if_affordable(self) -> None:
@@ -201,16 +216,23 @@ class Preparer:
                         self._thread = None
                         self._idle.notify_all()
                         return
-                    name, choice, fn, small = self._jobs[0]
+                    name, choice, impl, small = self._jobs[0]
+                    if self._ready.get((name, choice)):
+                        # (made ready meanwhile: the cold-start order's first, compiled in its
+                        # call — nothing to do, and no route to make again)
+                        self._jobs.popleft()
+                        continue
                 started = time.perf_counter()
-                _compile(name, choice, fn, small)
+                usable = _prepare(name, choice, impl, small)
                 took_us = (time.perf_counter() - started) * 1e6
                 with self._lock:
                     self._jobs.popleft()
-                    self._ready[(name, choice)] = True
+                    # (not usable: it stays cold, out of its keys, and is not asked for again)
+                    self._ready[(name, choice)] = usable
                     self.finished.add(name)
                     self._used_us += took_us
-                    self._cost_us += _COST_ALPHA * (took_us - self._cost_us)
+                    if compiled_by_numba(impl.compile_count):
+                        self._cost_us += _COST_ALPHA * (took_us - self._cost_us)
         except BaseException as exc:  # (what no guard stops): counted; the next look from a
             record_fault("prepare", "worker", exc)  # timed call starts it again (_revive)
 
@@ -231,12 +253,15 @@ class Preparer:
         self._jobs.clear()
 
 
-def _compile(name: str, choice: Choice, fn: Callable[..., Any], small: tuple[Any, ...]) -> None:
-    """Compile ``fn``'s kernels on the specimen ``small``. Raising there is no fault of the
-    thread: a specimen is not every operation's valid input (the choice is then compiled by
-    its first call, as before)."""
+def _prepare(name: str, choice: Choice, impl: Implementation,
+             small: tuple[Any, ...] | None) -> bool:
+    """Prepare ``impl`` (compile its kernels on the specimen ``small``, or find what it
+    needs); whether it can run as meant. Raising there is no fault of the thread: a specimen
+    is not every operation's valid input (the choice is then compiled by its first call, as
+    before)."""
     try:
-        compile_on(fn, small)
+        return prepare_ahead(impl.compile_count, impl.fn, small)
     except Exception as exc:
-        _log.debug("could not compile %s of %s ahead (%r): its first call will",
+        _log.debug("could not prepare %s of %s ahead (%r): its first call will",
                    choice.value, name, exc)
+        return True

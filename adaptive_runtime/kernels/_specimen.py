@@ -11,6 +11,8 @@ compiles what the call itself would need, in microseconds of kernel time.
 :func:`specimen` makes one from a call's arguments (on the caller's thread: it copies one
 element an array); :func:`compile_on` runs an implementation on it with every build of its
 kernels compiled (``_compile.every_build``), on whichever thread the dispatcher prepares on.
+:func:`prepare_ahead` does what a cold implementation needs: that, or — for a BLAS variant at
+fewer threads — finding BLAS's thread-count functions (``_thread_counts.BlasSetter``).
 """
 
 from __future__ import annotations
@@ -22,14 +24,32 @@ import numpy as np
 
 from ._arrays import is_tensor
 from ._compile import KernelCompiles, every_build
+from ._thread_counts import BlasSetter
 
-__all__ = ["compile_on", "compiled_by_numba", "specimen"]
+__all__ = ["compile_on", "compiled_by_numba", "prepare_ahead", "prepared_ahead", "specimen"]
 
 
 def compiled_by_numba(compile_count: Callable[[], int] | None) -> bool:
     """Whether an implementation with this ``compile_count`` runs numba kernels (which
     :func:`compile_on` can compile ahead)."""
     return isinstance(compile_count, KernelCompiles)
+
+
+def prepared_ahead(compile_count: Callable[[], int] | None) -> bool:
+    """Whether an implementation with this ``compile_count`` needs something done before it
+    can run well (``compile_count() == 0`` until then) that :func:`prepare_ahead` does."""
+    return isinstance(compile_count, (KernelCompiles, BlasSetter))
+
+
+def prepare_ahead(compile_count: Callable[[], int] | None, fn: Callable[..., Any],
+                  small: tuple[Any, ...] | None) -> bool:
+    """Do what implementation ``fn`` needs before its first call (see
+    :func:`prepared_ahead`); whether it can run as it is meant to now."""
+    if isinstance(compile_count, BlasSetter):
+        return compile_count.prepare()
+    if small is not None:
+        compile_on(fn, small)
+    return True
 
 
 def specimen(args: tuple[Any, ...]) -> tuple[Any, ...] | None:

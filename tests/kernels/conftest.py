@@ -10,7 +10,8 @@ import adaptive_runtime as ar
 # The CPU arms, and every variant a built-in operation registers (checked on the operations
 # that have it).
 CPU_CHOICES = (ar.Backend.SCALAR, ar.Backend.SIMD, ar.Variant("simd", "numpy"),
-               ar.Variant("simd", "numba"), ar.Variant("simd", "numba@1"))
+               ar.Variant("simd", "numba"), ar.Variant("simd", "numba@1"),
+               ar.Variant("simd", "blas@1"))
 
 
 @pytest.fixture(scope="session")
