@@ -530,8 +530,12 @@ def test_captured_calls_of_keys_committed_to_a_host_arm_run_on_the_gpu_with_fake
         for x in inputs:
             for name, arity in calls:
                 rt.run(name, *[x] * arity)
-    assert all(rt.decide(f"{name}@device", x.numel()).backend is not Backend.GPU
-               for name, _ in calls for x in inputs)
+    for name, _ in calls:
+        for x in inputs:
+            assert rt.get_best_backend(f"{name}@device", x.numel()) is not Backend.GPU
+            decision = rt.decide(f"{name}@device", x.numel())
+            # (the key's next timed call may be a re-check of the GPU arm: they go on, rarely)
+            assert decision.backend is not Backend.GPU or decision.reason is ar.Reason.RECHECK
     reads, fake.syncs = DeviceTensor.host_reads, 0
     before = _calls_by_arm(rt)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
