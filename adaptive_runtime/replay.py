@@ -345,7 +345,7 @@ def _replay_call(learner: Learner, run: _KeyRun, call: CallTiming, pick: str) ->
     rest_us = 0.0
     if rest:
         rest_us = run.timings[fast_arm or arm].answer(call.time_s, pick)
-    learner.learn(key, state, arm, duration_us, call.size, decision)
+    learner.learn(key, state, arm, duration_us, call.size, decision, call.calls)
     run.calls += call.calls
     run.cost_us += duration_us + rest * rest_us
     run.recorded_us += call.duration_us * call.calls

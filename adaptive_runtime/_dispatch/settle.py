@@ -242,7 +242,7 @@ class Settler:
         it to the call recorder and the duration histogram. Returns the call's sample queued
         for the histogram where ``traced`` (its span is to be made), else ``None``."""
         backend = decision.choice
-        self._learner.learn(key, state, backend, duration_us, n, decision)
+        self._learner.learn(key, state, backend, duration_us, n, decision, calls)
         emission = self._emission
         if emission.recording_calls:
             emission.calls((key.operation, n, backend, duration_us, now, calls))

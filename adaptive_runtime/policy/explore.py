@@ -207,7 +207,8 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
     kept = []
     for b in usable:
         stats = arms.get(b)
-        if stats is None or not (stats.samples or stats.failures):  # never tried on the key
+        never = stats is None or not (stats.samples or stats.failures)  # (tried on the key)
+        if stats is None or never:
             guess = _first_trial_us(cfg, behind, b, best_seen)
         elif stats.epoch_samples or stats.failures or not previous:
             guess = None  # measured in this epoch, or failed: its own estimate decides
@@ -219,8 +220,10 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             # (held back by its floor: tried once the key's own share affords the whole
             # floor — its calls have taken 1/explore_share times it — with no free
             # allowance, which would try a costly arm at once on every small key)
-            if cfg.explore_share * _spent_us(arms, best_seen) - state.explored_us >= max(
-                    floored[b], guess or 0.0):
+            spent = _spent_us(arms, best_seen)
+            if never and state.calls_us > spent:
+                spent = state.calls_us  # (never timed here: see _owed below)
+            if cfg.explore_share * spent - state.explored_us >= max(floored[b], guess or 0.0):
                 kept.append(b)
             continue
         if guess is None:
@@ -231,9 +234,19 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             continue
         if budget < 0.0:
             budget = _explore_budget(cfg, state, arms, best_seen)
-        if guess - best_seen <= budget:  # (what it took before the alarm)
+        if guess - best_seen <= budget or (never and _owed(cfg, state, guess)):
             kept.append(b)
     return kept
+
+
+def _owed(cfg: PolicyConfig, state: KeyState, trial_us: float) -> bool:
+    """Whether an arm never timed on the key is owed its first trial of ``trial_us`` now:
+    the key's calls — the untimed ones too — have taken 1/``explore_share`` times it (less
+    what exploring took). The allowance counts timed calls only, which a converged key makes
+    1 in dozens: an arm never timed there — one held back by a slow first timing on a smaller
+    bucket, a candidate compiled after the key converged, one a saved history never timed —
+    would wait thousands of calls, or for good."""
+    return cfg.explore_share * state.calls_us - state.explored_us >= trial_us
 
 
 def _first_trial_us(cfg: PolicyConfig, behind: Mapping[Choice, float] | None, choice: Choice,

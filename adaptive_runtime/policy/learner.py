@@ -110,11 +110,13 @@ class Learner:
     # ------------------------------------------------------------------ learning
 
     def learn(self, key: KeyHistory, state: KeyState, choice: Choice, duration_us: float,
-              size: int, decision: Decision | None = None) -> None:
+              size: int, decision: Decision | None = None, calls: int = 1) -> None:
         """Learn one timing of ``choice`` on ``key`` at ``size`` elements: into the history
         (a re-check of ``decision``'s that the policy re-measures replaces the arm's estimate),
         then into the policy's state. ``decision``: the one the timed call ran (``None``: a
-        timing reported from outside, e.g. ``record_performance``)."""
+        timing reported from outside, e.g. ``record_performance``); ``calls``: the calls the
+        timing stands for (itself and the untimed ones since the key's previous timing)."""
+        state.calls_us += duration_us * calls
         arms = key.arms
         if decision is not None and self.policy.remeasures(key, decision):
             arms[choice].start_epoch()

@@ -77,6 +77,10 @@ class KeyState:
     # what timings of other arms than the committed one (re-checks, re-measurements) have
     # cost since the key first committed: spent from its exploration allowance
     explored_us: float = 0.0
+    # what the key's calls took in all, as its timings tell: each timed call's duration for
+    # the calls it stands for (the untimed ones since the key's previous timed call too);
+    # an arm never timed here is owed its first trial from it (explore._affordable)
+    calls_us: float = 0.0
 
     @property
     def drift_score(self) -> float:

@@ -134,6 +134,32 @@ def test_an_arm_a_floor_holds_back_is_tried_once_the_key_has_run_long_enough() -
     assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
 
 
+def test_a_held_back_arm_is_owed_its_trial_by_the_keys_untimed_calls_too() -> None:
+    """A converged key is timed 1 call in dozens: its timed calls alone (6,000 us here) do
+    not afford the floor's 6,700 us, yet the key's calls in all — each timing standing for
+    the untimed calls since the one before (``KeyState.calls_us``) — took 300 ms: the arm
+    never timed there is owed its trial."""
+    floors = {SCALAR: 200.0}
+    key = key_with({SIMD: timed(100.0, n=60)})
+    assert Policy().decide(KeyState(floors=floors), key, TWO, NOW_S).backend is SIMD
+    d = Policy().decide(KeyState(floors=floors, calls_us=300_000.0), key, TWO, NOW_S)
+    assert (d.backend, d.reason) == (SCALAR, Reason.EXPLORE)
+
+
+def test_a_variant_that_came_after_the_key_converged_is_tried_once_its_calls_afford_it() -> None:
+    # a variant never timed on the key (compiled, or its setter found, off the caller's path
+    # after the key converged) is priced at unknown_arm_ratio x the best; the allowance of
+    # the timed calls is spent, what the key's calls took in all pays for one trial
+    variant = ar.Variant("simd", "numba@1")
+    arms = (SIMD, variant, SCALAR)
+    key = key_with({SIMD: timed(1000.0, n=40), SCALAR: timed(5000.0, n=1)})
+    spent = KeyState(explored_us=5000.0)
+    assert Policy().decide(spent, key, arms, NOW_S).choice is SIMD
+    paid = KeyState(explored_us=5000.0, calls_us=1_000_000.0)
+    d = Policy().decide(paid, key, arms, NOW_S)
+    assert (d.choice, d.reason) == (variant, Reason.EXPLORE)
+
+
 def test_an_untried_arm_is_tried_next_whatever_its_trial_is_guessed_to_cost() -> None:
     # SIMD: 2 ms a call, timed once; SCALAR's trial is guessed at 3x that, 4 ms over the
     # best: far over the exploration allowance, yet the cold-start order is a guess, which
