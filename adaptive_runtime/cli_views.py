@@ -41,6 +41,7 @@ def report_json(report: Report, found: Sequence[Crossover]) -> dict[str, Any]:
                   "timings": {str(c): n for c, n in r.timings.items()},
                   "stdev_us": {str(c): _number(us) for c, us in r.stdev_us.items()},
                   "samples": r.samples, "chosen": str(r.chosen) if r.chosen else None,
+                  "threads": r.threads or None,
                   "fastest": str(r.fastest) if r.fastest else None,
                   "speedup": _number(r.speedup), "reason": r.reason,
                   "confidence": _number(r.confidence)} for r in report.rows],

@@ -35,7 +35,9 @@ class KeyRow:
     keeps no decisions). ``timings``: how many timings each arm's latency stands on, and
     ``stdev_us``: their standard deviation (µs; arms with two timings or more), where the
     source says (a history file, a live runtime and spans written since they carry
-    ``adaptive.timings.<arm>`` do)."""
+    ``adaptive.timings.<arm>`` do). ``threads``: the thread count the chosen arm ran at, where
+    the runtime holds its pool at a count of its choosing (torch's: ``adaptive.threads`` on
+    the spans, ``Decision.threads``); 0 where the source does not say."""
 
     operation: str
     size_bucket: int
@@ -46,6 +48,7 @@ class KeyRow:
     confidence: float | None = None
     timings: Mapping[Choice, int] = field(default_factory=dict)
     stdev_us: Mapping[Choice, float] = field(default_factory=dict)
+    threads: int = 0
 
     @property
     def reference_size(self) -> int:

@@ -98,7 +98,8 @@ def from_runtime(rt: AdaptiveRuntime, operations: Iterable[str] | None = None) -
                     stdevs[choice] = decision.stdevs_us[choice]
         rows.append(KeyRow(row.operation, row.size_bucket, row.latency_us, row.samples,
                            decision.choice, decision.reason.value,
-                           float(decision.confidence), timings, stdevs))
+                           float(decision.confidence), timings, stdevs,
+                           decision.threads))
     return Report(tuple(rows), (), "this runtime", "the arm the runtime runs now (rt.decide)")
 
 

@@ -1,11 +1,12 @@
 """The decision table in the terminal (rich): one line per (operation, size bucket).
 
-Columns: the operation, the size bucket and its sizes, the arm chosen (and, where the source
-knows them, why and how sure), each arm's learned latency — with, where the source knows them,
-the standard deviation of the timings behind it and how many there are (``12.3±1.2(n=8)``) —,
-the timings learned on the key and the speed-up of the chosen arm over the slowest one
-measured. Plain columns separated by spaces, no vertical rules and no space inside a cell, so a
-saved log still reads with ``grep`` and ``awk`` (``$4`` is the arm).
+Columns: the operation, the size bucket and its sizes, the arm chosen — with the thread count
+it ran at where the runtime held its pool at a count (``simd(torch@1)``) — and, where the
+source knows them, why and how sure; each arm's learned latency — with, where the source
+knows them, the standard deviation of the timings behind it and how many there are
+(``12.3±1.2(n=8)``) —, the timings learned on the key and the speed-up of the chosen arm over
+the slowest one measured. Plain columns separated by spaces, no vertical rules and no space
+inside a cell, so a saved log still reads with ``grep`` and ``awk`` (``$4`` is the arm).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from rich.text import Text
 from ..backend import Backend, Choice, choice_order
 from .model import KeyRow
 
-__all__ = ["ARM_STYLES", "REASON_STYLES", "decision_table", "format_us", "latency_cell",
-           "make_console"]
+__all__ = ["ARM_STYLES", "REASON_STYLES", "chosen_cell", "decision_table", "format_us",
+           "latency_cell", "make_console"]
 
 # the same hues as the figure's (report.figure), in the terminal's palette
 ARM_STYLES = {Backend.GPU: "magenta", Backend.SIMD: "cyan", Backend.SCALAR: "yellow"}
@@ -65,7 +66,7 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
         chosen = row.chosen
         cells: list[Text] = [
             Text(row.operation), Text(str(row.size_bucket)), Text(f"{lo:,}-{hi:,}"),
-            Text(chosen.value, style=ARM_STYLES[chosen.arm]) if chosen is not None
+            Text(chosen_cell(row), style=ARM_STYLES[chosen.arm]) if chosen is not None
             else Text("-")]
         if explained:
             reason = row.reason or "-"
@@ -82,6 +83,13 @@ def decision_table(rows: Sequence[KeyRow], *, title: str | None = None) -> Table
         last_of_operation = i + 1 < len(rows) and rows[i + 1].operation != row.operation
         table.add_row(*cells, end_section=last_of_operation)
     return table
+
+
+def chosen_cell(row: KeyRow) -> str:
+    """The chosen arm's name, and the thread count it ran at where the row says
+    (``simd(torch@1)``); one word."""
+    name = row.chosen.value if row.chosen is not None else "-"
+    return f"{name}(torch@{row.threads})" if row.threads else name
 
 
 def latency_cell(row: KeyRow, arm: Choice) -> str:

@@ -63,6 +63,7 @@ class _Select(NamedTuple):
     commit: bool  # the key committed to ``backend`` on this call (adaptive.commit)
     timings: Mapping[Choice, int]  # (adaptive.timings.<arm>; empty in older spans)
     stdevs_us: Mapping[Choice, float]
+    threads: int  # (adaptive.threads: the count a choice on torch's pool ran at; else 0)
 
 
 def trace_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -185,7 +186,8 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                               str(a.get("adaptive.variant", ""))), str(a["adaptive.decision"]),
                     float(a.get("adaptive.confidence", 0.0)), int(a.get("adaptive.samples", 0)),
                     float(a.get("adaptive.sampling.weight", 1.0)), estimates,
-                    a.get("adaptive.commit") is True, timings, stdevs)
+                    a.get("adaptive.commit") is True, timings, stdevs,
+                    int(a.get("adaptive.threads", 0)))
 
 
 def key_values(items: Any) -> dict[str, Any]:
@@ -234,7 +236,7 @@ def _rows(selects: list[_Select]) -> list[KeyRow]:
                       else fastest_arm(latency) or basis.backend)
         rows.append(KeyRow(key[0], key[1], latency, samples[key], chosen, last.reason,
                            last.confidence if math.isfinite(last.confidence) else None,
-                           timings, stdevs))
+                           timings, stdevs, last.threads if chosen == last.backend else 0))
     return rows
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from adaptive_runtime.backend import Backend
+from adaptive_runtime.cli_views import report_json
 from adaptive_runtime.report import KeyRow, crossovers, fastest_arm, from_telemetry
 from adaptive_runtime.report.model import compact_size
+from adaptive_runtime.report.table import chosen_cell
 
 SIMD, SCALAR, GPU = Backend.SIMD, Backend.SCALAR, Backend.GPU
 
@@ -134,6 +136,23 @@ def test_spans_timings_and_spreads_come_with_the_estimates_they_were_read_beside
     (row,) = from_telemetry(tmp_path).rows
     assert (row.timings, row.stdev_us) == ({}, {})
     assert row.speedup == pytest.approx(3.0)
+
+
+def test_the_chosen_arm_names_the_thread_count_its_span_ran_at(tmp_path: Path) -> None:
+    # a choice on torch's pool: its spans carry adaptive.threads, the count it ran at; the
+    # table names it beside the arm, in one word (``$4`` is still the arm's cell)
+    held = _select(1.0, "exploit", "simd", {"simd": 10.0, "scalar": 30.0}, 9)
+    held["attributes"].append(  # type: ignore[union-attr]
+        {"key": "adaptive.threads", "value": {"intValue": "1"}})
+    _write_spans(tmp_path, held)
+    report = from_telemetry(tmp_path)
+    (row,) = report.rows
+    assert row.threads == 1
+    assert chosen_cell(row) == "simd(torch@1)"
+    assert report_json(report, [])["rows"][0]["threads"] == 1
+    _write_spans(tmp_path, _select(1.0, "exploit", "simd", {"simd": 10.0}, 9))
+    (row,) = from_telemetry(tmp_path).rows
+    assert (row.threads, chosen_cell(row)) == (0, "simd")
 
 
 def test_variants_of_an_arm_are_columns_and_winners_of_their_own() -> None:

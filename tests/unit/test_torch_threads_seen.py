@@ -22,6 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.pool_phase import SWITCH_GAIN, TRIAL_CALLS, PoolPhase
 from adaptive_runtime.records import PoolTrial
+from adaptive_runtime.report import from_runtime
+from adaptive_runtime.report.table import chosen_cell
 from adaptive_runtime.telemetry.thread_spans import trial_attributes
 from adaptive_runtime.threads import set_torch_phase, torch_phase
 
@@ -91,6 +93,8 @@ def test_spans_decide_stats_and_the_gauge_name_the_count_torch_is_held_at(pool_o
         assert rt.decide("sum", 1 << 10).threads == 0  # (numpy's arms: not on torch's pool)
         assert dict(rt.stats().torch_threads) == {"threads": 1, "held": 1, "trials": 1,
                                                   "kept": 1}
+        (row,) = [r for r in from_runtime(rt).rows if r.operation == "threaded"]
+        assert chosen_cell(row) == "simd(torch@1)"  # (the report of a live runtime)
     finally:
         ar.telemetry.uninstrument(rt, timeout_s=5.0)
     spans = exporter.get_finished_spans()
