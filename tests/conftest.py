@@ -212,3 +212,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def pool_of_two():
+    """torch's intra-op pool at 2 threads, nothing held by a runtime (an earlier test's may
+    hold torch at one thread); the count before is put back after."""
+    import torch
+
+    from adaptive_runtime.threads import set_torch_phase
+
+    set_torch_phase(0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    set_torch_phase(0)
+    torch.set_num_threads(before)

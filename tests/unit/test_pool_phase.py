@@ -7,22 +7,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 import torch
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.pool_phase import FIRST_WAIT_S, TRIAL_CALLS, PoolPhase
-from adaptive_runtime.threads import set_torch_phase, thread_counts, torch_phase
-
-
-@pytest.fixture
-def pool_of_two():
-    set_torch_phase(0)  # (an earlier test's runtime may hold torch at one thread)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    set_torch_phase(0)
-    torch.set_num_threads(before)
+from adaptive_runtime.threads import thread_counts, torch_phase
 
 
 def _window(phase: PoolPhase, cost_us: dict[int, float], now_s: float) -> None:

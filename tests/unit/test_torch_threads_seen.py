@@ -25,17 +25,7 @@ from adaptive_runtime.records import PoolTrial
 from adaptive_runtime.report import from_runtime
 from adaptive_runtime.report.table import chosen_cell
 from adaptive_runtime.telemetry.thread_spans import trial_attributes
-from adaptive_runtime.threads import set_torch_phase, torch_phase
-
-
-@pytest.fixture
-def pool_of_two():
-    set_torch_phase(0)  # (an earlier test's runtime may hold torch at one thread)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    set_torch_phase(0)
-    torch.set_num_threads(before)
+from adaptive_runtime.threads import torch_phase
 
 
 def _runtime(*, choose_threads: bool = True) -> ar.AdaptiveRuntime:
