@@ -220,10 +220,10 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             # (held back by its floor: tried once the key's own share affords the whole
             # floor — its calls have taken 1/explore_share times it — with no free
             # allowance, which would try a costly arm at once on every small key)
-            spent = _spent_us(arms, best_seen)
-            if never and state.calls_us > spent:
-                spent = state.calls_us  # (never timed here: see _owed below)
-            if cfg.explore_share * spent - state.explored_us >= max(floored[b], guess or 0.0):
+            need = max(floored[b], guess or 0.0)
+            if ((never and _owed(cfg, state, need))  # (never timed here: see _owed below)
+                    or cfg.explore_share * _spent_us(arms, best_seen) - state.explored_us
+                    >= need):
                 kept.append(b)
             continue
         if guess is None:
@@ -241,12 +241,16 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
 
 def _owed(cfg: PolicyConfig, state: KeyState, trial_us: float) -> bool:
     """Whether an arm never timed on the key is owed its first trial of ``trial_us`` now:
-    the key's calls — the untimed ones too — have taken 1/``explore_share`` times it (less
-    what exploring took). The allowance counts timed calls only, which a converged key makes
-    1 in dozens: an arm never timed there — one held back by a slow first timing on a smaller
-    bucket, a candidate compiled after the key converged, one a saved history never timed —
-    would wait thousands of calls, or for good."""
-    return cfg.explore_share * state.calls_us - state.explored_us >= trial_us
+    the key's calls — the untimed ones too — have taken 1/``explore_share`` times it. The
+    allowance counts timed calls only, which a converged key makes 1 in dozens: an arm never
+    timed there — one held back by a slow first timing on a smaller bucket, a candidate
+    compiled after the key converged, one a saved history never timed — would wait thousands
+    of calls, or for good. What exploring took is not subtracted: on a key of a few
+    microseconds each re-check costs more in evaluation than in the call, so the re-checks
+    of the timed arms would use the share up and the untimed arm would never come. It is
+    owed once (then it is timed), so a key pays at most ``explore_share`` of its time per
+    arm it had never timed."""
+    return cfg.explore_share * state.calls_us >= trial_us
 
 
 def _first_trial_us(cfg: PolicyConfig, behind: Mapping[Choice, float] | None, choice: Choice,

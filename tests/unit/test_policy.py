@@ -774,3 +774,20 @@ def test_policy_config_takes_the_ends_of_each_range() -> None:
     edges = PolicyConfig(min_samples_per_arm=1, switch_margin=0.0, explore_share=1.0,
                          clear_confidence=0.0, prune_ratio=1.0, drift_threshold=math.inf)
     assert edges.drift_threshold == math.inf  # (drift detection off)
+
+
+def test_an_arm_never_timed_on_a_microsecond_key_is_owed_even_after_its_rechecks() -> None:
+    """On a key of ~2 us calls each re-check of the other arm costs more in evaluation than
+    the call, so what exploring took outgrows the key's share of its time: the arm never
+    timed there is owed its first trial by the key's calls all the same, once they have
+    taken 1/explore_share times it."""
+    variant = ar.Variant("simd", "numba@1")
+    arms = (SIMD, variant, SCALAR)
+    key = key_with({SIMD: timed(2.0, n=40), SCALAR: timed(6.0, n=8)})
+    # (re-checks of SCALAR, each with its evaluation, used up the free allowance of 1 ms)
+    rechecked = dict(explored_us=1500.0)
+    early = KeyState(calls_us=150.0, **rechecked)  # 0.03 x 150 us: under a 6 us trial
+    assert Policy().decide(early, key, arms, NOW_S).choice is SIMD
+    later = KeyState(calls_us=400.0, **rechecked)  # 0.03 x 400 us = 12 us: pays for it
+    d = Policy().decide(later, key, arms, NOW_S)
+    assert (d.choice, d.reason) == (variant, Reason.EXPLORE)
