@@ -18,6 +18,7 @@ from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import KeyState, Step
+from ..telemetry.instrumentation import notice_providers
 from ..threads import ThreadWatch
 from .candidates import Candidates, floors
 from .core import Core
@@ -60,21 +61,17 @@ class Settler:
         self._spend = candidates.preparer.spend
         self._rates = rates  # registered operations' call-rate state (see Router)
         self._routes = routes  # the route table (see Router): every key's implementations
-        # the thread pools' sizes, read every second or so from timed calls (see
-        # _threads_changed)
-        self._threads = ThreadWatch()
+        self._threads = ThreadWatch()  # the pools' sizes, read ~1/s (_threads_changed)
         # torch's pool: the count it runs at, and (phase; None: thread counts are not
         # chosen) the count held per phase by trials
         self.torch = TorchPool(self._threads, core.config.choose_threads, latest_load)
         self._pool_phase = self.torch.phase
-        # the frameworks the program had imported at the last look (same schedule): one
-        # imported since brings the implementations that need it (see frameworks_imported)
+        # the frameworks imported at the last look (same schedule), and those imported
+        # since, for the caller to act on after the lock (their operations' routes made anew)
         self._frameworks = loaded_frameworks()
-        # frameworks imported since the last look, for the caller to act on after the lock
-        # (the routes of the operations that gain implementations are made again)
         self.frameworks_imported: frozenset[str] = frozenset()
-        # a key is timed at least this often while spans are recorded (a share of the trace
-        # gate's key interval: its interval span needs a timed call); inf: no such bound
+        # a key is timed at least this often while spans are recorded (its interval span
+        # needs a timed call: a share of the trace gate's key interval); inf: no bound
         self._visible_s = KEY_TIMING_SHARE * core.config.trace_key_interval_s
         self._longest_period = core.config.max_measure_period
         # timings made on a device, not ready yet: (entry, decision, timing, size, calls,
@@ -115,8 +112,7 @@ class Settler:
         point the fast path at the committed arm. Returns the call's span — the trace gate's
         verdict and the decision explained as it was made — or ``None`` (not exported).
         ``device_timing``: the call was timed on its device; it is learned once ready
-        (:meth:`learn_ready`), and its span (``times``: select start, kernel start and end)
-        is held until then, to carry the device time."""
+        (:meth:`learn_ready`), its span (``times``) held until then for the device time."""
         now = self._clock()
         if now >= self._threads.due_s:
             self._look_around(now)
@@ -196,7 +192,8 @@ class Settler:
 
     def _look_around(self, now: float) -> None:
         """About once a second, on a timed call: the thread pools' sizes, the frameworks
-        imported, the machine's load (``_load``), the package's threads (one that ended
+        imported, the machine's load (``_load``), OpenTelemetry providers the application
+        set since (``telemetry.instrumentation``), the package's threads (one that ended
         abnormally is started again). A failure here is counted (``thread_watch``) and never
         fails the call."""
         with survive("thread_watch", "thread pools"):
@@ -205,6 +202,8 @@ class Settler:
             self._look_for_frameworks()
         with survive("thread_watch", "machine load"):  # (what a drift span is explained by)
             poll_load(now)
+        with survive("thread_watch", "providers"):
+            notice_providers()
         revive_threads()
 
     def _look_for_frameworks(self) -> None:
@@ -302,6 +301,10 @@ class Settler:
         if how is _DECIDED:
             if state.incumbent is not None or entry.mask:
                 self._refresh(entry, key)
+            if entry.next.reason is Reason.EXPLORE and state.incumbent is not None:
+                # (an arm owed its first trial: at the next call, not a period later; a short
+                # key timed 1 in dozens ended first: 5 timed calls in 250, decision_quality)
+                entry.mask = 0
             if (state.incumbent is not committed and state.incumbent is not None
                     and self._emission.tracing):
                 # A commitment: its first call is timed, whatever the key's period, so the

@@ -241,15 +241,12 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
 
 def _owed(cfg: PolicyConfig, state: KeyState, trial_us: float) -> bool:
     """Whether an arm never timed on the key is owed its first trial of ``trial_us`` now:
-    the key's calls — the untimed ones too — have taken 1/``explore_share`` times it. The
-    allowance counts timed calls only, which a converged key makes 1 in dozens: an arm never
-    timed there — one held back by a slow first timing on a smaller bucket, a candidate
-    compiled after the key converged, one a saved history never timed — would wait thousands
-    of calls, or for good. What exploring took is not subtracted: on a key of a few
-    microseconds each re-check costs more in evaluation than in the call, so the re-checks
-    of the timed arms would use the share up and the untimed arm would never come. It is
-    owed once (then it is timed), so a key pays at most ``explore_share`` of its time per
-    arm it had never timed."""
+    the key's calls — the untimed ones too — have taken 1/``explore_share`` times it. (The
+    allowance counts timed calls only, 1 in dozens once converged: an arm held back by a
+    slow timing on a smaller bucket, compiled late, or never timed by a saved history would
+    wait for good.) Exploring's cost is not subtracted: on a key of microseconds the
+    re-checks' evaluations alone use the share up. Owed once: at most ``explore_share`` of
+    the key's time per arm."""
     return cfg.explore_share * state.calls_us >= trial_us
 
 

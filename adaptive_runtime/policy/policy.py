@@ -36,6 +36,12 @@ _RECHECK = Reason.RECHECK
 # the memoised exploit decision is reused (drift, re-checks and failures still act at once, and
 # a timing of any other arm ends the memo).
 _MEMO_DECISIONS = 16
+# ... and every this many while a candidate was never timed on the key: that arm is owed its
+# first trial once the key's calls afford it (explore._owed), which only a full evaluation
+# sees. A short key (~250 calls, timed 1 in dozens once committed) made fewer than 16
+# decisions after its commitment: its untimed arm waited for good (95 of 546 keys in
+# decision_quality's trained runs).
+_MEMO_DECISIONS_OWING = 2
 
 
 class Step(enum.Enum):
@@ -123,7 +129,9 @@ class Policy:
                 # (an unexplained exploit is one shared object per arm: the memo is renewed by
                 # every full evaluation, not only when the object changes)
                 state.memo = decision
-                state.memo_until = min(state.decisions + _MEMO_DECISIONS, state.next_recheck)
+                horizon = (_MEMO_DECISIONS_OWING if _never_timed(key, candidates)
+                           else _MEMO_DECISIONS)
+                state.memo_until = min(state.decisions + horizon, state.next_recheck)
         elif reason is Reason.RECHECK:
             _next_recheck_turn(cfg, state)
         elif reason is Reason.DRIFT:
@@ -264,3 +272,12 @@ def _all_quarantined(state: KeyState, key: KeyHistory,
     soonest = min(candidates, key=lambda b: key.arms[b].quarantined_until_s)
     return _explained(soonest, Reason.FALLBACK, key, state)
 
+
+def _never_timed(key: KeyHistory, candidates: Sequence[Choice]) -> bool:
+    """Whether a candidate was never timed (nor failed) on the key."""
+    arms = key.arms
+    for choice in candidates:
+        stats = arms.get(choice)
+        if stats is None or not (stats.samples or stats.failures):
+            return True
+    return False

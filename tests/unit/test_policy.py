@@ -791,3 +791,21 @@ def test_an_arm_never_timed_on_a_microsecond_key_is_owed_even_after_its_rechecks
     later = KeyState(calls_us=400.0, **rechecked)  # 0.03 x 400 us = 12 us: pays for it
     d = Policy().decide(later, key, arms, NOW_S)
     assert (d.choice, d.reason) == (variant, Reason.EXPLORE)
+
+
+def test_a_committed_key_owing_an_arm_its_trial_is_evaluated_in_full_every_few_decisions(
+) -> None:
+    """The memo of a commitment spares 15 full evaluations in 16; a key with a candidate
+    never timed keeps its memo for 2 only, so the trial it owes (once the key's calls afford
+    it) comes within a few timed calls, not after 16 — more than a short key ever makes."""
+    variant = ar.Variant("simd", "numba@1")
+    arms = (SIMD, variant, SCALAR)
+    key = key_with({SIMD: timed(1000.0, n=40), SCALAR: timed(5000.0, n=1)})
+    policy = Policy()
+    state = KeyState(explored_us=5000.0)
+    assert policy.next(state, key, arms, NOW_S)[0].choice is SIMD  # (committed: owes later)
+    state.next_recheck, state.memo = 1000, None  # (re-checks far off: only the memo stands)
+    assert policy.next(state, key, arms, NOW_S)[0].choice is SIMD
+    state.calls_us = 1_000_000.0  # (the key's calls since: they pay for the variant's trial)
+    explored = [policy.next(state, key, arms, NOW_S)[0] for _ in range(3)]
+    assert (explored[-1].choice, explored[-1].reason) == (variant, Reason.EXPLORE)
