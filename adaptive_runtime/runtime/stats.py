@@ -31,8 +31,10 @@ class RuntimeStats:
       (``decision``, ``slow``, ``sampled``, ... / ``hot_path``, ``not_sampled``, ``budget``,
       ``buffer_full``, ...);
     - ``recording_spans``: whether the runtime's calls can become spans now: telemetry is on
-      for it (``ar.telemetry.configure()``, an application's SDK tracer provider or
-      ``ar.telemetry.instrument(rt)``), exports traces, and ``config.tracing`` is on;
+      for it (``ar.telemetry.configure()``, an application's SDK tracer provider — one set
+      after the runtime was made counts from the timed call that notices it, about a second
+      later — or ``ar.telemetry.instrument(rt)``), exports traces, and ``config.tracing`` is
+      on;
     - ``torch_threads``: where the runtime chooses thread counts
       (``RuntimeConfig.choose_threads``), torch's: ``threads`` its intra-op pool runs at now,
       ``held`` the count the runtime holds it at for a phase (0: none, the pool's size),

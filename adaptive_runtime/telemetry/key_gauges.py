@@ -92,25 +92,36 @@ class KeyReader:
             view = self._view
             now = time.monotonic()
             if fresh or view is None or now - view.made_s > _VIEW_MAX_AGE_S:
-                view = self._view = self._read_keys(now)
+                after: dict[tuple[str, int], str] = {}
+                view = self._view = self._read_keys(now, self._sources(),
+                                                    self._committed_before, after)
+                self._committed_before = after
             return view
 
-    def _read_keys(self, now: float) -> _KeyView:
-        """Read every live runtime's history and its keys' decisions. View lock held (not the
-        hub's: ``decide()`` takes each runtime's lock once per key, and attaching or another
-        gauge need not wait for that)."""
-        keys = self._latest_keys(self._sources())
+    def last_reading(self, source: MetricsSource) -> _KeyView:
+        """A reading of ``source``'s keys alone: its last, taken as its metrics close, which
+        the hub reports from then on (the final export at exit included)."""
+        with self._view_lock:
+            return self._read_keys(time.monotonic(), [source], self._committed_before, {})
+
+    def _read_keys(self, now: float, sources: list[MetricsSource],
+                   before: dict[tuple[str, int], str],
+                   after: dict[tuple[str, int], str]) -> _KeyView:
+        """Read the runtimes' histories and their keys' decisions (``before``: the arm each
+        key was reported committed to last; ``after`` gets this reading's). View lock held
+        (not the hub's: ``decide()`` takes each runtime's lock once per key, and attaching
+        or another gauge need not wait for that)."""
+        keys = self._latest_keys(sources)
         cap = self._reported_keys()
         ranked = sorted(keys.items(), key=lambda item: item[1][0], reverse=True)
         latency: _Values = {}
         committed: _Values = {}
         quarantined: _Values = {}
-        before, self._committed_before = self._committed_before, {}
         for (op, bucket), (_stamp, source, arms) in ranked[:cap]:
             for arm, mean_us in arms.items():
                 if not math.isnan(mean_us):  # (NaN: not timed since the key's last drift)
                     latency[(op, bucket, arm)] = mean_us / 1e6
-            self._decided(op, bucket, source, arms, before, committed, quarantined)
+            self._decided(op, bucket, source, arms, before, after, committed, quarantined)
         _fold(ranked[cap:], latency)
         return _KeyView(now, latency, committed, quarantined)
 
@@ -141,8 +152,8 @@ class KeyReader:
         return keys
 
     def _decided(self, op: str, bucket: int, source: KeySource, arms: dict[str, float],
-                 before: dict[tuple[str, int], str], committed: _Values,
-                 quarantined: _Values) -> None:
+                 before: dict[tuple[str, int], str], after: dict[tuple[str, int], str],
+                 committed: _Values, quarantined: _Values) -> None:
         """Add the key's committed and quarantined arms, from its next call's decision."""
         try:
             decision = source.decide(op, reference_size(bucket))
@@ -159,7 +170,7 @@ class KeyReader:
         else:
             chosen = None  # exploring (or re-measuring after a drift alarm)
         if chosen is not None:
-            self._committed_before[(op, bucket)] = chosen
+            after[(op, bucket)] = chosen
         estimates = {_label(b): us for b, us in decision.estimates_us.items()}
         for arm in arms.keys() | estimates.keys() | ({chosen} if chosen else set()):
             committed[(op, bucket, arm)] = int(arm == chosen)

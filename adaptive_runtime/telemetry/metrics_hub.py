@@ -26,7 +26,7 @@ from .._forks import renew_after_fork
 from .._thread_faults import record_fault
 from ..threads import torch_threads
 from .durations import _MARK, DurationHistogram
-from .key_gauges import _KEY_LABELS, KeyReader
+from .key_gauges import _KEY_LABELS, KeyReader, _KeyView
 from .metric_sources import _COUNTERS, MetricsSource, _attributes, _Counts, _Read
 from .stats import export_losses
 
@@ -53,15 +53,20 @@ class _Member(Protocol):
 
 
 class _Slot:
-    """One runtime's place in a hub: its live RuntimeMetrics (if any) and its last totals."""
+    """One runtime's place in a hub: its live RuntimeMetrics (if any), its last totals and,
+    once its metrics closed, its gauges' last values."""
 
-    __slots__ = ("counts", "member", "ref")
+    __slots__ = ("counts", "gauges", "member", "ref")
 
     def __init__(self, ref: weakref.ref[MetricsSource] | None) -> None:
         self.ref = ref  # None: the hub's totals of garbage-collected runtimes
         self.member: _Member | None = None
         self.counts: dict[str, _Counts] = {
             name: {} for name in (*_COUNTERS, _OVERFLOWS)}
+        # (hot path by operation, the key gauges' reading) as the metrics closed: reported
+        # from then on, as the counters' last totals are — a closed runtime's gauges are in
+        # every later export, the final one at exit included
+        self.gauges: tuple[dict[str, int], _KeyView] | None = None
 
     def update(self, name: str, fresh: Mapping[tuple[str, ...], int]) -> None:
         # Clamp to the previous reading: the runtime may briefly take back a call it counted
@@ -139,13 +144,28 @@ class _Hub:
             elif slot.member is not None:  # a second RuntimeMetrics for one runtime: replace
                 self._retire_member(slot)
             slot.member = member
+            slot.gauges = None  # (live again)
             return slot
 
     def detach(self, member: _Member) -> None:
+        # (the gauges' last reading first, outside the hub's lock: it asks the runtime's
+        # decisions, which take the runtime's own lock)
+        source = member.source()
+        gauges = self._last_gauges(source) if source is not None and not self._silent else None
         with self._lock:
             slot = member._slot
             if slot.member is member:
                 self._retire_member(slot)
+                slot.gauges = gauges
+
+    def _last_gauges(self, source: MetricsSource) -> tuple[dict[str, int], _KeyView] | None:
+        try:
+            hot = set(source.hot_operations())
+            return ({op: int(op in hot) for op in source.operations},
+                    self._keys.last_reading(source))
+        except Exception as exc:  # (closing never fails: without them, the gauges end here)
+            record_fault("metrics", "last gauge reading", exc)
+            return None
 
     def _retire_member(self, slot: _Slot) -> None:
         """Final drain and reading of the slot's member, then freeze it. Lock held."""
@@ -234,6 +254,9 @@ class _Hub:
                 for slot in self._slots:
                     source = slot.member.source() if slot.member is not None else None
                     if source is None:
+                        last = slot.gauges[0] if slot.gauges is not None else {}
+                        for op, v in last.items():
+                            active[op] = max(active.get(op, 0), v)
                         continue
                     hot = set(source.hot_operations())
                     for op in source.operations:
@@ -263,6 +286,14 @@ class _Hub:
                 return []
             try:
                 values: dict[tuple[str, int, str], float] = getattr(self._keys.view(fresh), name)
+                with self._lock:  # (closed runtimes' last readings: the live ones speak first)
+                    last = [slot.gauges[1] for slot in self._slots
+                            if slot.member is None and slot.gauges is not None]
+                if last:
+                    values = dict(values)
+                    for view in last:
+                        for key, v in getattr(view, name).items():
+                            values.setdefault(key, v)
                 return [Observation(v, _attributes(_KEY_LABELS, key))
                         for key, v in values.items()]
             except Exception as exc:

@@ -13,10 +13,9 @@ own; its spans carry ``process.pid`` and ``process.parent_pid``.
 Every live recorder is known here: :func:`flush_all` flushes them, each flushes at exit, and
 :func:`recorder_counts` counts the spans of them all, process-wide.
 
-The worker never dies of what it runs: each record, the batch's set-up (the tracer, the rank
-lookup) and the cost bookkeeping are guarded (``_thread_faults.survive``: counted, logged once
-per kind, the thread goes on); should it end anyway, the next record queued (or a flush)
-starts it again.
+The worker never dies of what it runs: each record, the batch's set-up and the cost
+bookkeeping are guarded (``_thread_faults.survive``); should it end anyway, the next record
+queued (or a flush) starts it again.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from typing import Any
 from .._counter import counter, issued
 from .._thread_faults import note_restart, record_fault, survive
 from ..distributed import rank_attributes
+from .app_providers import flush_first
 from .deadline import exit_deadline, remaining
 from .export_cost import export_cost_us_per_span
 from .span_builders import SpanBuilder
@@ -264,6 +264,8 @@ class SpanWorker:
             tracer = None
             with survive("spans", "tracer"):
                 tracer = builder.tracer()  # (None: each record below fails, counted lost)
+                # (the provider's flush and shutdown make queued spans first: app_providers)
+                flush_first(builder.tracer_provider, flush_all)
             # (a distributed job's rank, read per batch: the process group may come up later)
             rank: dict[str, int] = {}
             with survive("spans", "rank lookup"):
@@ -315,6 +317,8 @@ class SpanWorker:
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Make spans of everything queued so far; ``False`` if ``timeout_s`` ran out."""
         deadline = time.monotonic() + timeout_s
+        if self._stop:  # (shut down: nothing is queued any more, and no worker to start)
+            return not self._buffer
         if self._thread is None or self._pid != os.getpid():
             self._drain()  # no worker (yet): do it here
             return not self._buffer

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from .app_providers import flush_first
 from .span_builders import SpanBuilder, StepRecord, _take, is_runtime_span
 from .span_worker import DEFAULT_CAPACITY, SpanWorker, _counts, _track, flush_all, recorder_counts
 
@@ -78,6 +79,10 @@ class SpanRecorder(SpanWorker):
         self._builder = SpanBuilder(tracer_provider, wall_offset_ns=time.time_ns() - timer(),
                                     ended=self._ended, on_materialized=on_materialized)
         _track(self)
+        # (the provider's own flush and shutdown make the queued records' spans first, from
+        # the start; a global provider the application replaces later is hooked by the
+        # worker, as it makes spans into it: see app_providers)
+        flush_first(self._builder.tracer_provider, flush_all)
 
     # ------------------------------------------------------------------ loop side
 

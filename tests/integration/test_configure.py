@@ -21,7 +21,7 @@ import child_run
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 
-from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
+from adaptive_runtime.telemetry.sdk.otlp_json import decode_metrics_requests, decode_trace_requests
 
 TIMEOUT_S = 60
 
@@ -138,6 +138,30 @@ def test_without_an_endpoint_spans_and_metrics_go_to_otlp_json_files_at_exit(
     assert all(s.resource_attributes["service.name"] == "cfg-files" for s in spans)
     assert has_last_call(spans), "the spans of the last call before exit were lost"
     assert metrics.exists(), f"no metrics file after exit; files: {os.listdir(folder)}"
+
+
+def test_a_run_shorter_than_the_metric_interval_exports_every_gauge_at_exit(
+        tmp_path: Path) -> None:
+    """The demo, a quick experiment: the one export there is, at exit, carries every
+    instrument with a value — the learned-state gauges too, read as the runtime's metrics
+    closed (before the provider's last collection)."""
+    folder = tmp_path / "telemetry"
+    ran = run_script(f'''
+        import numpy as np
+        ar.telemetry.configure(directory={str(folder)!r})
+        x = np.linspace(-1.0, 1.0, 4096)
+        for _ in range(200):
+            ar.ops.relu(x)
+        result(done=True)
+    ''', tmp_path)
+    ran.ok()
+    requests = decode_metrics_requests(folder / "metrics.jsonl")
+    assert len(requests) == 1, "a run under the 10 s interval exports once, at exit"
+    exported = {m.name for rm in requests[-1].resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics}
+    assert {"adaptive.selection", "adaptive.op.duration", "adaptive.committed",
+            "adaptive.learned.latency", "adaptive.hot_path.active",
+            "adaptive.quarantined"} <= exported, sorted(exported)
 
 
 # ---------------------------------------------------------------------------- OTLP from OTEL_*

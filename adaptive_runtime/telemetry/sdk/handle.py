@@ -11,12 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from .. import instrumentation
 from ..deadline import flush_deadline, remaining
 from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from ..spans import flush_all
 from ..stats import TelemetryStats, stats
 from .providers import _Bounded, _process
 from .switching import spans_lost_in_export
@@ -125,9 +127,25 @@ _current: Telemetry | None = None
 
 def shutdown(timeout_s: float | None = None) -> None:
     """Flush and stop what :func:`configure` set up (also runs at interpreter exit), within
-    ``timeout_s`` (default: ``shutdown_timeout_s``; see :meth:`Telemetry.shutdown`)."""
+    ``timeout_s`` (default: ``shutdown_timeout_s``; see :meth:`Telemetry.shutdown`). Where
+    the application set up its own tracer provider instead, the runtimes' queued spans are
+    made into it and it is flushed; stopping it is the application's."""
     global _current
     with _lock:
         current, _current = _current, None
     if current is not None:
         current.shutdown(timeout_s)
+    elif instrumentation.app_has_sdk_provider():
+        _flush_into_app_provider(
+            configured_shutdown_timeout_s() if timeout_s is None else timeout_s)
+
+
+def _flush_into_app_provider(timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    try:
+        flush_all(timeout_s)
+        provider: Any = trace.get_tracer_provider()
+        provider.force_flush(int(remaining(deadline) * 1000))
+    except Exception as exc:  # (the application's provider: never break its shutdown)
+        _log.warning("adaptive_runtime: flushing spans into the application's tracer "
+                     "provider: %r", exc)
