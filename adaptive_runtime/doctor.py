@@ -29,8 +29,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._version import __version__
-from .fingerprint import differences, hardware_fingerprint
-from .history import read_history_file
+from .config import RuntimeConfig
+from .errors import ConfigError
+from .fingerprint import hardware_fingerprint
+from .history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_history_file
 from .telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
 from .threads import POOLS
 
@@ -204,12 +206,27 @@ def _history(env: Mapping[str, str]) -> dict[str, Any]:
         out.update(status="unreadable", detail=str(exc))
         return out
     out["records"] = len(loaded.records)
-    differ = differences(hardware_fingerprint(), loaded.fingerprint or {})
-    if differ:
-        out.update(status="from other hardware or libraries: not applied", differences=differ)
-    else:
+    # (as the runtime compares: only what the file's keys depend on; a /1 file has nothing)
+    differ = [f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): measured "
+              "on an unknown machine"] if loaded.fingerprint is None else \
+        fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records)
+    if not differ:
         out["status"] = "applies here"
+    elif _forced(env):
+        out.update(status="from other hardware or libraries: applied anyway "
+                          "(ADAPTIVE_RUNTIME_HISTORY_FORCE)", differences=differ, forced=True)
+    else:
+        out.update(status="from other hardware or libraries: not applied", differences=differ)
     return out
+
+
+def _forced(env: Mapping[str, str]) -> bool:
+    """Whether the runtime would apply a foreign history file (``history_force``)."""
+    name = "ADAPTIVE_RUNTIME_HISTORY_FORCE"
+    try:
+        return RuntimeConfig.from_env({name: env.get(name, "")}).history_force
+    except ConfigError:
+        return False  # (a malformed switch: the runtime refuses it at start-up)
 
 
 def _problems(found: Mapping[str, Any]) -> list[str]:
@@ -226,7 +243,7 @@ def _problems(found: Mapping[str, Any]) -> list[str]:
     history = found["history"]
     if history["status"] == "unreadable":
         problems.append(f"history: {history['path']}: {history['detail']}")
-    elif "differences" in history:
+    elif "differences" in history and not history.get("forced"):
         problems.append(f"history: {history['path']} is not applied here: "
                         + "; ".join(history["differences"]))
     return problems

@@ -2,7 +2,9 @@
 
 Timings learned on one CPU, BLAS or library version say little about another, so a history file
 carries the fingerprint of the process that wrote it, and one whose fingerprint differs from
-this process's is not applied (see ``AdaptiveRuntime.load_history``).
+this process's, in a field its keys depend on, is not applied (see
+``AdaptiveRuntime.load_history``; which fields a file's keys depend on:
+:mod:`adaptive_runtime.history.depends` — a torch-only file does not care about JAX).
 
 Fields (all strings or integers; ``None`` where this process cannot tell cheaply, and such a
 field is not compared):
@@ -35,13 +37,13 @@ import os
 import platform
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ._forks import after_fork_in_child
 from ._imported import imported
 from .threads import thread_counts
 
-__all__ = ["FINGERPRINT_LABELS", "differences", "hardware_fingerprint"]
+__all__ = ["FINGERPRINT_LABELS", "difference", "differences", "hardware_fingerprint"]
 
 Fingerprint = dict[str, "str | int | None"]
 
@@ -90,19 +92,27 @@ def hardware_fingerprint() -> Fingerprint:
     return fingerprint
 
 
-def differences(here: Mapping[str, object], there: Mapping[str, object]) -> list[str]:
-    """What differs between two fingerprints, as ``"<label> <here> here, <there> in file"``;
+def differences(here: Mapping[str, object], there: Mapping[str, object],
+                fields: Iterable[str] | None = None) -> list[str]:
+    """What differs between two fingerprints, as ``"<label> <here> here, <there> in file"``, in
+    the order of :data:`FINGERPRINT_LABELS`: every compared field, or only ``fields`` (which a
+    history file's keys depend on: :func:`adaptive_runtime.history.fingerprint_differences`);
     fields unknown (``None`` or absent) on either side are not compared."""
-    out = []
-    for field, label in FINGERPRINT_LABELS.items():
-        mine, theirs = here.get(field), there.get(field)
-        if mine is None or theirs is None or mine == theirs:
-            continue
-        if isinstance(mine, str) and field in ("cpu", "gpu", "blas", "machine", "gpu_driver"):
-            out.append(f"{label} {mine!r} here, {theirs!r} in file")
-        else:
-            out.append(f"{label} {mine} here, {theirs} in file")
-    return out
+    wanted = FINGERPRINT_LABELS.keys() if fields is None else set(fields)
+    return [text for field in FINGERPRINT_LABELS if field in wanted
+            and (text := difference(field, here.get(field), there.get(field))) is not None]
+
+
+def difference(field: str, mine: object, theirs: object) -> str | None:
+    """Field ``field`` of this process's fingerprint (``mine``) against a file's, as
+    ``"<label> <mine> here, <theirs> in file"``; ``None`` when they agree or either is
+    unknown."""
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    label = FINGERPRINT_LABELS.get(field, field)
+    if isinstance(mine, str) and field in ("cpu", "gpu", "blas", "machine", "gpu_driver"):
+        return f"{label} {mine!r} here, {theirs!r} in file"
+    return f"{label} {mine} here, {theirs} in file"
 
 
 def _static_fields() -> Fingerprint:

@@ -15,10 +15,13 @@ One concern per submodule, imports pointing down the list:
   nesting depth, integer length, unique keys).
 - :mod:`.file` — history files (:func:`write_history_file`, :func:`read_history_file`,
   :func:`move_aside`), their format and a record's JSON form.
+- :mod:`.depends` — :func:`fingerprint_differences`: what keeps a file from applying here,
+  compared only where its keys depend on it (a torch-only file does not care about JAX).
 - :mod:`.store` — :class:`KeyHistory` and :class:`HistoryStore`, the history in memory.
 - :mod:`.ranks` — :func:`combine_rank_rows`, the ranks' rows merged in a distributed sync.
 """
 
+from .depends import fingerprint_differences
 from .estimate import FIXED_CALL_COST_US, ArmStats
 from .file import (
     HISTORY_FORMAT,
@@ -40,6 +43,6 @@ from .store import HistoryStore, KeyHistory
 
 __all__ = ["FIXED_CALL_COST_US", "HISTORY_FORMAT", "LEGACY_HISTORY_FORMAT",
            "MAX_HISTORY_FILE_BYTES", "ArmStats", "HistoryFile", "HistoryRecord", "HistoryStore",
-           "HistoryWarning", "KeyHistory", "Origins", "combine_rank_rows", "history_document",
-           "move_aside", "parse_history_document", "read_history_file", "record_from_json",
-           "record_to_json", "write_history_file"]
+           "HistoryWarning", "KeyHistory", "Origins", "combine_rank_rows",
+           "fingerprint_differences", "history_document", "move_aside", "parse_history_document",
+           "read_history_file", "record_from_json", "record_to_json", "write_history_file"]

@@ -22,6 +22,7 @@ from ..history import (
     HistoryRecord,
     HistoryStore,
     HistoryWarning,
+    fingerprint_differences,
     move_aside,
     read_history_file,
 )
@@ -63,12 +64,13 @@ def apply_history_file(merge: Callable[[list[HistoryRecord]], None], loaded: His
 
 def foreign(loaded: HistoryFile) -> str | None:
     """Why ``loaded`` does not describe this machine, or ``None`` when it does."""
-    from ..fingerprint import differences, hardware_fingerprint
+    from ..fingerprint import hardware_fingerprint
 
     if loaded.fingerprint is None:
         return (f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): "
                 "measured on an unknown machine")
-    found = differences(hardware_fingerprint(), loaded.fingerprint)
+    # (only what its keys depend on: a torch-only file does not care about JAX's version)
+    found = fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records)
     if not found:
         return None
     return "measured on other hardware or library versions: " + "; ".join(found)

@@ -266,9 +266,10 @@ class AdaptiveRuntime(RuntimeParts):
         """Merge the history saved at ``path`` into this runtime's if it was measured on this
         machine; ``True`` when applied.
 
-        A file whose fingerprint differs from this process's (CPU model or count, BLAS,
-        python, numpy, numba, torch or jax version, GPU model or driver: see
-        :mod:`adaptive_runtime.fingerprint`) is not applied: one :class:`HistoryWarning`
+        A file whose fingerprint differs from this process's in what its keys depend on
+        (CPU model or count, BLAS, python, numpy, numba; the torch or jax version where its
+        keys ran on that library, the GPU model or driver where on the GPU: see
+        :mod:`adaptive_runtime.history.depends`) is not applied: one :class:`HistoryWarning`
         names the file and what differs, and ``False`` is returned. A file in the format
         before fingerprints (``adaptive_runtime.history/1``) is from an unknown machine:
         not applied either. ``force=True``, or ``history_force``
