@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .report import Crossover, Report
@@ -88,30 +89,41 @@ def doctor_text(found: Mapping[str, Any], console: Console) -> None:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("", justify="left")
     table.add_column("here", justify="left")
-    for arm, state in found["arms"].items():
-        table.add_row(f"arm {arm}", ("yes: " if state["available"] else "no: ") + state["via"])
-    for gpu in found["gpus"]:
-        memory = f", {gpu['memory_gib']} GiB" if gpu["memory_gib"] is not None else ""
-        table.add_row("gpu", f"{gpu['name']}{memory} ({gpu['library']})")
-    libraries = ", ".join(f"{name} {version}" for name, version in found["libraries"].items()
-                          if version)
-    table.add_row("libraries", libraries)
-    threads = ", ".join(f"{pool} {count if count is not None else '-'}"
-                        for pool, count in found["threads"].items())
-    table.add_row("threads", threads)
-    telemetry = found["telemetry"]
-    reachable = {True: "ok", False: "NOT REACHABLE", None: "-"}[telemetry.get("reachable")]
-    table.add_row("telemetry", f"{telemetry['destination']}: {reachable}"
-                  + (f" ({telemetry['detail']})" if telemetry.get("detail") else ""))
-    prometheus = telemetry.get("prometheus")
-    if prometheus is not None:
-        table.add_row("prometheus", f"{prometheus['host']}:{prometheus['port']} "
-                      + ("free" if prometheus["free"] else "TAKEN"))
-    history = found["history"]
-    where = f"{history['path']}: " if history["path"] else ""
-    records = f" ({history['records']:,} records)" if "records" in history else ""
-    table.add_row("history", f"{where}{history['status']}{records}")
+    for label, text in _doctor_rows(found):
+        # (the values are text, not markup: "pip install 'adaptive_runtime[otlp]'" would lose
+        # its "[otlp]" as a style tag)
+        table.add_row(escape(label), escape(text))
     console.print(table)
     problems = found["problems"]
     console.print("no problems found" if not problems else
                   "problems:\n" + "\n".join(f"  - {p}" for p in problems), markup=False)
+
+
+def _doctor_rows(found: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rows of doctor's table, as plain text."""
+    rows = [(f"arm {arm}", ("yes: " if state["available"] else "no: ") + state["via"])
+            for arm, state in found["arms"].items()]
+    for gpu in found["gpus"]:
+        memory = f", {gpu['memory_gib']} GiB" if gpu["memory_gib"] is not None else ""
+        rows.append(("gpu", f"{gpu['name']}{memory} ({gpu['library']})"))
+    rows.append(("libraries", ", ".join(f"{name} {version}" for name, version
+                                        in found["libraries"].items() if version)))
+    rows.append(("threads", ", ".join(f"{pool} {count if count is not None else '-'}"
+                                      for pool, count in found["threads"].items())))
+    telemetry = found["telemetry"]
+    reachable = {True: "ok", False: "NOT REACHABLE", None: "-"}[telemetry.get("reachable")]
+    rows.append(("telemetry", f"{telemetry['destination']}: {reachable}"
+                 + (f" ({telemetry['detail']})" if telemetry.get("detail") else "")))
+    prometheus = telemetry.get("prometheus")
+    if prometheus is not None:
+        rows.append(("prometheus", f"{prometheus['host']}:{prometheus['port']} "
+                     + ("free" if prometheus["free"] else "TAKEN")))
+    history = found["history"]
+    where = f"{history['path']}: " if history["path"] else ""
+    records = f" ({history['records']:,} records)" if "records" in history else ""
+    rows.append(("history", f"{where}{history['status']}{records}"))
+    settings = found.get("settings") or []
+    rows.append(("settings", ", ".join(
+        f"{s['variable'] or 'together'} " + ("ok" if s["status"] == "ok" else s["status"].upper())
+        for s in settings) or "no ADAPTIVE_RUNTIME_* variable set: the defaults"))
+    return rows

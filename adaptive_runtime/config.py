@@ -7,8 +7,10 @@ accepted range; the hot path trusts them afterwards.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -16,9 +18,27 @@ from .backend import Backend, Choice, parse_choice
 from .errors import ConfigError
 from .knobs import PolicyKnobs
 
-__all__ = ["ENV_PREFIX", "RuntimeConfig"]
+__all__ = ["ENV_PREFIX", "REMOVED_VARIABLES", "TELEMETRY_VARIABLES", "ConfigWarning",
+           "RuntimeConfig", "config_variables", "unknown_variables"]
 
 ENV_PREFIX = "ADAPTIVE_RUNTIME_"
+#: The variables read by ``ar.telemetry.configure()`` (``adaptive_runtime.telemetry``), not by
+#: :class:`RuntimeConfig`.
+TELEMETRY_VARIABLES = ("ADAPTIVE_RUNTIME_TELEMETRY_DIR", "ADAPTIVE_RUNTIME_PROMETHEUS_PORT",
+                       "ADAPTIVE_RUNTIME_SHUTDOWN_TIMEOUT_S")
+#: Variables no longer read, and what took their place (docs/configuration.md).
+REMOVED_VARIABLES = {
+    "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE": "ADAPTIVE_RUNTIME_TRACE_CPU_SHARE decides how many "
+                                          "fast calls are sampled",
+    "ADAPTIVE_RUNTIME_SPANS_PER_SEC_PER_KEY": "one key may take a tenth of "
+                                              "ADAPTIVE_RUNTIME_SPANS_PER_SEC",
+}
+
+
+class ConfigWarning(UserWarning):
+    """An ``ADAPTIVE_RUNTIME_*`` variable that nothing reads (misspelt, or removed) is set: it
+    changes nothing. Warned once per variable and process when a config is read from the
+    environment; ``adaptive-runtime doctor`` lists them too."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,9 +178,10 @@ class RuntimeConfig(PolicyKnobs):
         naming the variable and what it accepts. ``overrides`` win over the environment.
         """
         env = os.environ if environ is None else environ
+        _warn_unknown(env)
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
-            name = ENV_PREFIX + _ENV_NAMES.get(field.name, field.name.upper())
+            name = _variable(field.name)
             raw = env.get(name, "").strip()
             if not raw:
                 continue
@@ -175,7 +196,7 @@ class RuntimeConfig(PolicyKnobs):
         except ConfigError as exc:
             # Say which variable the bad value came from, not just the field.
             if exc.field in values and exc.field not in overrides:
-                var = ENV_PREFIX + _ENV_NAMES.get(exc.field, exc.field.upper())
+                var = _variable(exc.field)
                 raise ConfigError(f"{var}: {exc}", field=exc.field) from None
             raise
 
@@ -183,6 +204,55 @@ class RuntimeConfig(PolicyKnobs):
 # Environment names that differ from the upper-cased field name.
 _ENV_NAMES = {"disabled_backends": "DISABLE_BACKENDS", "history_path": "HISTORY",
               "validate_sample_rate": "VALIDATE"}
+
+
+def _variable(field: str) -> str:
+    """The environment variable of :class:`RuntimeConfig` field ``field``."""
+    return ENV_PREFIX + _ENV_NAMES.get(field, field.upper())
+
+
+def config_variables() -> dict[str, str]:
+    """Every variable :meth:`RuntimeConfig.from_env` reads, with its field."""
+    return {_variable(f.name): f.name for f in dataclasses.fields(RuntimeConfig)}
+
+
+def unknown_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """Each ``ADAPTIVE_RUNTIME_*`` variable in ``environ`` that nothing reads, with why: the
+    variable it most likely meant (``"did you mean <variable>?"``), or what replaced a removed
+    one."""
+    fields = config_variables()
+    known = [*fields, *TELEMETRY_VARIABLES]
+    out: dict[str, str] = {}
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        if name in REMOVED_VARIABLES:
+            out[name] = f"{name} is no longer read: {REMOVED_VARIABLES[name]}"
+            continue
+        out[name] = f"{name} is not a variable adaptive_runtime reads, so it changes nothing"
+        # (matched without the shared prefix, which would make every name look alike; a
+        # field's own name, as in <prefix>HISTORY_PATH, points at its variable)
+        rest = name[len(ENV_PREFIX):].upper()
+        by_rest = {v[len(ENV_PREFIX):]: v for v in known}
+        by_rest.update({field.upper(): v for v, field in fields.items()})
+        meant = difflib.get_close_matches(rest, by_rest, n=1, cutoff=0.6)
+        out[name] += f": did you mean {by_rest[meant[0]]}?" if meant else \
+            " (docs/configuration.md lists those it reads)"
+    return out
+
+
+_warned: set[str] = set()
+
+
+def _warn_unknown(environ: Mapping[str, str]) -> None:
+    """One :class:`ConfigWarning` per unknown variable and process (see
+    :func:`unknown_variables`)."""
+    for name, why in unknown_variables(environ).items():
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(why, ConfigWarning, stacklevel=4)
+
+
 # ADAPTIVE_RUNTIME_VALIDATE=on: validate about one call in a thousand (1 in 1,024) per key.
 DEFAULT_VALIDATE_RATE = 0.001
 

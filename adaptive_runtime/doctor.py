@@ -11,10 +11,13 @@ the runtime reads them, and what is wrong with its settings — before a trainin
   files); the Prometheus port, and whether it is free.
 - The history file (``ADAPTIVE_RUNTIME_HISTORY``): absent, readable and applicable here, from
   other hardware (what differs), or unreadable (why).
+- Every ``ADAPTIVE_RUNTIME_*`` variable set, checked by the code that reads it (the runtime's
+  :meth:`RuntimeConfig.from_env`, telemetry's own parsers): an invalid value with the error
+  the runtime would raise, an unknown name (misspelt or removed) with the one it likely meant.
 
 Every finding is a plain value in :func:`diagnose`'s dict (``--json`` prints it); ``problems``
-lists what would fail or be refused. Asking imports torch and JAX where installed (seconds),
-never more: no kernel runs, no file is written.
+lists what would fail, be refused or be ignored (the command exits 1). Asking imports torch
+and JAX where installed (seconds), never more: no kernel runs, no file is written.
 """
 
 from __future__ import annotations
@@ -29,10 +32,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._version import __version__
-from .config import RuntimeConfig
+from .config import (
+    ENV_PREFIX,
+    REMOVED_VARIABLES,
+    RuntimeConfig,
+    config_variables,
+    unknown_variables,
+)
 from .errors import ConfigError
 from .fingerprint import hardware_fingerprint
 from .history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_history_file
+from .telemetry.deadline import ENV_VAR as SHUTDOWN_TIMEOUT_VARIABLE
+from .telemetry.deadline import resolve_shutdown_timeout
 from .telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
 from .threads import POOLS
 
@@ -72,6 +83,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *,
         "threads": {pool: fingerprint.get(f"{pool}_threads") for pool in POOLS},
         "telemetry": _telemetry(env, timeout_s),
         "history": _history(env),
+        "settings": _settings(env),
     }
     found["problems"] = _problems(found)
     return found
@@ -229,6 +241,52 @@ def _forced(env: Mapping[str, str]) -> bool:
         return False  # (a malformed switch: the runtime refuses it at start-up)
 
 
+def _settings(env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Each ``ADAPTIVE_RUNTIME_*`` variable set: ``variable``, ``value``, ``status`` (``ok``,
+    ``invalid``, ``unknown`` or ``removed``) and, unless ok, ``detail`` — the error the code
+    reading it raises, or what the name likely meant. A conflict between valid variables
+    (a forced arm also disabled) is an entry with ``variable`` ``None``."""
+    fields = config_variables()
+    unknown = unknown_variables(env)
+    out: list[dict[str, Any]] = []
+    for name in sorted(n for n in env if n.startswith(ENV_PREFIX)):
+        entry: dict[str, Any] = {"variable": name, "value": env[name], "status": "ok"}
+        if name in unknown:
+            entry.update(status="removed" if name in REMOVED_VARIABLES else "unknown",
+                         detail=unknown[name])
+        else:
+            error = _setting_error(name, env[name], name in fields)
+            if error is not None:
+                entry.update(status="invalid", detail=error)
+        out.append(entry)
+    try:  # (each alone is valid: together, as the runtime reads them)
+        RuntimeConfig.from_env({n: v for n, v in env.items() if n in fields})
+    except ConfigError as exc:
+        if not any(entry.get("detail") == str(exc) for entry in out):
+            out.append({"variable": None, "value": None, "status": "invalid",
+                        "detail": str(exc)})
+    return out
+
+
+def _setting_error(name: str, raw: str, config: bool) -> str | None:
+    """The error the code that reads variable ``name`` raises for ``raw``, or ``None``."""
+    try:
+        if config:
+            RuntimeConfig.from_env({name: raw})
+        elif name == SHUTDOWN_TIMEOUT_VARIABLE:
+            resolve_shutdown_timeout(None, {name: raw})
+        elif name == "ADAPTIVE_RUNTIME_PROMETHEUS_PORT" and raw.strip() \
+                and importlib.util.find_spec("opentelemetry.sdk") is not None:
+            # (configure()'s own reading; without the SDK configure() cannot run at all,
+            # which the telemetry check reports)
+            from .telemetry.sdk.configure import _prometheus_port
+
+            _prometheus_port(None, {name: raw})
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def _problems(found: Mapping[str, Any]) -> list[str]:
     problems = []
     telemetry = found["telemetry"]
@@ -246,4 +304,6 @@ def _problems(found: Mapping[str, Any]) -> list[str]:
     elif "differences" in history and not history.get("forced"):
         problems.append(f"history: {history['path']} is not applied here: "
                         + "; ".join(history["differences"]))
+    problems += [f"settings: {entry['detail']}" for entry in found["settings"]
+                 if entry["status"] != "ok"]
     return problems

@@ -1,7 +1,8 @@
 """``adaptive-runtime doctor``: what it reports about this machine and this environment's
 settings, against real things — a listening socket for a reachable OTLP endpoint, a closed
 port, a port taken, history files the runtime wrote (one with another machine's
-fingerprint) — each run as the console script runs (``python -m adaptive_runtime``)."""
+fingerprint), ``ADAPTIVE_RUNTIME_*`` variables the runtime refuses or never reads — each run
+as the console script runs (``python -m adaptive_runtime``)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import adaptive_runtime as ar
 from adaptive_runtime.history import read_history_file, write_history_file
+from adaptive_runtime.telemetry.deadline import resolve_shutdown_timeout
 
 
 def doctor(*argv: str, **env: str) -> tuple[int, str]:
@@ -77,3 +80,56 @@ def test_doctor_lists_each_problem_and_exits_1(tmp_path: Path) -> None:
     history = json.loads(out)["history"]
     assert (status, history["status"]) == (0, "applies here")
     assert history["records"] == len(loaded.records) > 0
+
+
+def test_doctor_reports_each_bad_setting_with_the_runtimes_own_error(tmp_path: Path) -> None:
+    settings = {
+        "ADAPTIVE_RUNTIME_SAMPLING_THRESHOLD_US": "abc",    # refused by the runtime
+        "ADAPTIVE_RUNTIME_SHUTDOWN_TIMEOUT_S": "soon",      # refused by configure()
+        "ADAPTIVE_RUNTIME_HISTORY_FORCED": "1",             # misspelt: read by nothing
+        "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE": "0.1",        # removed: read by nothing
+        "ADAPTIVE_RUNTIME_TRACING": "off",                  # fine
+    }
+    with pytest.raises(ar.ConfigError) as refused:
+        ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_SAMPLING_THRESHOLD_US": "abc"})
+    with pytest.raises(ar.ConfigError) as refused_timeout:
+        resolve_shutdown_timeout(None, {"ADAPTIVE_RUNTIME_SHUTDOWN_TIMEOUT_S": "soon"})
+    status, out = doctor(**settings)
+    assert status == 1, out
+    problems = out.split("problems:", 1)[1]
+    assert f"settings: {refused.value}" in problems
+    assert f"settings: {refused_timeout.value}" in problems
+    assert ("ADAPTIVE_RUNTIME_HISTORY_FORCED is not a variable adaptive_runtime reads, so it "
+            "changes nothing: did you mean ADAPTIVE_RUNTIME_HISTORY_FORCE?") in problems
+    assert "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE is no longer read" in problems
+    assert "TRACING" not in problems
+    status, out = doctor("--json", **settings)
+    assert status == 1
+    found = json.loads(out)
+    assert {s["variable"]: s["status"] for s in found["settings"]} == {
+        "ADAPTIVE_RUNTIME_SAMPLING_THRESHOLD_US": "invalid",
+        "ADAPTIVE_RUNTIME_SHUTDOWN_TIMEOUT_S": "invalid",
+        "ADAPTIVE_RUNTIME_HISTORY_FORCED": "unknown",
+        "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE": "removed",
+        "ADAPTIVE_RUNTIME_TRACING": "ok"}
+    assert f"settings: {refused.value}" in found["problems"]
+    assert len([p for p in found["problems"] if p.startswith("settings:")]) == 4
+
+
+def test_doctor_reports_settings_that_conflict_together() -> None:
+    status, out = doctor("--json", ADAPTIVE_RUNTIME_FORCE_BACKEND="simd",
+                         ADAPTIVE_RUNTIME_DISABLE_BACKENDS="simd")
+    with pytest.raises(ar.ConfigError) as refused:
+        ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_FORCE_BACKEND": "simd",
+                                   "ADAPTIVE_RUNTIME_DISABLE_BACKENDS": "simd"})
+    found = json.loads(out)
+    assert status == 1
+    assert found["problems"] == [f"settings: {refused.value}"]
+
+
+def test_doctor_table_shows_brackets_as_written(tmp_path: Path) -> None:
+    history = tmp_path / "run[otlp]" / "history.json"  # (absent: made at the first save)
+    status, out = doctor(ADAPTIVE_RUNTIME_HISTORY=str(history))
+    assert status == 0, out
+    assert f"{history}: absent" in out  # (a piped table is never wrapped)
+
