@@ -97,6 +97,9 @@ def doctor_text(found: Mapping[str, Any], console: Console) -> None:
     problems = found["problems"]
     console.print("no problems found" if not problems else
                   "problems:\n" + "\n".join(f"  - {p}" for p in problems), markup=False)
+    if found.get("warnings"):
+        console.print("warnings:\n" + "\n".join(f"  - {w}" for w in found["warnings"]),
+                      markup=False)
 
 
 def _doctor_rows(found: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -14,10 +14,12 @@ the runtime reads them, and what is wrong with its settings — before a trainin
 - Every ``ADAPTIVE_RUNTIME_*`` variable set, checked by the code that reads it (the runtime's
   :meth:`RuntimeConfig.from_env`, telemetry's own parsers): an invalid value with the error
   the runtime would raise, an unknown name (misspelt or removed) with the one it likely meant.
+- A CUDA build of torch on a machine where it finds no GPU (:func:`cuda_build_warning`).
 
 Every finding is a plain value in :func:`diagnose`'s dict (``--json`` prints it); ``problems``
-lists what would fail, be refused or be ignored (the command exits 1). Asking imports torch
-and JAX where installed (seconds), never more: no kernel runs, no file is written.
+lists what would fail, be refused or be ignored (the command exits 1), ``warnings`` what works
+but costs more than it needs to. Asking imports torch and JAX where installed (seconds), never
+more: no kernel runs, no file is written.
 """
 
 from __future__ import annotations
@@ -47,9 +49,11 @@ from .telemetry.deadline import resolve_shutdown_timeout
 from .telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
 from .threads import POOLS
 
-__all__ = ["diagnose"]
+__all__ = ["CPU_WHEEL_INDEX", "cuda_build_warning", "diagnose"]
 
 _OTLP_PORTS = {"grpc": 4317, "http/protobuf": 4318}
+#: PyTorch's index of CPU-only wheels (no CUDA libraries).
+CPU_WHEEL_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def diagnose(environ: Mapping[str, str] | None = None, *,
@@ -86,6 +90,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *,
         "settings": _settings(env),
     }
     found["problems"] = _problems(found)
+    found["warnings"] = _warnings(libraries)
     return found
 
 
@@ -285,6 +290,49 @@ def _setting_error(name: str, raw: str, config: bool) -> str | None:
     except ConfigError as exc:
         return str(exc)
     return None
+
+
+def cuda_build_warning(torch_version: str, cuda_version: str | None, cuda_available: bool,
+                       cuda_bytes: int | None = None) -> str | None:
+    """The warning for a CUDA build of torch (``torch.version.cuda`` set) that finds no GPU
+    (``torch.cuda.is_available()`` false), naming the CPU wheels and, where known, the bytes
+    its CUDA libraries take (``cuda_bytes``); ``None`` for a CPU build or a usable GPU."""
+    if not cuda_version or cuda_available:
+        return None
+    size = f"{cuda_bytes / 1e9:.1f} GB" if cuda_bytes else "gigabytes"
+    return (f"torch {torch_version} is a CUDA build (CUDA {cuda_version}) but finds no GPU "
+            f"here: its CUDA libraries take {size} of disk for nothing. Without a GPU the CPU "
+            f"build does the same work: pip install torch --index-url {CPU_WHEEL_INDEX}")
+
+
+def _warnings(libraries: Mapping[str, str | None]) -> list[str]:
+    """What works but costs more than it needs to (see :func:`cuda_build_warning`)."""
+    if not libraries["torch"]:
+        return []
+    import torch
+
+    try:
+        available = bool(torch.cuda.is_available())
+    except Exception:  # (a broken driver: no GPU usable, reported under the GPU arm)
+        available = False
+    cuda = getattr(torch.version, "cuda", None)
+    if not cuda or available:
+        return []
+    warning = cuda_build_warning(torch.__version__, cuda, available, _cuda_library_bytes())
+    return [warning] if warning else []
+
+
+def _cuda_library_bytes() -> int:
+    """Bytes the installed CUDA libraries take: NVIDIA's wheels (``nvidia-*``), triton, and
+    torch's own CUDA files, summed from the wheels' RECORD (nothing is opened but metadata)."""
+    total = 0
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        cuda_dist = name.startswith("nvidia-") or name == "triton"
+        if cuda_dist or name == "torch":
+            total += sum(f.size or 0 for f in dist.files or ()
+                         if cuda_dist or "cuda" in f.name.lower())
+    return total
 
 
 def _problems(found: Mapping[str, Any]) -> list[str]:

@@ -1,8 +1,8 @@
 """``adaptive-runtime doctor``: what it reports about this machine and this environment's
 settings, against real things — a listening socket for a reachable OTLP endpoint, a closed
 port, a port taken, history files the runtime wrote (one with another machine's
-fingerprint), ``ADAPTIVE_RUNTIME_*`` variables the runtime refuses or never reads — each run
-as the console script runs (``python -m adaptive_runtime``)."""
+fingerprint), ``ADAPTIVE_RUNTIME_*`` variables the runtime refuses or never reads, the torch
+installed here — each run as the console script runs (``python -m adaptive_runtime``)."""
 
 from __future__ import annotations
 
@@ -133,3 +133,13 @@ def test_doctor_table_shows_brackets_as_written(tmp_path: Path) -> None:
     assert status == 0, out
     assert f"{history}: absent" in out  # (a piped table is never wrapped)
 
+
+def test_doctor_warns_about_a_cuda_build_only_where_it_finds_no_gpu() -> None:
+    # (here the CPU build of torch: no warning; a CUDA build on a machine without a GPU gets
+    # one, whose text tests/unit/test_doctor_cuda_build.py checks)
+    wasted = torch.version.cuda is not None and not torch.cuda.is_available()
+    status, out = doctor("--json")
+    found = json.loads(out)
+    assert status == 0, found["problems"]
+    cuda_warnings = [w for w in found["warnings"] if "is a CUDA build" in w]
+    assert len(cuda_warnings) == (1 if wasted else 0), cuda_warnings
