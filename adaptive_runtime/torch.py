@@ -8,9 +8,11 @@
   with autograd intact (see ``kernels/torch_arms``): a tensor that requires grad gets a
   correct backward, itself run by adaptive operations.
 - :func:`adapt` swaps supported modules of a model in place for adaptive ones: ``nn.Linear``,
-  ``nn.GELU``, ``nn.ReLU``, ``nn.Softmax``, ``nn.LayerNorm``, ``nn.Conv1d``. A swapped module
-  keeps its parameters, buffers, hooks and ``state_dict`` (only its class changes, to a
-  subclass whose ``forward`` is adaptive), so an optimiser made before or after still works.
+  ``nn.GELU``, ``nn.ReLU``, ``nn.Softmax``, ``nn.LayerNorm``, ``nn.Conv1d``, and other
+  libraries' modules whose ``forward`` is exactly one of the runtime's operations (Hugging
+  Face's ``GELUActivation``: see ``_torch_foreign``). A swapped module keeps its parameters,
+  buffers, hooks and ``state_dict`` (only its class changes, to a subclass whose ``forward``
+  is adaptive), so an optimiser made before or after still works.
 - Under ``torch.compile`` the ops are opaque custom operators (``torch.ops.adaptive_runtime.*``,
   with fake implementations and registered backwards): the compiled graph calls the runtime at
   run time, where it chooses as in eager mode (see ``_torch_compile``). ``torch.no_grad()`` and
@@ -20,8 +22,9 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -30,6 +33,7 @@ from torch import nn
 # operators, with their fakes and backwards, that _call runs under torch.compile)
 from . import _torch_compile  # noqa: F401
 from ._torch_autocast import autocast_on, cast_like_autocast
+from ._torch_foreign import adaptable_as, adapted_name, base_class
 from .kernels.layer_norm import EPS
 from .runtime import AdaptiveRuntime, CallSite, get_runtime
 
@@ -254,6 +258,50 @@ _SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None]
 }
 
 
+# the forward of an adapted module of another library's class, by the operation it computes
+_FORWARDS: dict[str, Callable[..., Any]] = {"gelu": AdaptiveGELU.forward}
+
+
+def _adapted_class(base: type[nn.Module], operation: str) -> type[nn.Module]:
+    """The adapted subclass of another library's ``base`` (made once, kept in this module's
+    namespace under :func:`adapted_name`, so that an adapted model pickles by reference)."""
+    name = adapted_name(base)
+    found = globals().get(name)
+    if isinstance(found, type) and found.__bases__[-1] is base:
+        return found
+    made: type[nn.Module] = type(name, (_Adaptive, base), {
+        "forward": _FORWARDS[operation], "__module__": __name__, "__qualname__": name,
+        "__doc__": f"``{base.__module__}.{base.__qualname__}`` whose forward runs the "
+                   f"adaptive :func:`{operation}`."})
+    globals()[name] = made
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    # (an adapted class of another library's module, named by a pickle made in another
+    # process: made again here, as adapt() made it there)
+    found = base_class(name) if name.startswith("Adaptive") else None
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _adapted_class(*found)
+
+
+def _swap_for(module: nn.Module) -> tuple[type[nn.Module] | None, str | None]:
+    """The adaptive class ``module`` becomes, or ``None`` and why not (``None``: no adaptive
+    operation computes it)."""
+    if "forward" in vars(module):
+        return None, "its forward is set on the instance"
+    swap = _SWAPS.get(type(module))
+    if swap is not None:
+        adaptive, why_not = swap
+        reason = why_not(module)
+        return (adaptive, None) if reason is None else (None, reason)
+    operation, reason = adaptable_as(module)
+    if operation is None:
+        return None, reason
+    return _adapted_class(type(module), operation), None
+
+
 def adapt(model: nn.Module, *, runtime: AdaptiveRuntime | None = None) -> nn.Module:
     """Swap ``model``'s supported modules (itself included) in place for adaptive ones, and
     return it. They run on ``runtime`` (default: the process default, ``ar.get_runtime()``;
@@ -261,24 +309,37 @@ def adapt(model: nn.Module, *, runtime: AdaptiveRuntime | None = None) -> nn.Mod
 
     Supported: ``nn.Linear``, ``nn.GELU`` (exact), ``nn.ReLU``, ``nn.Softmax`` (an explicit
     ``dim``), ``nn.LayerNorm`` (over the last axis), ``nn.Conv1d`` (stride 1, dilation 1, one
-    group, zero padding). Only exactly these classes are swapped (a subclass may override
-    ``forward``); a module that cannot be is left as it is and logged (INFO) with the reason.
+    group, zero padding); and another library's module whose ``forward`` is exactly one of
+    the runtime's operations, a call of torch's own function for it: Hugging Face's
+    ``GELUActivation`` (torch's exact GELU; not its tanh approximations, ``gelu_new`` and the
+    like, which the runtime has no operation for). Only exactly these classes are swapped (a
+    subclass may override ``forward``). One INFO line (logger ``adaptive_runtime.torch``)
+    says what was swapped and what was left as it was: each class, its count and why (a
+    configuration the runtime cannot run, or no adaptive operation: ``Dropout``,
+    ``Embedding``, ...), counting modules with no children (containers are not left out).
     Parameters, buffers, hooks and ``state_dict`` stay as they were: the module's class
-    becomes a subclass whose ``forward`` is adaptive.
+    becomes a subclass whose ``forward`` is adaptive, so ``isinstance`` checks still hold.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"adapt() takes a torch.nn.Module, got {type(model).__name__}")
-    for name, module in model.named_modules():
-        swap = _SWAPS.get(type(module))
-        if swap is None:
-            continue
-        adaptive, why_not = swap
-        reason = why_not(module)
-        if reason is not None:
-            _log.info("adaptive_runtime.torch.adapt: %s (%s) left as it is: %s",
-                      name or "<model>", type(module).__name__, reason)
+    swapped: Counter[str] = Counter()
+    left: Counter[tuple[str, str]] = Counter()
+    for module in model.modules():
+        if isinstance(module, _Adaptive):
+            continue  # (adapted before)
+        kind = type(module).__name__
+        adaptive, reason = _swap_for(module)
+        if adaptive is None:
+            if reason is not None or next(module.children(), None) is None:
+                left[(kind, reason or "no adaptive operation")] += 1
             continue
         module.__class__ = adaptive
         if runtime is not None:
-            module._adaptive_runtime = runtime  # (a plain attribute: not in state_dict)
+            # (a plain attribute: not in state_dict)
+            cast(Any, module)._adaptive_runtime = runtime
+        swapped[kind] += 1
+    _log.info("adaptive_runtime.torch.adapt: swapped %s; left as they are: %s",
+              ", ".join(f"{kind} {n}" for kind, n in swapped.most_common()) or "nothing",
+              "; ".join(f"{kind} {n} ({why})" for (kind, why), n in left.most_common())
+              or "nothing")
     return model

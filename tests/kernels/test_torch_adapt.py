@@ -41,14 +41,21 @@ def test_adapt_swaps_supported_modules_in_place_and_keeps_parameters() -> None:
     assert isinstance(model[3], nn.Linear)  # still a Linear for any isinstance check
 
 
-def test_unsupported_configurations_are_left_alone_and_logged(caplog) -> None:
+def test_unsupported_configurations_are_left_alone_and_logged_once(caplog) -> None:
     model = nn.Sequential(nn.GELU(approximate="tanh"), nn.Conv1d(1, 1, 3, stride=2),
-                          nn.LayerNorm((2, 3)), nn.Softmax(), nn.Conv1d(1, 1, 3, padding="valid"))
+                          nn.LayerNorm((2, 3)), nn.Softmax(), nn.Conv1d(1, 1, 3, padding="valid"),
+                          nn.Dropout(), nn.Dropout())
     with caplog.at_level(logging.INFO, logger="adaptive_runtime.torch"):
         art.adapt(model)
     assert [type(m).__name__ for m in model] == ["GELU", "Conv1d", "LayerNorm", "Softmax",
-                                                 "AdaptiveConv1d"]
-    assert len([r for r in caplog.records if "left as it is" in r.getMessage()]) == 4
+                                                 "AdaptiveConv1d", "Dropout", "Dropout"]
+    [line] = [r.getMessage() for r in caplog.records]  # one line for the whole model
+    assert "swapped Conv1d 1;" in line
+    for left in ("GELU 1 (approximate='tanh')", "Conv1d 1 (stride=(2,)",
+                 "LayerNorm 1 (normalized_shape=(2, 3)", "Softmax 1 (dim=None",
+                 "Dropout 2 (no adaptive operation)"):
+        assert left in line, line
+    assert "Sequential" not in line  # (a container is not left out: its children are)
 
 
 def test_an_adapted_model_computes_and_trains_like_the_plain_one() -> None:
