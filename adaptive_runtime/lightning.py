@@ -11,16 +11,28 @@
   ``rt.load_history``).
 - With several ranks (``torch.distributed`` initialised, DDP), every rank's history is
   merged at fit start and end (``rt.sync_history()``), so all ranks choose alike.
+- What the runtime learns goes to the trainer's own loggers (``trainer.loggers``: CSV,
+  TensorBoard, W&B, MLflow, ...), every ``log_every_n_steps`` batches and at each epoch's end:
+  the ``adaptive/*`` values of :mod:`adaptive_runtime._training_metrics` (keys committed, arm
+  switches, exploring share, tracing cost), and at the end of training the keys committed to
+  each arm (``adaptive/committed_keys/<arm>``) and, for a logger that takes text or tables
+  (TensorBoard's ``add_text``, W&B's ``log_table``), each key's committed arm. (Written
+  through ``logger.log_metrics``, not ``LightningModule.log``: these are readings, not values
+  to average over an epoch, and ``log`` is not allowed at the end of training.)
+- A resumed run says what became of the checkpoint's history: one INFO line (logger
+  ``adaptive_runtime.training``) and ``adaptive/history_restored`` (1 applied; 0 none in the
+  checkpoint, or refused).
 
 ``lightning.pytorch`` where installed (``pip install lightning``), else ``pytorch_lightning``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._training_hooks import StepSpans, missing_framework, sync_across_ranks
+from ._training_metrics import KeyChoice, LearningLog, committed_table, restored_message
 from .runtime import AdaptiveRuntime
 
 try:
@@ -34,10 +46,26 @@ except ImportError:  # (the older package name)
 __all__ = ["CHECKPOINT_KEY", "AdaptiveRuntimeCallback"]
 
 CHECKPOINT_KEY = "adaptive_runtime_history"
+_TABLE = "adaptive/committed_arms"
+_COLUMNS = ["operation", "size bucket", "committed arm"]
+
+
+def _log_table(logger: Any, keys: list[KeyChoice], step: int) -> None:
+    """Each key's committed arm, where ``logger`` takes tables or text (W&B's
+    ``log_table``, TensorBoard's ``SummaryWriter.add_text``); others get the counts only."""
+    if hasattr(logger, "log_table"):
+        logger.log_table(key=_TABLE, columns=_COLUMNS, step=step,
+                         data=[[k.operation, k.size_bucket, k.choice or "(exploring)"]
+                               for k in keys])
+        return
+    add_text = getattr(getattr(logger, "experiment", None), "add_text", None)
+    if callable(add_text):
+        add_text(_TABLE, committed_table(keys), step)
 
 
 class AdaptiveRuntimeCallback(Callback):  # type: ignore[misc]
-    """Step spans, history in checkpoints, ranks synced (see the module docstring).
+    """Step spans, history in checkpoints, ranks synced, what the runtime learns in the
+    trainer's loggers (see the module docstring).
 
     ``runtime``: default the process default runtime (what ``ar.ops`` and adapted modules
     use). ``attributes``: more attributes on every step span. ``sync``: merge the ranks'
@@ -49,6 +77,8 @@ class AdaptiveRuntimeCallback(Callback):  # type: ignore[misc]
         super().__init__()
         self._steps = StepSpans(runtime, attributes)
         self._sync = sync
+        self._learning = LearningLog()
+        self._batches = 0  # training batches since the last reading
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._sync:
@@ -59,6 +89,9 @@ class AdaptiveRuntimeCallback(Callback):  # type: ignore[misc]
         if self._sync:
             sync_across_ranks(self._steps.runtime)
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._learning.start(self._steps.runtime)
+
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                              batch_idx: int) -> None:
         self._steps.begin(int(trainer.global_step), epoch=int(trainer.current_epoch))
@@ -66,6 +99,17 @@ class AdaptiveRuntimeCallback(Callback):  # type: ignore[misc]
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._steps.end()
+        self._batches += 1
+        every = int(trainer.log_every_n_steps or 0)
+        if every > 0 and self._batches % every == 0:
+            self._log(trainer, self._learning.reading)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._batches:
+            self._log(trainer, self._learning.reading)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._log(trainer, self._learning.final, table=True)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._steps.end(exception)
@@ -76,7 +120,25 @@ class AdaptiveRuntimeCallback(Callback):  # type: ignore[misc]
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any,
                            checkpoint: dict[str, Any]) -> None:
+        runtime = self._steps.runtime
         document = checkpoint.get(CHECKPOINT_KEY)
-        if document is not None:
-            self._steps.runtime.load_history_document(
-                document, source=f"the checkpoint's {CHECKPOINT_KEY!r} entry")
+        path = getattr(trainer, "ckpt_path", None)
+        where = f"the checkpoint {path}" if path else "the checkpoint"
+        applied = None if document is None else runtime.load_history_document(
+            document, source=f"{where} ({CHECKPOINT_KEY!r} entry)")
+        restored_message(self._learning, runtime, where, applied)
+
+    def _log(self, trainer: Any, read: Callable[[AdaptiveRuntime], dict[str, float]],
+             table: bool = False) -> None:
+        """One reading (``read``: the learning log's ``reading`` or ``final``) to every
+        logger of ``trainer``; none read where it has none."""
+        self._batches = 0
+        loggers = list(getattr(trainer, "loggers", None) or ())
+        if not loggers:
+            return
+        step = int(trainer.global_step)
+        values = read(self._steps.runtime)
+        for logger in loggers:
+            logger.log_metrics(values, step=step)
+            if table and trainer.is_global_zero:
+                _log_table(logger, self._learning.keys, step)
