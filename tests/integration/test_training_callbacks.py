@@ -173,12 +173,18 @@ def _steps_with_children(folder: Path) -> dict[int, int]:
 
 
 @pytest.fixture(scope="module")
-def lightning_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
-    """A Lightning run of one epoch, and another process resuming from its checkpoint for a
-    second (the folder, and each run's RESULT)."""
+def lightning_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, dict]:
+    """A Lightning run of one epoch; another process resuming from its checkpoint for a
+    second; and one resuming from a copy of the checkpoint without the history, as if saved
+    without the callback (the folder, and each run's RESULT)."""
     folder = tmp_path_factory.mktemp("lightning")
     first = _run(LIGHTNING, folder / "first", "1")
-    return folder, first, _run(LIGHTNING, folder / "resumed", "2", first["checkpoint"])
+    resumed = _run(LIGHTNING, folder / "resumed", "2", first["checkpoint"])
+    checkpoint = torch.load(first["checkpoint"], map_location="cpu", weights_only=True)
+    del checkpoint[CHECKPOINT_KEY]
+    torch.save(checkpoint, folder / "bare.ckpt")
+    return folder, first, resumed, _run(LIGHTNING, folder / "bare", "2",
+                                        str(folder / "bare.ckpt"))
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +207,8 @@ def transformers_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
 
 
 def test_lightning_steps_are_spans_and_checkpoints_carry_the_history(
-        lightning_runs: tuple[Path, dict, dict]) -> None:
-    folder, first, resumed = lightning_runs
+        lightning_runs: tuple[Path, dict, dict, dict]) -> None:
+    folder, first, resumed, _bare = lightning_runs
     assert first["steps"] == 8 and first["at_start"] == 0 and first["at_end"] > 0
     children = _steps_with_children(folder / "first")
     assert children and set(children) <= set(range(8)), children
@@ -217,8 +223,8 @@ def test_lightning_steps_are_spans_and_checkpoints_carry_the_history(
 
 
 def test_lightning_logs_what_the_runtime_learns_into_the_trainers_logger(
-        lightning_runs: tuple[Path, dict, dict]) -> None:
-    _folder, first, _resumed = lightning_runs
+        lightning_runs: tuple[Path, dict, dict, dict]) -> None:
+    _folder, first, _resumed, _bare = lightning_runs
     rows = _csv_rows(first["metrics"])
     # log_every_n_steps=4 over 8 batches: steps 4 and 8, and the end of training
     assert [row["step"] for row in rows] == [4.0, 8.0, 8.0], rows
@@ -226,14 +232,19 @@ def test_lightning_logs_what_the_runtime_learns_into_the_trainers_logger(
     assert "adaptive/history_restored" not in rows[0]  # (not a resumed run)
 
 
-def test_lightning_says_the_history_was_restored_on_resume(
-        lightning_runs: tuple[Path, dict, dict]) -> None:
-    _folder, _first, resumed = lightning_runs
+def test_lightning_says_whether_a_checkpoint_held_a_history(
+        lightning_runs: tuple[Path, dict, dict, dict]) -> None:
+    _folder, first, resumed, bare = lightning_runs
     restored = [ln for ln in resumed["log"] if "history restored from the checkpoint" in ln]
     assert restored and restored[0].startswith("adaptive_runtime."), resumed["log"]
+    assert first["checkpoint"] in restored[0]
     rows = _csv_rows(resumed["metrics"])
     _check_readings(rows, resumed["keys"])
     assert rows[0]["adaptive/history_restored"] == 1.0
+    # a checkpoint with no history (saved without the callback): said, and logged as 0
+    assert bare["steps"] == 16 and bare["at_start"] == 0
+    assert any("holds no adaptive_runtime history" in ln for ln in bare["log"]), bare["log"]
+    assert _csv_rows(bare["metrics"])[0]["adaptive/history_restored"] == 0.0
 
 
 def test_transformers_steps_are_spans_and_checkpoint_folders_hold_the_history(
