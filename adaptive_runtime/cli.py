@@ -19,10 +19,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .cli_demo import print_decisions
 from .cli_parser import build_parser
 from .errors import BackendUnavailableError, ConfigError, MissingExtraError
-from .report import ReportInputError
+
+# (print_decisions stays importable from here for scripts written before it was public; its
+# public home is adaptive_runtime.report)
+from .report import ReportInputError, print_decisions
 
 __all__ = ["main", "print_decisions"]
 

@@ -1,6 +1,6 @@
 """``adaptive-runtime demo``: a mixed ``dot``/``add`` workload over sizes from 8 to
-``--max-size`` elements on a fresh runtime, and the table of what it learned; and
-:func:`print_decisions`, the same table for any runtime (the examples print it)."""
+``--max-size`` elements on a fresh runtime, and the table of what it learned (the same table
+for any runtime: :func:`adaptive_runtime.report.print_decisions`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .runtime import AdaptiveRuntime
 from .telemetry import telemetry_setup
 
 __all__ = ["DEMO_OPERATIONS", "MIN_SIZE", "demo_command", "demo_sizes", "demo_workload",
-           "print_decisions", "print_report", "warm_up"]
+           "print_report", "warm_up"]
 
 DEMO_OPERATIONS = ("dot", "add")
 MIN_SIZE = 8
@@ -143,15 +143,3 @@ def print_report(rt: AdaptiveRuntime, sizes: Sequence[int], calls: int, elapsed_
                   "speed-up: the slowest arm measured / the chosen arm; '-' when only one arm "
                   f"was measured or either stands on under {SPEEDUP_MIN_TIMINGS} timings",
                   markup=False)
-
-
-def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,
-                    operations: Iterable[str] | None = None) -> None:
-    """Print what ``rt`` decided for every key it has history for (or only ``operations``'
-    keys, their input families included): per (operation key, size bucket), the arm it runs
-    now, why, how sure, the latency learned on each arm with the standard deviation and number
-    of the timings behind it, and the speed-up over the slowest arm (``out``: standard output
-    by default)."""
-    report = from_runtime(rt, operations)
-    make_console(sys.stdout if out is None else out).print(decision_table(report.rows))
-

@@ -3,7 +3,8 @@
 Read a saved history file (:func:`from_history_file`), the embedded telemetry files
 (:func:`from_telemetry`) or a live runtime (:func:`from_runtime`) into a :class:`Report`;
 render it as a terminal table (:func:`decision_table`) or a figure (:func:`render_figure`,
-:func:`save_png`; needs matplotlib, the ``report`` extra).
+:func:`save_png`; needs matplotlib, the ``report`` extra). :func:`print_decisions` prints a
+live runtime's table in one call (``from adaptive_runtime.report import print_decisions``).
 """
 
 from .figure import render_figure, save_png
@@ -17,6 +18,7 @@ from .model import (
     crossovers,
     fastest_arm,
 )
+from .printing import print_decisions
 from .sources import from_history_file, from_runtime
 from .table import decision_table, make_console
 from .trace_files import from_telemetry, trace_files
@@ -24,4 +26,5 @@ from .trace_files import from_telemetry, trace_files
 __all__ = ["SPEEDUP_MIN_TIMINGS", "Crossover", "DecisionEvent", "KeyRow", "Report",
            "ReportInputError", "crossovers", "decision_table", "fastest_arm",
            "from_history_file", "from_runtime",
-           "from_telemetry", "make_console", "render_figure", "save_png", "trace_files"]
+           "from_telemetry", "make_console", "print_decisions", "render_figure", "save_png",
+           "trace_files"]

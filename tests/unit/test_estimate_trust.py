@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.cli_demo import print_decisions
 from adaptive_runtime.cli_views import report_json
 from adaptive_runtime.keys import reference_size
 from adaptive_runtime.report import (
@@ -21,6 +20,7 @@ from adaptive_runtime.report import (
     from_history_file,
     from_runtime,
     make_console,
+    print_decisions,
 )
 from adaptive_runtime.report.table import latency_cell
 

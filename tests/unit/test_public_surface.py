@@ -1,9 +1,12 @@
 """The public surface: ``rt.stats()`` as one frozen snapshot of the per-call counters, internal
-types kept out of ``adaptive_runtime.__all__``, and the version written once."""
+types kept out of ``adaptive_runtime.__all__``, the version written once, and examples that
+use public names only."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
 import importlib.metadata
 import re
 from pathlib import Path
@@ -14,6 +17,12 @@ import adaptive_runtime as ar
 from adaptive_runtime.operations import DeviceProbe
 
 ROOT = Path(__file__).resolve().parents[2]
+# The modules README.md and docs/ send users to; the rest (cli*, underscored ones, the layers
+# below the runtime) may change without notice.
+PUBLIC_MODULES = frozenset({"adaptive_runtime", "adaptive_runtime.torch",
+                            "adaptive_runtime.lightning", "adaptive_runtime.transformers",
+                            "adaptive_runtime.report", "adaptive_runtime.replay",
+                            "adaptive_runtime.telemetry", "adaptive_runtime.policy"})
 
 
 def _runtime() -> ar.AdaptiveRuntime:
@@ -77,3 +86,23 @@ def test_the_version_is_written_once_in_the_package() -> None:
     # the installed distribution reports the package's own string
     assert isinstance(ar.__version__, str) and ar.__version__
     assert importlib.metadata.version("adaptive_runtime") == ar.__version__
+
+
+def test_the_examples_import_public_names_only() -> None:
+    """What users copy from ``examples/`` imports only public modules, and from them only
+    names in their ``__all__``."""
+    private = []
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        for node in ast.walk(ast.parse(example.read_text(), str(example))):
+            if isinstance(node, ast.Import):
+                private += [(example.name, alias.name) for alias in node.names
+                            if alias.name.startswith("adaptive_runtime")
+                            and alias.name not in PUBLIC_MODULES]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "adaptive_runtime"):
+                module = node.module or ""
+                public = (importlib.import_module(module).__all__
+                          if module in PUBLIC_MODULES else ())
+                private += [(example.name, f"{module}.{alias.name}") for alias in node.names
+                            if alias.name not in public]
+    assert private == []
