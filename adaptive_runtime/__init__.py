@@ -1,7 +1,14 @@
 """adaptive_runtime: per-call GPU / SIMD / SCALAR selection that learns, and shows why.
 
 See docs/architecture.md for the architecture; the names below are the public contract.
+The submodules that need a framework or more than the runtime are imported on first access
+(``ar.torch``, ``ar.lightning``, ``ar.transformers``, ``ar.report``, ``ar.replay``), or as
+usual (``import adaptive_runtime.torch as art``): ``import adaptive_runtime`` never imports
+torch.
 """
+
+from importlib import import_module
+from types import ModuleType
 
 from . import ops, telemetry
 from ._version import __version__
@@ -52,3 +59,22 @@ __all__ = [
     "train_step",
 ]
 
+# Public submodules that import a framework (torch, Lightning, Hugging Face) or more than the
+# runtime needs (rich tables, the replay): not imported with the package, so that
+# `import adaptive_runtime` stays cheap, but reachable as attributes the way users write them
+# (`ar.torch.adapt(model)`), imported on first access (PEP 562).
+_LAZY_SUBMODULES = frozenset({"lightning", "replay", "report", "torch", "transformers"})
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _LAZY_SUBMODULES:
+        try:
+            # (import_module also binds the submodule on this package: later lookups are plain)
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != name or isinstance(exc, MissingExtraError):
+                raise
+            # (`ar.torch` without torch: the extra of the same name brings it)
+            raise MissingExtraError(f"ar.{name} needs {name}, not installed here: pip install "
+                                    f"'adaptive_runtime[{name}]'", name=name) from exc
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,11 +34,17 @@ _USE = textwrap.dedent('''
         error = None
     except ModuleNotFoundError as exc:
         error = str(exc)
+    try:
+        ar.torch  # (no torch in a base install)
+        torch_error = None
+    except ModuleNotFoundError as exc:
+        torch_error = str(exc)
     print(json.dumps({
         "relu": bool(np.array_equal(y, np.maximum(x, 0.0))),
         "choice": str(rt.decide("relu", 1000).choice),
         "sdk": importlib.util.find_spec("opentelemetry.sdk") is not None,
         "error": error,
+        "torch_error": torch_error,
         "requires": importlib.metadata.requires("adaptive_runtime"),
     }))
 ''')
@@ -61,6 +67,7 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
     assert used["relu"] and used["choice"] in ("simd", "simd:numpy", "scalar")
     assert used["sdk"] is False, "pip install . brought the OpenTelemetry SDK"
     assert "pip install 'adaptive_runtime[otlp]'" in used["error"]
+    assert "pip install 'adaptive_runtime[torch]'" in used["torch_error"]
     # the SDK and the exporters are requirements of the otlp extra only
     requires = used["requires"]
     for name in ("opentelemetry-sdk", "opentelemetry-exporter-otlp",

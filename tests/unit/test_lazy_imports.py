@@ -56,6 +56,28 @@ def test_import_loads_no_telemetry_sdk_no_gpu_library_and_no_numba() -> None:
     assert report["loaded"] == []
 
 
+def test_ar_torch_is_the_torch_module_imported_on_first_access() -> None:
+    """``import adaptive_runtime as ar`` then ``ar.torch.adapt(model)``, as the examples
+    write it: torch is imported by that access, not before; ``ar.report`` likewise."""
+    report = _run("import sys\n"
+                  "import adaptive_runtime as ar\n"
+                  "assert 'torch' not in sys.modules and 'adaptive_runtime.report' not in "
+                  "sys.modules\n"
+                  "adapt = ar.torch.adapt\n"
+                  "result = [ar.torch is sys.modules['adaptive_runtime.torch'], "
+                  "adapt.__module__, ar.report.print_decisions.__module__]\n")
+    assert report["result"] == repr([True, "adaptive_runtime.torch",
+                                     "adaptive_runtime.report.printing"])
+    assert "torch" in report["loaded"]  # type: ignore[operator]
+
+
+def test_an_unknown_attribute_of_the_package_is_an_attribute_error() -> None:
+    import adaptive_runtime as ar
+
+    with pytest.raises(AttributeError, match="no attribute 'tensorflow'"):
+        ar.tensorflow  # type: ignore[attr-defined]  # noqa: B018
+
+
 def test_a_first_select_imports_nothing_heavy() -> None:
     report = _run("import adaptive_runtime as ar\n"
                   "rt = ar.AdaptiveRuntime()\n"
