@@ -5,18 +5,21 @@ for any runtime: :func:`adaptive_runtime.report.print_decisions`)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import shlex
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from ._progress import progress, status
 from .backend import choice_order
 from .cli_defaults import telemetry_folder
+from .errors import MissingExtraError
 from .keys import size_bucket
 from .operations import DeviceProbe
 from .report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
@@ -24,7 +27,7 @@ from .runtime import AdaptiveRuntime
 from .telemetry import telemetry_setup
 
 __all__ = ["DEMO_OPERATIONS", "MIN_SIZE", "demo_command", "demo_sizes", "demo_workload",
-           "print_report", "warm_up"]
+           "print_report", "report_hint", "warm_up"]
 
 DEMO_OPERATIONS = ("dot", "add")
 MIN_SIZE = 8
@@ -51,8 +54,7 @@ def demo_workload(calls: int, sizes: Sequence[int], seed: int) -> list[tuple[str
 
 def demo_command(args: argparse.Namespace) -> int:
     """Run ``adaptive-runtime demo``; returns the exit status."""
-    # (the SDK is loaded here, not when the CLI starts: report, replay and doctor run without)
-    setup = None if args.no_telemetry else telemetry_setup("configure")
+    setup = None if args.no_telemetry else _telemetry_setup()
     telemetry = (None if setup is None
                  else setup.configure(default_service_name="adaptive-runtime-demo"))
     rt = AdaptiveRuntime()
@@ -92,13 +94,37 @@ def demo_command(args: argparse.Namespace) -> int:
               file=out)
         spans_file = telemetry.traces_destination
         if spans_file and os.path.isfile(spans_file):  # (the embedded files, not OTLP)
-            folder = os.path.dirname(spans_file)
-            where = "" if os.path.abspath(folder) == os.path.abspath(telemetry_folder()) \
-                else f" --telemetry {folder}"
-            print(f"see them: adaptive-runtime report{where} (this table from the spans, and "
-                  "report.png: latency against size per arm, decisions over time)", file=out)
+            print(report_hint(os.path.dirname(spans_file)), file=out)
     out.flush()
     return 0
+
+
+def _telemetry_setup() -> Any:
+    """The telemetry SDK side (``telemetry_setup``); without the ``otlp`` extra, the error says
+    both ways on: install the extra, or run the demo without telemetry."""
+    # (the SDK is loaded here, not when the CLI starts: report, replay and doctor run without)
+    try:
+        return telemetry_setup("configure")
+    except MissingExtraError as exc:
+        raise MissingExtraError(
+            f"the demo exports its spans and metrics through the OpenTelemetry SDK, not "
+            f"installed here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]', "
+            "or run it without telemetry: adaptive-runtime demo --no-telemetry",
+            name=exc.name) from exc
+
+
+def report_hint(folder: str) -> str:
+    """The demo's last line: the ``report`` command that shows the spans just written to
+    ``folder``, as it runs here (``--no-png`` and the extra that draws the PNG where
+    matplotlib is missing)."""
+    where = "" if os.path.abspath(folder) == os.path.abspath(telemetry_folder()) \
+        else f" --telemetry {shlex.quote(folder)}"
+    if importlib.util.find_spec("matplotlib") is None:
+        return (f"see them: adaptive-runtime report{where} --no-png (this table from the "
+                "spans; report.png, latency against size per arm and decisions over time, "
+                "needs matplotlib: pip install 'adaptive_runtime[report]')")
+    return (f"see them: adaptive-runtime report{where} (this table from the spans, and "
+            "report.png: latency against size per arm, decisions over time)")
 
 
 def warm_up(rt: AdaptiveRuntime, inputs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:

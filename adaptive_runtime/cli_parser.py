@@ -46,7 +46,8 @@ def _add_demo(commands: Any) -> None:
     demo.add_argument("--max-size", type=_max_size, default=1_000_000,
                       help="largest input size in elements, >= 8 (default: %(default)s)")
     demo.add_argument("--no-telemetry", action="store_true",
-                      help="do not export spans and metrics (by default they go to OTLP when "
+                      help="do not export spans and metrics, and so run without the otlp "
+                           "extra (by default they go to OTLP when "
                            "OTEL_EXPORTER_OTLP_ENDPOINT is set, else to OTLP/JSON lines files "
                            "under ./adaptive-runtime-telemetry)")
     demo.set_defaults(handler=demo_command)

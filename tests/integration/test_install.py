@@ -75,6 +75,18 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
         found = [r for r in requires if r.startswith(name)]
         assert found and all('extra == "otlp"' in r for r in found), (name, found)
     assert any(r.startswith("opentelemetry-api") and "extra" not in r for r in requires)
+    # the demo, as README's pip path runs it: without the otlp extra it names the extra and
+    # the flag that runs it without telemetry, and the flag works
+    demo = [str(venv / "bin" / "adaptive-runtime"), "demo", "--calls", "40", "--max-size", "256"]
+    refused = subprocess.run(demo, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                             check=False)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "pip install 'adaptive_runtime[otlp]'" in refused.stderr
+    assert "adaptive-runtime demo --no-telemetry" in refused.stderr
+    bare = subprocess.run([*demo, "--no-telemetry"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, check=False)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    assert "40 calls" in bare.stdout
 
 
 def test_the_license_is_the_one_pyproject_declares() -> None:
