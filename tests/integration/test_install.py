@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,7 +93,40 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
 def test_the_license_is_the_one_pyproject_declares() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
-    assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text()
+    assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_wheel_builds_with_setuptools_70(tmp_path: Path) -> None:
+    """pyproject.toml builds with every setuptools from 61 (the first to read the project table)
+    to today's, which the other tests here build with. 70 is the one a user met: it refused
+    the SPDX string ``license = "Apache-2.0"`` (setuptools reads one from 77 on), as did every
+    release before 77 that distributions still ship. Built as ``pip wheel
+    --no-build-isolation`` builds where 70 is installed: setuptools 70's own PEP 517 hook, in
+    an interpreter that sees no other setuptools (``-S``: no site-packages)."""
+    setuptools_70 = tmp_path / "setuptools70"
+    pin = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", "--no-compile",
+                          "--target", str(setuptools_70), "setuptools==70.*"],
+                         capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+    assert pin.returncode == 0, pin.stderr[-3000:]
+    # (a copy of what the build reads: a build in the checkout would write its egg-info there)
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "adaptive_runtime", source / "adaptive_runtime",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    hook = ("import sys; sys.path.insert(0, sys.argv[1]); import setuptools; "
+            "assert setuptools.__version__.startswith('70.'), setuptools.__version__; "
+            "from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[2]))")
+    build = subprocess.run([sys.executable, "-S", "-c", hook, str(setuptools_70),
+                            str(tmp_path / "dist")], cwd=source, capture_output=True, text=True,
+                           timeout=INSTALL_TIMEOUT_S, check=False)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = tmp_path / "dist" / build.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as archive:
+        [metadata] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(metadata).decode()
+    assert "\nLicense: Apache-2.0\n" in text
 
 
 # What a user on another supported Python does: install with the otlp extra, train a few steps
