@@ -191,6 +191,24 @@ def test_the_decision_panels_link_to_jaeger_searches_for_the_decisions() -> None
             assert all(f"`{key}`" in docs for key in tags if key != "error"), tags
 
 
+def test_every_panel_the_docs_name_is_on_the_dashboard() -> None:
+    """README.md and docs/ name panels in italics before the word (``the *Fallbacks/s*
+    panel``, ``the *A* and *B* panels``): each is a panel's title, or the start of one that
+    goes on with a variable (*Learned latency by size bucket* for ``...: $operation``)."""
+    dashboard = json.loads((DASHBOARDS / "adaptive_runtime.json").read_text(encoding="utf-8"))
+    titles = [p["title"] for p in panels(dashboard)]
+    named_before_panel = re.compile(
+        r"((?:\*[^*\n]+\*(?:,\s*|\s+and\s+|\s+or\s+))*\*[^*\n]+\*)\s+panels?\b")
+    named = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for group in named_before_panel.findall(path.read_text(encoding="utf-8")):
+            named += [(path.name, name) for name in re.findall(r"\*([^*\n]+)\*", group)]
+    assert named, "no panel named in the docs: the pattern no longer matches them"
+    missing = [(doc, name) for doc, name in named
+               if not any(title == name or title.startswith(f"{name}:") for title in titles)]
+    assert missing == [], f"panels the dashboard does not have (it has {titles})"
+
+
 # ------------------------------------------------------------------------------ real Prometheus
 
 

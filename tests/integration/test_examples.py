@@ -57,3 +57,5 @@ def test_custom_op_example_registers_two_arms_and_reports_what_won(tmp_path: Pat
     assert len(rows) >= 10  # one per size bucket seen
     assert {row[3] for row in rows} <= {"simd", "scalar"}
     assert any(row[4] == "exploit" for row in rows)
+    # both arms are real kernels: neither is quarantined for a wrong result
+    assert "quarantined" not in done.stdout + done.stderr, done.stderr
