@@ -5,7 +5,7 @@ the CPU build: tests/integration/test_doctor_cli.py checks the real CLI gives no
 
 from __future__ import annotations
 
-from adaptive_runtime.doctor import CPU_WHEEL_INDEX, cuda_build_warning
+from adaptive_runtime.cli.diagnosis import CPU_WHEEL_INDEX, cuda_build_warning
 
 
 def test_a_cuda_build_without_a_gpu_names_the_cpu_wheels_and_the_disk_it_takes() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.doctor import diagnose
+from adaptive_runtime.cli.diagnosis import diagnose
 from adaptive_runtime.history import LEGACY_HISTORY_FORMAT, record_to_json
 
 

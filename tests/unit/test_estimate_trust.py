@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.cli_views import report_json
+from adaptive_runtime.cli.output import report_json
 from adaptive_runtime.keys import reference_size
 from adaptive_runtime.report import (
     KeyRow,

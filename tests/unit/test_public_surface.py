@@ -17,7 +17,7 @@ import adaptive_runtime as ar
 from adaptive_runtime.operations import DeviceProbe
 
 ROOT = Path(__file__).resolve().parents[2]
-# The modules README.md and docs/ send users to; the rest (cli*, underscored ones, the layers
+# The modules README.md and docs/ send users to; the rest (cli/, underscored ones, the layers
 # below the runtime) may change without notice.
 PUBLIC_MODULES = frozenset({"adaptive_runtime", "adaptive_runtime.torch",
                             "adaptive_runtime.lightning", "adaptive_runtime.transformers",
@@ -106,3 +106,18 @@ def test_the_examples_import_public_names_only() -> None:
                 private += [(example.name, f"{module}.{alias.name}") for alias in node.names
                             if alias.name not in public]
     assert private == []
+
+
+def test_the_cli_package_keeps_the_console_script_and_its_names() -> None:
+    """``adaptive_runtime.cli`` is a package now; its face is what ``cli.py`` exported, and the
+    installed console script still names ``adaptive_runtime.cli:main``."""
+    from adaptive_runtime import cli
+    from adaptive_runtime.report import print_decisions
+
+    assert cli.__all__ == ["main", "print_decisions"]
+    assert cli.print_decisions is print_decisions
+    (script,) = [entry for entry in importlib.metadata.entry_points(group="console_scripts")
+                 if entry.name == "adaptive-runtime"]
+    assert script.value == "adaptive_runtime.cli:main"
+    assert script.load() is cli.main
+    assert callable(cli.main) and cli.main.__module__ == "adaptive_runtime.cli.main"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adaptive_runtime.backend import Backend
-from adaptive_runtime.cli_views import report_json
+from adaptive_runtime.cli.output import report_json
 from adaptive_runtime.report import KeyRow, crossovers, fastest_arm, from_telemetry
 from adaptive_runtime.report.model import compact_size
 from adaptive_runtime.report.table import chosen_cell

@@ -11,10 +11,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from ._progress import progress, status
-from .cli_defaults import telemetry_folder
-from .cli_views import print_json, report_json
-from .report import (
+from ..report import (
     SPEEDUP_MIN_TIMINGS,
     Report,
     ReportInputError,
@@ -27,6 +24,9 @@ from .report import (
     save_png,
     trace_files,
 )
+from .defaults import telemetry_folder
+from .output import print_json, report_json
+from .progress import progress, status
 
 __all__ = ["report_command"]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import __version__
-from .cli_demo import MIN_SIZE, demo_command
-from .cli_doctor import doctor_command
-from .cli_replay import replay_command
-from .cli_report import report_command
-from .telemetry.defaults import DEFAULT_DIRECTORY
+from .. import __version__
+from ..telemetry.defaults import DEFAULT_DIRECTORY
+from .demo import MIN_SIZE, demo_command
+from .doctor import doctor_command
+from .replay import replay_command
+from .report import report_command
 
 __all__ = ["build_parser"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .telemetry.defaults import DEFAULT_DIRECTORY
+from ..telemetry.defaults import DEFAULT_DIRECTORY
 
 __all__ = ["telemetry_folder"]
 

@@ -33,21 +33,21 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from ._version import __version__
-from .config import (
+from .._version import __version__
+from ..config import (
     ENV_PREFIX,
     REMOVED_VARIABLES,
     RuntimeConfig,
     config_variables,
     unknown_variables,
 )
-from .errors import ConfigError
-from .fingerprint import hardware_fingerprint
-from .history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_history_file
-from .telemetry.deadline import ENV_VAR as SHUTDOWN_TIMEOUT_VARIABLE
-from .telemetry.deadline import resolve_shutdown_timeout
-from .telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
-from .threads import POOLS
+from ..errors import ConfigError
+from ..fingerprint import hardware_fingerprint
+from ..history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_history_file
+from ..telemetry.deadline import ENV_VAR as SHUTDOWN_TIMEOUT_VARIABLE
+from ..telemetry.deadline import resolve_shutdown_timeout
+from ..telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
+from ..threads import POOLS
 
 __all__ = ["CPU_WHEEL_INDEX", "cuda_build_warning", "diagnose"]
 
@@ -284,7 +284,7 @@ def _setting_error(name: str, raw: str, config: bool) -> str | None:
                 and importlib.util.find_spec("opentelemetry.sdk") is not None:
             # (configure()'s own reading; without the SDK configure() cannot run at all,
             # which the telemetry check reports)
-            from .telemetry.sdk.configure import _prometheus_port
+            from ..telemetry.sdk.configure import _prometheus_port
 
             _prometheus_port(None, {name: raw})
     except ConfigError as exc:

@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from ._progress import status
-from .cli_defaults import telemetry_folder
-from .cli_views import print_json, replay_json
-from .report import ReportInputError, make_console
+from ..report import ReportInputError, make_console
+from .defaults import telemetry_folder
+from .output import print_json, replay_json
+from .progress import status
 
 if TYPE_CHECKING:
-    from .replay import ReplayResult
+    from ..replay import ReplayResult
 
 __all__ = ["replay_command"]
 
 
 def replay_command(args: argparse.Namespace) -> int:
     """Run ``adaptive-runtime replay``; returns the exit status."""
-    from .replay import load_calls, parse_config, replay
+    from ..replay import load_calls, parse_config, replay
 
     source = args.source or telemetry_folder()
     try:

@@ -1,4 +1,4 @@
-"""The ``adaptive-runtime`` command (also ``python -m adaptive_runtime``).
+"""``main()``, the ``adaptive-runtime`` command (also ``python -m adaptive_runtime``).
 
 ``adaptive-runtime demo`` runs a mixed ``dot``/``add`` workload over sizes from 8 to 10^6
 elements on a fresh :class:`AdaptiveRuntime`, then prints, per (operation, size bucket), the arm
@@ -19,14 +19,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .cli_parser import build_parser
-from .errors import BackendUnavailableError, ConfigError, MissingExtraError
+from ..errors import BackendUnavailableError, ConfigError, MissingExtraError
+from ..report import ReportInputError
+from .parser import build_parser
 
-# (print_decisions stays importable from here for scripts written before it was public; its
-# public home is adaptive_runtime.report)
-from .report import ReportInputError, print_decisions
-
-__all__ = ["main", "print_decisions"]
+__all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

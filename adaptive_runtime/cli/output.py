@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .report import Crossover, Report
+from ..report import Crossover, Report
 
 if TYPE_CHECKING:
-    from .replay import KeyReplay, ReplayResult
+    from ..replay import KeyReplay, ReplayResult
 
 __all__ = ["doctor_text", "print_json", "replay_json", "report_json"]
 
@@ -82,7 +82,7 @@ def replay_json(source: str, timed_calls: int, results: Sequence[tuple[str, Repl
 
 
 def doctor_text(found: Mapping[str, Any], console: Console) -> None:
-    """``adaptive-runtime doctor``'s report for people (``found``: ``doctor.diagnose()``)."""
+    """``adaptive-runtime doctor``'s report for people (``found``: ``diagnosis.diagnose()``)."""
     console.print(f"adaptive_runtime {found['adaptive_runtime']} on Python {found['python']}, "
                   f"{found['platform']}, {found['cpu']['model']} ({found['cpu']['count']} "
                   f"CPUs)", markup=False)

@@ -16,15 +16,15 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ._progress import progress, status
-from .backend import choice_order
-from .cli_defaults import telemetry_folder
-from .errors import MissingExtraError
-from .keys import size_bucket
-from .operations import DeviceProbe
-from .report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
-from .runtime import AdaptiveRuntime
-from .telemetry import telemetry_setup
+from ..backend import choice_order
+from ..errors import MissingExtraError
+from ..keys import size_bucket
+from ..operations import DeviceProbe
+from ..report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
+from ..runtime import AdaptiveRuntime
+from ..telemetry import telemetry_setup
+from .defaults import telemetry_folder
+from .progress import progress, status
 
 __all__ = ["DEMO_OPERATIONS", "MIN_SIZE", "demo_command", "demo_sizes", "demo_workload",
            "print_report", "report_hint", "warm_up"]
