@@ -1,16 +1,18 @@
 """adaptive_runtime: per-call GPU / SIMD / SCALAR selection that learns, and shows why.
 
 See docs/architecture.md for the architecture; the names below are the public contract.
-The submodules that need a framework or more than the runtime are imported on first access
-(``ar.torch``, ``ar.lightning``, ``ar.transformers``, ``ar.report``, ``ar.replay``), or as
-usual (``import adaptive_runtime.torch as art``): ``import adaptive_runtime`` never imports
-torch.
+The wings that need a framework or more than the runtime are imported on first access
+(``ar.torch``, ``ar.offline``; ``ar.training`` is imported with the package, its framework
+callbacks ``adaptive_runtime.training.lightning`` and ``.transformers`` are not), or as usual
+(``import adaptive_runtime.torch as art``): ``import adaptive_runtime`` never imports torch.
+Paths that moved (``adaptive_runtime.lightning``, ``.report``, ...) still import for one
+release, with a ``DeprecationWarning`` (``_moved``).
 """
 
 from importlib import import_module
 from types import ModuleType
 
-from . import ops, telemetry
+from . import _moved, ops, telemetry
 from ._version import __version__
 from .backend import Backend, Variant
 from .config import RuntimeConfig
@@ -29,7 +31,7 @@ from .history import HistoryRecord, HistoryWarning
 from .keys import size_bucket
 from .operations import Kind, Operation
 from .runtime import AdaptiveRuntime, RuntimeStats, get_runtime
-from .telemetry.steps import train_step
+from .training import train_step
 
 __all__ = [
     "AdaptiveRuntime",
@@ -59,11 +61,13 @@ __all__ = [
     "train_step",
 ]
 
-# Public submodules that import a framework (torch, Lightning, Hugging Face) or more than the
-# runtime needs (rich tables, the replay): not imported with the package, so that
-# `import adaptive_runtime` stays cheap, but reachable as attributes the way users write them
-# (`ar.torch.adapt(model)`), imported on first access (PEP 562).
-_LAZY_SUBMODULES = frozenset({"lightning", "replay", "report", "torch", "transformers"})
+_moved.install()
+
+# Public submodules that import a framework (torch) or more than the runtime needs (rich
+# tables, the replay): not imported with the package, so that `import adaptive_runtime` stays
+# cheap, but reachable as attributes the way users write them (`ar.torch.adapt(model)`),
+# imported on first access (PEP 562); and the old paths of moved ones (a DeprecationWarning).
+_LAZY_SUBMODULES = frozenset({"offline", "torch", *_moved.MOVED})
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -92,8 +92,8 @@ import adaptive_runtime as ar
 from adaptive_runtime._imported import imported
 from adaptive_runtime.backend import Choice, choice_of, choice_order, parse_choice
 from adaptive_runtime.keys import size_bucket
+from adaptive_runtime.offline.replay import CALLS_FORMAT
 from adaptive_runtime.operations import DeviceProbe, Implementation
-from adaptive_runtime.replay import CALLS_FORMAT
 
 Backend = ar.Backend
 SEED = int(os.environ.get("DECISION_QUALITY_SEED", "0"))
@@ -116,7 +116,7 @@ PER_KEY_TARGET = 1.10
 PER_KEY_MIN_CALLS = 100
 STATIC_SCALAR_BELOW = 1_000
 STATIC_GPU_ABOVE = 10_000
-# a file to write the fixed arms' timings to, for adaptive_runtime.replay (unset: none)
+# a file to write the fixed arms' timings to, for adaptive_runtime.offline.replay (unset: none)
 RECORD_ENV = "DECISION_QUALITY_RECORD"
 ADAPTIVE, TRAINED, STATIC = "adaptive", "trained", "static"
 # the static rule run again, in a process of its own: the A/A row (the noise floor)

@@ -160,7 +160,7 @@ def syncs_per_thousand() -> tuple[int, int]:
     import torch
 
     import adaptive_runtime as ar
-    from adaptive_runtime.replay import read_calls
+    from adaptive_runtime.offline.replay import read_calls
 
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
     xs = [torch.rand(n, device="cuda") for n in (256, 4096, 65536)]

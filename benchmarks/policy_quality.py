@@ -25,8 +25,8 @@ what the call then did is reported. Scenarios (fresh runtime each, ``TRIALS`` ru
 7. bimodal — the best arm (GPU) takes 60 µs or, one call in four at random, 250 µs (mean
    107.5 µs), beside SIMD at 150 µs: the slow mode is not a slowdown, and its mean stays lower.
 
-Then the policy offline (``adaptive_runtime.replay``, what ``adaptive-runtime replay`` runs):
-each scenario's first trial records its timed calls (``rt.record_calls``), and the default
+Then the policy offline (``adaptive_runtime.offline.replay``, what ``adaptive-runtime replay``
+runs): each scenario's first trial records its timed calls (``rt.record_calls``), and the default
 policy configuration and a few others are replayed over that recording — regret against the
 hindsight oracle of the measured timings, switches of the committed arm, exploration share —
 the way a user tunes the policy for a workload without running it again. (Informational: the
@@ -71,8 +71,8 @@ from _table import print_table, verdict
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch import SelectionKey
+from adaptive_runtime.offline.replay import parse_config, read_calls, replay
 from adaptive_runtime.operations import DeviceProbe
-from adaptive_runtime.replay import parse_config, read_calls, replay
 
 OP = "synthetic"
 SIZE = 1 << 16  # a vector op of this size: cold-start heuristic says SIMD
@@ -340,7 +340,7 @@ def main() -> None:
               + "; committed-arm switches "
               + " ".join(str(committed_flips(t)) for t in trials[s.name]))
     print_table("policy replayed offline over each scenario's first trial, recorded "
-                "(adaptive_runtime.replay: regret vs the hindsight oracle of the measured "
+                "(adaptive_runtime.offline.replay: regret vs the hindsight oracle of the measured "
                 "timings)", ["scenario", "policy", "regret", "switches", "exploration"],
                 [row for s in scenarios for row in replay_rows(s, recorded[s.name])])
     print(f"total benchmark time {elapsed_s:.1f} s")

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 import adaptive_runtime as ar
-from adaptive_runtime.report import print_decisions
+from adaptive_runtime.offline.report import print_decisions
 
 DELTA = 1.0
 

@@ -44,7 +44,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 import adaptive_runtime as ar
-from adaptive_runtime.report import print_decisions
+from adaptive_runtime.offline.report import print_decisions
 
 TEST_IMAGES = 360  # held out (the last ones, after a seeded shuffle)
 HIDDEN = 128

@@ -31,7 +31,7 @@ from torch import nn
 
 import adaptive_runtime as ar
 import adaptive_runtime.torch as art
-from adaptive_runtime.report import print_decisions
+from adaptive_runtime.offline.report import print_decisions
 
 TEST_IMAGES = 360  # held out (the last ones, after a seeded shuffle)
 

@@ -1,18 +1,11 @@
 """Is an arm's result wrong: the shape/dtype check of every timed call, validation mode's value
-comparison, and the quarantine of an arm found wrong (see ``_results``)."""
+comparison, and the quarantine of an arm found wrong (see ``results``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from .._results import (
-    compare_values,
-    describe_signature,
-    input_signature,
-    result_signature,
-    signatures_agree,
-)
 from ..backend import Choice
 from ..errors import ResultMismatchError
 from ..history import KeyHistory
@@ -20,6 +13,13 @@ from ..operations import Operation
 from .core import Core
 from .entry import Entry
 from .period import Periods
+from .results import (
+    compare_values,
+    describe_signature,
+    input_signature,
+    result_signature,
+    signatures_agree,
+)
 from .settle import Settler
 
 _log = logging.getLogger(__name__.rpartition(".")[0])

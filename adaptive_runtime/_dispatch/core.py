@@ -2,7 +2,7 @@
 
 The parts (fast path, learner, fallback, result checks, Trueno API, telemetry emission) each
 hold the :class:`Core` and read these through it, so the lock a forked child renews is the
-one every part takes (see ``_forks``).
+one every part takes (see ``_concurrency.forks``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from .._forks import renew_after_fork
+from .._concurrency.forks import renew_after_fork
 from ..backend import Backend, Choice
 from ..config import RuntimeConfig
 from ..gating import HotPathDetector, TraceGate
@@ -42,7 +42,7 @@ class Core:
         self.timer = timer
         self.lock = threading.Lock()
         # (the history saver and the metric reader's callbacks take it on their threads: a
-        # forked child gets a fresh one, see _forks)
+        # forked child gets a fresh one, see _concurrency.forks)
         renew_after_fork(self, Core._renew_lock)
         # the implementation every call runs: an arm (its primary one) or a variant
         self.forced: Choice | None = config.force_backend

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._counter import counter, issued
+from .._concurrency.counters import counter, issued
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..gating import TIMED_CALL_COST_US, OperationRate
@@ -37,9 +37,9 @@ class Entry:
     ``ticks``; a timed call also takes one from ``timed`` before anything else, and counts
     itself under the lock. So fast calls = tickets - timed tickets, exactly, whenever no call
     is between its two ``next()``; :meth:`~adaptive_runtime._dispatch.counts.Counts.flush`
-    adds them to the counters. Tickets come from ``_counter`` counters: ``next()`` on one is a
-    single C call (concurrent threads each get a distinct ticket), and how many were handed
-    out is read without taking one.
+    adds them to the counters. Tickets come from ``_concurrency.counters`` counters:
+    ``next()`` on one is a single C call (concurrent threads each get a distinct ticket), and
+    how many were handed out is read without taking one.
     """
 
     __slots__ = ("backend", "bucket", "candidates", "capturing", "commit_pending", "expected",

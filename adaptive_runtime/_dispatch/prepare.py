@@ -43,9 +43,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .._forks import renew_after_fork
+from .._concurrency.forks import renew_after_fork
+from .._concurrency.thread_faults import keep_alive, note_restart, record_fault
 from .._imported import imported
-from .._thread_faults import keep_alive, note_restart, record_fault
 from ..backend import Choice
 from ..kernels._specimen import compiled_by_numba, prepare_ahead, prepared_ahead, specimen
 from ..operations import DEVICE_FAMILY, FAMILY_SEPARATOR, Implementation, Operation

@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .._concurrency.thread_faults import revive_threads, survive
 from .._imported import loaded_frameworks
 from .._load import latest as latest_load
 from .._load import poll as poll_load
-from .._thread_faults import revive_threads, survive
 from ..backend import Choice
 from ..decision import Decision, Reason
 from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict

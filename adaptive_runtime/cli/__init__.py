@@ -11,9 +11,6 @@ Inside: ``main`` (:func:`main`: parse, run the command, map the errors to exit s
 
 from __future__ import annotations
 
-# (print_decisions stays importable from here for scripts written before it was public; its
-# public home is adaptive_runtime.report)
-from ..report import print_decisions
 from .main import main
 
-__all__ = ["main", "print_decisions"]
+__all__ = ["main"]

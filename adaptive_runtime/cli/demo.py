@@ -1,6 +1,6 @@
 """``adaptive-runtime demo``: a mixed ``dot``/``add`` workload over sizes from 8 to
 ``--max-size`` elements on a fresh runtime, and the table of what it learned (the same table
-for any runtime: :func:`adaptive_runtime.report.print_decisions`)."""
+for any runtime: :func:`adaptive_runtime.offline.report.print_decisions`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 from ..backend import choice_order
 from ..errors import MissingExtraError
 from ..keys import size_bucket
+from ..offline.report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
 from ..operations import DeviceProbe
-from ..report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, make_console
 from ..runtime import AdaptiveRuntime
 from ..telemetry import telemetry_setup
 from .defaults import telemetry_folder

@@ -42,8 +42,8 @@ from ..config import (
     unknown_variables,
 )
 from ..errors import ConfigError
-from ..fingerprint import hardware_fingerprint
 from ..history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_history_file
+from ..history.fingerprint import hardware_fingerprint
 from ..telemetry.deadline import ENV_VAR as SHUTDOWN_TIMEOUT_VARIABLE
 from ..telemetry.deadline import resolve_shutdown_timeout
 from ..telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..report import make_console
+from ..offline.report import make_console
 from .output import doctor_text, print_json
 from .progress import status
 

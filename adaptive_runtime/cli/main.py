@@ -11,7 +11,7 @@ telemetry files the runtime writes without a collector: a table in the terminal 
 
 ``adaptive-runtime replay`` runs policy configurations over a run's recorded timings
 (``rt.record_calls(path)``, or the telemetry files) and prints each one's regret against the
-hindsight oracle, switches and exploration share (see :mod:`adaptive_runtime.replay`).
+hindsight oracle, switches and exploration share (see :mod:`adaptive_runtime.offline.replay`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BackendUnavailableError, ConfigError, MissingExtraError
-from ..report import ReportInputError
+from ..offline.report import ReportInputError
 from .parser import build_parser
 
 __all__ = ["main"]

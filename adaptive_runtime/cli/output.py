@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..report import Crossover, Report
+from ..offline.report import Crossover, Report
 
 if TYPE_CHECKING:
-    from ..replay import KeyReplay, ReplayResult
+    from ..offline.replay import KeyReplay, ReplayResult
 
 __all__ = ["doctor_text", "print_json", "replay_json", "report_json"]
 

@@ -1,6 +1,6 @@
 """``adaptive-runtime replay``: policy configurations run over a run's recorded timings,
 each one's regret against the hindsight oracle, switches and exploration share (see
-:mod:`adaptive_runtime.replay`)."""
+:mod:`adaptive_runtime.offline.replay`)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from ..report import ReportInputError, make_console
+from ..offline.report import ReportInputError, make_console
 from .defaults import telemetry_folder
 from .output import print_json, replay_json
 from .progress import status
 
 if TYPE_CHECKING:
-    from ..replay import ReplayResult
+    from ..offline.replay import ReplayResult
 
 __all__ = ["replay_command"]
 
 
 def replay_command(args: argparse.Namespace) -> int:
     """Run ``adaptive-runtime replay``; returns the exit status."""
-    from ..replay import load_calls, parse_config, replay
+    from ..offline.replay import load_calls, parse_config, replay
 
     source = args.source or telemetry_folder()
     try:

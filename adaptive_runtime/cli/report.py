@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from ..report import (
+from ..offline.report import (
     SPEEDUP_MIN_TIMINGS,
     Report,
     ReportInputError,

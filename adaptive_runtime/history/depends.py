@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ..backend import Backend
-from ..fingerprint import difference, differences
+from .fingerprint import difference, differences
 from .record import HistoryRecord
 
 __all__ = ["ALWAYS_COMPARED", "BUILTIN_OPERATIONS", "THROUGH_TORCH", "fingerprint_differences",

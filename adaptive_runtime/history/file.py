@@ -4,7 +4,7 @@ an unreadable one, and a record's JSON form (:func:`record_to_json`,
 :func:`record_from_json`).
 
 A history file is JSON: a format name, the writing process's fingerprint
-(:mod:`adaptive_runtime.fingerprint`) and one record per (operation, size bucket, arm).
+(:mod:`.fingerprint`) and one record per (operation, size bucket, arm).
 Written atomically and durably; read bounded (at most ``MAX_HISTORY_FILE_BYTES``) and
 validated field by field — no pickle, no eval (the guarded reading: :mod:`._guarded_json`).
 """
@@ -107,11 +107,11 @@ def history_document(records: Iterable[HistoryRecord],
                      fingerprint: Mapping[str, object] | None = None, *,
                      what: str = "the history") -> bytes:
     """What a history file holds (UTF-8 JSON, format ``/2``): ``records`` with ``fingerprint``
-    (default: this process's). Also kept inside checkpoints (``adaptive_runtime.lightning``).
+    (default: this process's). Also kept inside checkpoints (``training.lightning``).
     ``ValueError`` if it would be over ``MAX_HISTORY_FILE_BYTES`` (it could not be read back).
     """
     if fingerprint is None:
-        from ..fingerprint import hardware_fingerprint
+        from .fingerprint import hardware_fingerprint
 
         fingerprint = hardware_fingerprint()
     head = json.dumps({"format": HISTORY_FORMAT, "fingerprint": dict(fingerprint)})

@@ -1,5 +1,5 @@
 """Combining the ranks' history rows into one history, the same on every rank
-(:func:`combine_rank_rows`): what a distributed sync (:mod:`adaptive_runtime.distributed`)
+(:func:`combine_rank_rows`): what a distributed sync (:mod:`adaptive_runtime.history.distributed`)
 merges with."""
 
 from __future__ import annotations

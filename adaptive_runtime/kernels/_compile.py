@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._forks import after_fork_in_child
+from .._concurrency.forks import after_fork_in_child
 from .._imported import imported
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,7 +80,7 @@ _pending: list[LazyKernel] = []  # lazy kernels not made yet, in the order they 
 
 def _renew_lock() -> None:
     # (a runtime built on another thread may be launching the pool, or a first call making
-    # the kernels, as the process forks: the child gets its own locks, see _forks)
+    # the kernels, as the process forks: the child gets its own locks, see _concurrency.forks)
     global _launch_lock, _make_lock
     _launch_lock = threading.Lock()
     _make_lock = threading.Lock()

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._forks import after_fork_in_child
+from .._concurrency.forks import after_fork_in_child
 from .._imported import imported
 from ..backend import Backend
 from ._arrays import host, host_dtype, is_tensor, like

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._forks import renew_after_fork
+from .._concurrency.forks import renew_after_fork
 from .._imported import imported
 from ..backend import Backend, Choice
 

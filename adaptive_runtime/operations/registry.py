@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from .._forks import renew_after_fork
+from .._concurrency.forks import renew_after_fork
 from ..backend import Kind
 from ..errors import RegistrationError, UnknownOperationError
 from .operation import DEVICE_SUFFIX, FAMILY_SEPARATOR, Operation, OperationOwner
@@ -82,7 +82,7 @@ class OperationRegistry:
         renew_after_fork(self, OperationRegistry._renew_lock)
 
     def _renew_lock(self) -> None:
-        self._lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
+        self._lock = threading.Lock()  # (a forked child: see adaptive_runtime._concurrency.forks)
 
     def register(self, name: str, *, size: Callable[..., int] | None = None,
                  kind: Kind | str = Kind.OTHER, owner: OperationOwner | None = None,

@@ -4,7 +4,7 @@ The policy owns a :class:`KeyState` per key (the committed arm, the re-check sch
 memo, the prior, the floors, the exploration plan, the drift statistic) and reads the measured
 :class:`~adaptive_runtime.history.ArmStats` of the key's arms, which it never writes: so
 recorded timings can be replayed against another policy configuration offline
-(:mod:`adaptive_runtime.replay`), and tests drive it with fake statistics and a fake clock.
+(:mod:`adaptive_runtime.offline.replay`), and tests drive it with fake statistics and a fake clock.
 :meth:`Policy.decide` is pure; the transitions (:meth:`Policy.step`, :meth:`Policy.next`,
 :meth:`Policy.apply`, :meth:`Policy.observe`, :meth:`Policy.observe_failure`) change only the
 state. What touches the measured history is the :class:`Learner`'s, the one online loop every

@@ -13,7 +13,7 @@ decisions and the history meet are here, and only here:
 - a failure is recorded by the history (quarantine with back-off) and observed by the policy.
 
 Every caller goes through one :class:`Learner`: the dispatcher on each timed call, the Trueno
-API (``select`` / ``record_performance``) and :func:`adaptive_runtime.replay.replay`, so an
+API (``select`` / ``record_performance``) and :func:`adaptive_runtime.offline.replay.replay`, so an
 offline replay runs exactly the loop production runs.
 """
 

@@ -12,9 +12,9 @@ import weakref
 from collections.abc import Callable
 from typing import Protocol
 
-from .._forks import renew_after_fork
-from .._imported import imported
-from .._thread_faults import keep_alive, note_restart, record_fault, survive
+from .._concurrency.forks import renew_after_fork
+from .._concurrency.thread_faults import keep_alive, note_restart, record_fault, survive
+from .._process import in_dataloader_worker
 from ..config import RuntimeConfig
 from ..history import (
     LEGACY_HISTORY_FORMAT,
@@ -27,8 +27,7 @@ from ..history import (
     read_history_file,
 )
 
-__all__ = ["HistorySaver", "apply_history_file", "foreign", "in_dataloader_worker",
-           "start_history"]
+__all__ = ["HistorySaver", "apply_history_file", "foreign", "start_history"]
 
 # (the logger of the module this came from, which users may have configured)
 _log = logging.getLogger("adaptive_runtime.runtime")
@@ -64,7 +63,7 @@ def apply_history_file(merge: Callable[[list[HistoryRecord]], None], loaded: His
 
 def foreign(loaded: HistoryFile) -> str | None:
     """Why ``loaded`` does not describe this machine, or ``None`` when it does."""
-    from ..fingerprint import hardware_fingerprint
+    from ..history.fingerprint import hardware_fingerprint
 
     if loaded.fingerprint is None:
         return (f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): "
@@ -137,7 +136,7 @@ class HistorySaver:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         # (its thread may hold both at a fork; the child never saves, but an exit handler
-        # still sets the event: see _forks)
+        # still sets the event: see _concurrency.forks)
         renew_after_fork(self, HistorySaver._renew_locks)
         # (what the file holds now: the history just loaded, or none)
         self._saved = rt._history.change_count()
@@ -220,14 +219,3 @@ class HistorySaver:
             self._failing = False
             self._saved = count
             self.saves += 1
-
-
-def in_dataloader_worker() -> bool:
-    """Whether this process is a ``torch.utils.data.DataLoader`` worker (torch is not
-    imported to ask: a process that has not imported it is no worker)."""
-    data = imported("torch.utils.data")
-    get_worker_info = getattr(data, "get_worker_info", None)
-    try:
-        return get_worker_info is not None and get_worker_info() is not None
-    except Exception:  # (a torch too unlike the one we know: assume no worker)
-        return False

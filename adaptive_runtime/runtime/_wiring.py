@@ -12,17 +12,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from .._concurrency.forks import renew_after_fork
 from .._dispatch import Dispatcher
-from .._forks import renew_after_fork
 from .._imported import import_frameworks
 from ..config import RuntimeConfig
 from ..errors import BackendUnavailableError
 from ..gating import HotPathDetector, TraceGate
 from ..history import HistoryRecord, HistoryStore, Origins
+from ..history.recording import CallRecorder
 from ..operations import DeviceProbe, OperationRegistry
 from ..policy import Policy
 from ..telemetry import instrumentation
-from ..telemetry.call_log import CallRecorder
 from ..telemetry.sinks import NO_METRICS, NO_SPANS, MetricsSink, SpanSink
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class RuntimeParts:
         self._spans: SpanSink = NO_SPANS
         self._metrics: MetricsSink = NO_METRICS
         self._telemetry_lock = threading.Lock()
-        # (a thread configuring telemetry may hold it at a fork: see _forks)
+        # (a thread configuring telemetry may hold it at a fork: see _concurrency.forks)
         renew_after_fork(self, RuntimeParts._renew_lock)
         self._registry = OperationRegistry()
         self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from .._concurrency.forks import after_fork_in_child
 from .._default import set_default_runtime
-from .._forks import after_fork_in_child
 from .facade import AdaptiveRuntime
 
 __all__ = ["get_runtime"]
@@ -17,7 +17,7 @@ _default_lock = threading.Lock()
 
 def _renew_default_lock() -> None:
     global _default_lock
-    _default_lock = threading.Lock()  # (a forked child: see _forks)
+    _default_lock = threading.Lock()  # (a forked child: see _concurrency.forks)
 
 
 after_fork_in_child(_renew_default_lock)

@@ -26,11 +26,11 @@ from ..history import (
     record_to_json,
     write_history_file,
 )
+from ..history.recording import DEFAULT_MAX_CALLS, CallRecorder
 from ..keys import size_bucket
 from ..operations import DeviceProbe, Kind, Operation, name_too_long, utf8_encodable
 from ..records import SelectionKey
 from ..telemetry import instrumentation
-from ..telemetry.call_log import DEFAULT_MAX_CALLS, CallRecorder
 from ..telemetry.sinks import SpanSink
 from ._history_file import apply_history_file, start_history
 from ._pickling import OperationRecipe, operation_recipe, register_recipes
@@ -233,7 +233,7 @@ class AdaptiveRuntime(RuntimeParts):
                      max_calls: int = DEFAULT_MAX_CALLS) -> CallRecorder:
         """Record every timed call (operation, size, arm, ``duration_us``, ``time_s``, the
         calls it stands for) to ``path`` as JSON lines, at most ``max_calls`` of them, for
-        ``adaptive-runtime replay`` (:mod:`adaptive_runtime.replay`). Returns the recorder:
+        ``adaptive-runtime replay`` (:mod:`adaptive_runtime.offline.replay`). Returns the recorder:
         ``close()`` it, or use it as a context manager, to stop. Opt-in: off by default."""
         return call_recorder(self._dispatcher, path, max_calls)
 
@@ -300,11 +300,11 @@ class AdaptiveRuntime(RuntimeParts):
         """Merge every rank's history over ``torch.distributed`` (``group``, default the
         default process group; gloo on CPU, nccl on GPUs): afterwards all ranks hold the same
         statistics and make the same choice for every key (see
-        :mod:`adaptive_runtime.distributed`). Every rank of the group must call it (a
+        :mod:`adaptive_runtime.history.distributed`). Every rank of the group must call it (a
         collective); safe to call repeatedly. Nothing happens in a group of one. Timings
         other threads of this process learn while it runs are not kept.
         ``RuntimeError`` without torch or an initialised process group."""
-        from ..distributed import merged_history
+        from ..history.distributed import merged_history
 
         merged = merged_history(self._rank_rows, group)
         if merged is not None:  # (None: a group of one)

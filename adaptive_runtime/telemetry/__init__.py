@@ -21,13 +21,12 @@ from ..errors import MissingExtraError
 from .defaults import DEFAULT_DIRECTORY
 from .instrumentation import instrument, uninstrument
 from .stats import TelemetryStats, stats
-from .steps import TrainStep, train_step
 
 if TYPE_CHECKING:
     from .sdk import Telemetry, configure, shutdown
 
-__all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "TrainStep", "configure",
-           "instrument", "shutdown", "stats", "telemetry_setup", "train_step", "uninstrument"]
+__all__ = ["DEFAULT_DIRECTORY", "Telemetry", "TelemetryStats", "configure",
+           "instrument", "shutdown", "stats", "telemetry_setup", "uninstrument"]
 
 # names served by ``sdk``, which imports the SDK: imported on first use (PEP 562). This
 # module's imports of ``sdk`` (that one, and the type-only one above) are the only ones from

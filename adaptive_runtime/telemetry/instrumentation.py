@@ -25,8 +25,8 @@ from typing import Protocol
 
 from opentelemetry import metrics, trace
 
-from .._forks import after_fork_in_child
-from .._thread_faults import survive
+from .._concurrency.forks import after_fork_in_child
+from .._concurrency.thread_faults import survive
 
 __all__ = ["Instrumentable", "activate", "app_has_sdk_provider", "deactivate", "instrument",
            "is_active", "notice_providers", "records_metrics", "records_spans", "register",
@@ -53,7 +53,7 @@ _seen: tuple[object, object] | None = None
 
 
 def _renew_lock() -> None:
-    # (another thread may be configuring telemetry as the process forks: see _forks)
+    # (another thread may be configuring telemetry as the process forks: see _concurrency.forks)
     global _lock
     _lock = threading.Lock()
 

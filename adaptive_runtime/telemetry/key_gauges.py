@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._forks import renew_after_fork
+from .._concurrency.forks import renew_after_fork
 from ..keys import reference_size
 from .metric_sources import KeySource, MetricsSource, _label
 

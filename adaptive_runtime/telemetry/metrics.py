@@ -76,7 +76,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from .._forks import after_fork_in_child
+from .._concurrency.forks import after_fork_in_child
 from .._version import __version__
 from .durations import _MARK, DURATION_BUCKETS_S
 from .instrumentation import records_metrics
@@ -175,7 +175,7 @@ _global: tuple[metrics.MeterProvider, _Hub] | None = None  # (provider it was bu
 
 def _renew_hubs_lock() -> None:
     global _hubs_lock
-    _hubs_lock = threading.Lock()  # (a forked child: see adaptive_runtime._forks)
+    _hubs_lock = threading.Lock()  # (a forked child: see adaptive_runtime._concurrency.forks)
 
 
 after_fork_in_child(_renew_hubs_lock)

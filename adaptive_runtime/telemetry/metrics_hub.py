@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .._forks import renew_after_fork
-from .._thread_faults import record_fault
+from .._concurrency.forks import renew_after_fork
+from .._concurrency.thread_faults import record_fault
 from ..threads import torch_threads
 from .durations import _MARK, DurationHistogram
 from .key_gauges import _KEY_LABELS, KeyReader, _KeyView
@@ -348,7 +348,7 @@ class _Hub:
         """Log the first problem of each kind; later ones are silent, so a broken exporter
         setup cannot flood the application's log. ``error``: called while handling an
         exception, which is counted as a fault of the metric reader's thread (and logged
-        with its traceback, once per kind: ``_thread_faults``)."""
+        with its traceback, once per kind: ``_concurrency.thread_faults``)."""
         exc = sys.exc_info()[1] if error else None
         if exc is not None:
             record_fault("metrics", kind, exc)

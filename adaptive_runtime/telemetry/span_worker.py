@@ -14,8 +14,8 @@ Every live recorder is known here: :func:`flush_all` flushes them, each flushes 
 :func:`recorder_counts` counts the spans of them all, process-wide.
 
 The worker never dies of what it runs: each record, the batch's set-up and the cost
-bookkeeping are guarded (``_thread_faults.survive``); should it end anyway, the next record
-queued (or a flush) starts it again.
+bookkeeping are guarded (``_concurrency.thread_faults.survive``); should it end anyway, the
+next record queued (or a flush) starts it again.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .._counter import counter, issued
-from .._thread_faults import note_restart, record_fault, survive
-from ..distributed import rank_attributes
+from .._concurrency.counters import counter, issued
+from .._concurrency.thread_faults import note_restart, record_fault, survive
+from .._process import rank_attributes
 from .app_providers import flush_first
 from .deadline import exit_deadline, remaining
 from .export_cost import export_cost_us_per_span
@@ -46,7 +46,7 @@ _SPANS_PER_ITEM = {"call": 2, "step": 1, "hot": 1}
 
 class _ProcessCounts:
     """Every recorder's spans, process-wide, counted where they are admitted, made or lost
-    (``_counter``: ``next()`` is atomic, no lock on the loop's side)."""
+    (``_concurrency.counters``: ``next()`` is atomic, no lock on the loop's side)."""
 
     def __init__(self) -> None:
         self.calls = counter()  # call records queued or dropped at the buffer
@@ -103,7 +103,7 @@ class SpanWorker:
         self._on_cost = on_cost
         self.make_cost_us: float | None = None  # CPU to make one call's spans (EWMA)
         self._buffer: deque[tuple[Any, ...]] = deque()
-        # counters bumped from any thread (see _counter)
+        # counters bumped from any thread (see _concurrency.counters)
         self._dropped = counter()
         self._spans = counter()
         self._errors = counter()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._thread_faults import fault_counts, restart_counts
+from .._concurrency.thread_faults import fault_counts, restart_counts
 from .spans import recorder_counts
 
 __all__ = ["TelemetryStats", "export_losses", "stats"]

@@ -162,7 +162,7 @@ def test_the_applications_flush_delivers_the_runtimes_queued_spans(tmp_path: Pat
         tp = set_tracer_provider()
         import adaptive_runtime as ar
         calls_until(lambda: False, limit_s=0.3)
-        with ar.telemetry.train_step(7):
+        with ar.train_step(7):
             last_call()
         flush = {flush!r}
         if flush == "force_flush":

@@ -182,7 +182,7 @@ def test_sync_without_a_process_group_says_what_is_missing() -> None:
 
 
 def test_rank_and_world_size_from_torchrun_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adaptive_runtime.distributed import rank_and_world_size
+    from adaptive_runtime._process import rank_and_world_size
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "8")
@@ -209,7 +209,7 @@ class _FakeDist:
 def test_nccl_syncs_on_this_ranks_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from adaptive_runtime.distributed import _collective_device
+    from adaptive_runtime.history.distributed import _collective_device
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_runtime.replay import read_calls, replay
+from adaptive_runtime.offline.replay import read_calls, replay
 
 RECORD = textwrap.dedent('''
     import math, sys, time

@@ -29,7 +29,7 @@ import pytest
 from adaptive_runtime import cli
 from adaptive_runtime.backend import Backend
 from adaptive_runtime.keys import reference_size
-from adaptive_runtime.report import (
+from adaptive_runtime.offline.report import (
     ReportInputError,
     crossovers,
     from_history_file,
@@ -337,7 +337,7 @@ def test_a_line_over_the_limit_is_an_error_naming_it_not_read_whole(
     longest = max(len(line.encode()) for line in text.splitlines()) + 1  # (with its newline)
     # the limit lowered to the longest real line: every real line is still read
     # (the module: the package exports a function of its name)
-    reader = importlib.import_module("adaptive_runtime.report.trace_files")
+    reader = importlib.import_module("adaptive_runtime.offline.report.trace_files")
     monkeypatch.setattr(reader, "_MAX_LINE_BYTES", longest)
     lines = len(text.splitlines())
     (tmp_path / "traces.jsonl").write_text(text + "x" * (3 * longest) + "\n" + text)

@@ -21,8 +21,8 @@ from otlp_receiver import ReceivedSpan
 from test_configure import clean_env, file_spans
 
 from adaptive_runtime.history import parse_history_document
-from adaptive_runtime.lightning import CHECKPOINT_KEY
-from adaptive_runtime.transformers import HISTORY_FILE
+from adaptive_runtime.training.lightning import CHECKPOINT_KEY
+from adaptive_runtime.training.transformers import HISTORY_FILE
 
 MODEL = textwrap.dedent('''
     import json, logging, os, sys
@@ -53,7 +53,7 @@ MODEL = textwrap.dedent('''
 LIGHTNING = MODEL + textwrap.dedent('''
     import lightning.pytorch as pl
     from lightning.pytorch.loggers import CSVLogger
-    from adaptive_runtime.lightning import AdaptiveRuntimeCallback
+    from adaptive_runtime.training.lightning import AdaptiveRuntimeCallback
 
     class Tiny(pl.LightningModule):
         def __init__(self):
@@ -85,7 +85,7 @@ LIGHTNING = MODEL + textwrap.dedent('''
 
 TRANSFORMERS = MODEL + textwrap.dedent('''
     from transformers import Trainer, TrainerCallback, TrainingArguments
-    from adaptive_runtime.transformers import AdaptiveRuntimeCallback
+    from adaptive_runtime.training.transformers import AdaptiveRuntimeCallback
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -293,7 +293,7 @@ def test_a_missing_framework_is_one_error_naming_the_extra(module: str) -> None:
         sys.modules["{module}"] = None   # (as if not installed)
         sys.modules["pytorch_lightning"] = None
         try:
-            import adaptive_runtime.{module}
+            import adaptive_runtime.training.{module}
         except ModuleNotFoundError as exc:
             print(type(exc).__name__, exc)
     ''')

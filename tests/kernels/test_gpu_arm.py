@@ -24,8 +24,8 @@ import adaptive_runtime as ar
 from adaptive_runtime._dispatch.settle import MAX_PENDING_TIMINGS
 from adaptive_runtime.kernels import _gpu
 from adaptive_runtime.keys import reference_size, size_bucket
+from adaptive_runtime.offline.replay import read_calls
 from adaptive_runtime.operations import DeviceProbe
-from adaptive_runtime.replay import read_calls
 
 Backend = ar.Backend
 

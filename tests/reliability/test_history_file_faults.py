@@ -35,7 +35,6 @@ from hypothesis import strategies as st
 from internals import history_saver
 
 import adaptive_runtime as ar
-from adaptive_runtime.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import (
     HISTORY_FORMAT,
     LEGACY_HISTORY_FORMAT,
@@ -46,6 +45,7 @@ from adaptive_runtime.history import (
 )
 from adaptive_runtime.history import file as history_module
 from adaptive_runtime.history._guarded_json import _nesting_depth
+from adaptive_runtime.history.fingerprint import hardware_fingerprint
 from adaptive_runtime.operations import DeviceProbe
 
 PACKAGE = Path(ar.__file__).resolve().parent
@@ -90,7 +90,7 @@ _ZYGOTE = r"""
 import os, sys, time
 import adaptive_runtime as ar
 from adaptive_runtime.operations import DeviceProbe
-from adaptive_runtime.fingerprint import hardware_fingerprint
+from adaptive_runtime.history.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import HistoryRecord
 
 path, keys = sys.argv[1], int(sys.argv[2])

@@ -10,8 +10,8 @@ import pytest
 import adaptive_runtime as ar
 from adaptive_runtime.gating import TraceGate
 from adaptive_runtime.knobs import KNOB_NAMES, PolicyConfig
+from adaptive_runtime.offline.replay import parse_config
 from adaptive_runtime.operations import DeviceProbe
-from adaptive_runtime.replay import parse_config
 
 Backend = ar.Backend
 P = "ADAPTIVE_RUNTIME_"

@@ -14,7 +14,7 @@ import pytest
 import adaptive_runtime as ar
 from adaptive_runtime.cli.output import report_json
 from adaptive_runtime.keys import reference_size
-from adaptive_runtime.report import (
+from adaptive_runtime.offline.report import (
     KeyRow,
     decision_table,
     from_history_file,
@@ -22,7 +22,7 @@ from adaptive_runtime.report import (
     make_console,
     print_decisions,
 )
-from adaptive_runtime.report.table import latency_cell
+from adaptive_runtime.offline.report.table import latency_cell
 
 SIMD, SCALAR, GPU = ar.Backend.SIMD, ar.Backend.SCALAR, ar.Backend.GPU
 BUCKET = 12

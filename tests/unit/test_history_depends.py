@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import adaptive_runtime as ar
-from adaptive_runtime.fingerprint import hardware_fingerprint
 from adaptive_runtime.history import read_history_file
 from adaptive_runtime.history.depends import (
     BUILTIN_OPERATIONS,
@@ -25,6 +24,7 @@ from adaptive_runtime.history.depends import (
     fingerprint_differences,
     record_fields,
 )
+from adaptive_runtime.history.fingerprint import hardware_fingerprint
 from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
@@ -100,7 +100,7 @@ def test_a_torch_only_history_applies_where_another_jax_is_installed(tmp_path: P
     code = textwrap.dedent("""
         import sys, warnings
         import adaptive_runtime as ar
-        from adaptive_runtime.fingerprint import hardware_fingerprint
+        from adaptive_runtime.history.fingerprint import hardware_fingerprint
         print(hardware_fingerprint()["jax"])
         rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False), builtin_ops=False)
         print(rt.load_history(sys.argv[1]))

@@ -16,7 +16,6 @@ import pytest
 from internals import history_saver
 
 import adaptive_runtime as ar
-from adaptive_runtime.fingerprint import differences, hardware_fingerprint
 from adaptive_runtime.history import (
     HISTORY_FORMAT,
     LEGACY_HISTORY_FORMAT,
@@ -25,6 +24,7 @@ from adaptive_runtime.history import (
     read_history_file,
 )
 from adaptive_runtime.history import file as history_module
+from adaptive_runtime.history.fingerprint import differences, hardware_fingerprint
 from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
@@ -98,7 +98,7 @@ def test_fingerprint_is_a_small_json_object_computed_once() -> None:
 
 
 def test_fingerprint_imports_neither_torch_nor_jax() -> None:
-    code = ("import sys\nfrom adaptive_runtime.fingerprint import hardware_fingerprint\n"
+    code = ("import sys\nfrom adaptive_runtime.history.fingerprint import hardware_fingerprint\n"
             "fp = hardware_fingerprint()\n"
             "assert 'torch' not in sys.modules and 'jax' not in sys.modules, sorted(sys.modules)\n"
             "print(fp['torch'], fp['jax'])\n")

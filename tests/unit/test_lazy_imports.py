@@ -58,16 +58,16 @@ def test_import_loads_no_telemetry_sdk_no_gpu_library_and_no_numba() -> None:
 
 def test_ar_torch_is_the_torch_module_imported_on_first_access() -> None:
     """``import adaptive_runtime as ar`` then ``ar.torch.adapt(model)``, as the examples
-    write it: torch is imported by that access, not before; ``ar.report`` likewise."""
+    write it: torch is imported by that access, not before; ``ar.offline`` likewise."""
     report = _run("import sys\n"
                   "import adaptive_runtime as ar\n"
-                  "assert 'torch' not in sys.modules and 'adaptive_runtime.report' not in "
+                  "assert 'torch' not in sys.modules and 'adaptive_runtime.offline.report' not in "
                   "sys.modules\n"
                   "adapt = ar.torch.adapt\n"
                   "result = [ar.torch is sys.modules['adaptive_runtime.torch'], "
-                  "adapt.__module__, ar.report.print_decisions.__module__]\n")
+                  "adapt.__module__, ar.offline.report.print_decisions.__module__]\n")
     assert report["result"] == repr([True, "adaptive_runtime.torch",
-                                     "adaptive_runtime.report.printing"])
+                                     "adaptive_runtime.offline.report.printing"])
     assert "torch" in report["loaded"]  # type: ignore[operator]
 
 

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # The modules README.md and docs/ send users to; the rest (cli/, underscored ones, the layers
 # below the runtime) may change without notice.
 PUBLIC_MODULES = frozenset({"adaptive_runtime", "adaptive_runtime.torch",
-                            "adaptive_runtime.lightning", "adaptive_runtime.transformers",
-                            "adaptive_runtime.report", "adaptive_runtime.replay",
+                            "adaptive_runtime.training", "adaptive_runtime.training.lightning",
+                            "adaptive_runtime.training.transformers",
+                            "adaptive_runtime.offline.report", "adaptive_runtime.offline.replay",
                             "adaptive_runtime.telemetry", "adaptive_runtime.policy"})
 
 
@@ -108,14 +109,12 @@ def test_the_examples_import_public_names_only() -> None:
     assert private == []
 
 
-def test_the_cli_package_keeps_the_console_script_and_its_names() -> None:
-    """``adaptive_runtime.cli`` is a package now; its face is what ``cli.py`` exported, and the
-    installed console script still names ``adaptive_runtime.cli:main``."""
+def test_the_cli_package_keeps_the_console_script() -> None:
+    """``adaptive_runtime.cli`` is a package; its face is ``main``, and the installed console
+    script still names ``adaptive_runtime.cli:main``."""
     from adaptive_runtime import cli
-    from adaptive_runtime.report import print_decisions
 
-    assert cli.__all__ == ["main", "print_decisions"]
-    assert cli.print_decisions is print_decisions
+    assert cli.__all__ == ["main"]
     (script,) = [entry for entry in importlib.metadata.entry_points(group="console_scripts")
                  if entry.name == "adaptive-runtime"]
     assert script.value == "adaptive_runtime.cli:main"

@@ -9,8 +9,7 @@ import random
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.policy import PolicyConfig, Reason
-from adaptive_runtime.replay import (
+from adaptive_runtime.offline.replay import (
     CALLS_FORMAT,
     CallTiming,
     calls_from_telemetry,
@@ -18,6 +17,7 @@ from adaptive_runtime.replay import (
     read_calls,
     replay,
 )
+from adaptive_runtime.policy import PolicyConfig, Reason
 
 GPU, SIMD, SCALAR = ar.Backend.GPU, ar.Backend.SIMD, ar.Backend.SCALAR
 SIZE = 1 << 12

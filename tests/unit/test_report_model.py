@@ -11,9 +11,9 @@ import pytest
 
 from adaptive_runtime.backend import Backend
 from adaptive_runtime.cli.output import report_json
-from adaptive_runtime.report import KeyRow, crossovers, fastest_arm, from_telemetry
-from adaptive_runtime.report.model import compact_size
-from adaptive_runtime.report.table import chosen_cell
+from adaptive_runtime.offline.report import KeyRow, crossovers, fastest_arm, from_telemetry
+from adaptive_runtime.offline.report.model import compact_size
+from adaptive_runtime.offline.report.table import chosen_cell
 
 SIMD, SCALAR, GPU = Backend.SIMD, Backend.SCALAR, Backend.GPU
 
@@ -158,8 +158,8 @@ def test_the_chosen_arm_names_the_thread_count_its_span_ran_at(tmp_path: Path) -
 def test_variants_of_an_arm_are_columns_and_winners_of_their_own() -> None:
     from adaptive_runtime.backend import Variant
     from adaptive_runtime.history import HistoryRecord
-    from adaptive_runtime.report.sources import rows_from_records
-    from adaptive_runtime.report.table import decision_table
+    from adaptive_runtime.offline.report.sources import rows_from_records
+    from adaptive_runtime.offline.report.table import decision_table
 
     numpy = Variant(SIMD, "numpy")
     found = rows_from_records([HistoryRecord("op", 4, SIMD, 5, 9.0, 0, 1.0),
@@ -191,7 +191,7 @@ def test_a_speed_up_is_shown_only_where_both_arms_stand_on_three_timings() -> No
 
 def test_history_rows_carry_each_arms_timings() -> None:
     from adaptive_runtime.history import HistoryRecord
-    from adaptive_runtime.report.sources import rows_from_records
+    from adaptive_runtime.offline.report.sources import rows_from_records
 
     rows = rows_from_records([HistoryRecord("add", 6, Backend.SIMD, 4, 2.5, 0, 0.0, 0.25),
                               HistoryRecord("add", 6, Backend.SCALAR, 1, 34.3, 0, 0.0)])

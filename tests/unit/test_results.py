@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from adaptive_runtime._results import (
+from adaptive_runtime._dispatch.results import (
     compare_values,
     describe_signature,
     input_signature,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import adaptive_runtime as ar
-from adaptive_runtime.fingerprint import hardware_fingerprint
+from adaptive_runtime.history.fingerprint import hardware_fingerprint
 from adaptive_runtime.keys import reference_size, size_bucket
 from adaptive_runtime.threads import ThreadWatch, thread_counts
 

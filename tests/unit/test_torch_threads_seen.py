@@ -21,9 +21,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import adaptive_runtime as ar
 from adaptive_runtime._dispatch.pool_phase import SWITCH_GAIN, TRIAL_CALLS, PoolPhase
+from adaptive_runtime.offline.report import from_runtime
+from adaptive_runtime.offline.report.table import chosen_cell
 from adaptive_runtime.records import PoolTrial
-from adaptive_runtime.report import from_runtime
-from adaptive_runtime.report.table import chosen_cell
 from adaptive_runtime.telemetry.thread_spans import trial_attributes
 from adaptive_runtime.threads import torch_phase
 

@@ -12,7 +12,7 @@ import pytest
 import adaptive_runtime as ar
 from adaptive_runtime.backend import parse_choice
 from adaptive_runtime.history import read_history_file
-from adaptive_runtime.replay import read_calls, replay
+from adaptive_runtime.offline.replay import read_calls, replay
 
 Backend = ar.Backend
 Reason = ar.Reason

@@ -17,8 +17,8 @@ logged. Here:
 - Every span that reached the processor ends exactly once as exported, dropped (by reason) or
   still pending: ``received == exported + dropped + pending``.
 - The worker never dies of what it runs (an exporter that raises, say): each wait and batch is
-  guarded (``_thread_faults``: counted, logged once per kind); should it end anyway, the next
-  span ended (or a flush) starts it again.
+  guarded (``_concurrency.thread_faults``: counted, logged once per kind); should it end
+  anyway, the next span ended (or a flush) starts it again.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._counter import counter, issued
-from ..._thread_faults import note_restart, record_fault, survive
+from ..._concurrency.counters import counter, issued
+from ..._concurrency.thread_faults import note_restart, record_fault, survive
 from ...errors import ConfigError
 
 __all__ = ["DROP_REASONS", "BoundedSpanProcessor", "batch_settings"]
@@ -93,7 +93,7 @@ class BoundedSpanProcessor(SpanProcessor):
         self._delay_s = schedule_delay_s
         self._is_runtime_span = is_runtime_span or (lambda span: False)
         self._queue: deque[ReadableSpan] = deque()
-        # bumped on any thread ending a span (see _counter)
+        # bumped on any thread ending a span (see _concurrency.counters)
         self._received = counter()
         self._received_runtime = counter()
         self._full = counter()

@@ -37,7 +37,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._forks import after_fork_in_child
+from ..._concurrency.forks import after_fork_in_child
 from ..._imported import imported
 from .. import instrumentation
 from ..deadline import exit_deadline, remaining
@@ -80,7 +80,7 @@ atexit.register(_at_exit)
 
 
 def _after_fork_in_child() -> None:
-    """Right after a fork, in the child (registered at import, see ``_forks``)."""
+    """Right after a fork, in the child (registered at import, see ``_concurrency.forks``)."""
     handle._lock = threading.Lock()  # (another thread may have been configuring at the fork)
     switch, remake = _process.span_switch, _process.span_exporter_remake
     if switch is not None and remake is not None and switch.target is not None:

@@ -27,7 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from ..._forks import after_fork_in_child
+from ..._concurrency.forks import after_fork_in_child
 from .. import instrumentation
 from ..deadline import remaining
 from ..spans import is_runtime_span

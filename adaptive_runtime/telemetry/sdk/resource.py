@@ -12,7 +12,7 @@
 - ``service.instance.id``: from ``OTEL_RESOURCE_ATTRIBUTES`` where set, else a random UUID
   made once per process, so two runs of one service (or two ranks on one machine) keep
   their series apart in Prometheus and their traces apart in Jaeger.
-- A distributed job's rank and world size (``distributed.rank_attributes``).
+- A distributed job's rank and world size (``_process.rank_attributes``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 
-from ...distributed import rank_attributes
+from ..._process import rank_attributes
 from ...errors import ConfigError
 
 __all__ = ["DEFAULT_SERVICE_NAME", "make_resource", "resource_attributes"]

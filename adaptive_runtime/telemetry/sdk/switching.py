@@ -22,10 +22,10 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._counter import counter, issued
-from ..._forks import renew_after_fork
+from ..._concurrency.counters import counter, issued
+from ..._concurrency.forks import renew_after_fork
+from ..._concurrency.thread_faults import survive
 from ..._imported import imported
-from ..._thread_faults import survive
 from ..export_cost import record_export_cost
 
 __all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "metric_export_counts",
@@ -46,7 +46,7 @@ class _Switch:
         # the span export worker), waited for a moment before the target is closed
         self.exporting = 0
         # (the metric reader's thread takes it when an endpoint refuses metrics: a forked
-        # child gets its own, see adaptive_runtime._forks)
+        # child gets its own, see adaptive_runtime._concurrency.forks)
         renew_after_fork(self, _Switch._renew_lock)
 
     def _renew_lock(self) -> None:

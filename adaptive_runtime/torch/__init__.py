@@ -10,12 +10,12 @@
 - :func:`adapt` swaps supported modules of a model in place for adaptive ones: ``nn.Linear``,
   ``nn.GELU``, ``nn.ReLU``, ``nn.Softmax``, ``nn.LayerNorm``, ``nn.Conv1d``, and other
   libraries' modules whose ``forward`` is exactly one of the runtime's operations (Hugging
-  Face's ``GELUActivation``: see ``_torch_foreign``). A swapped module keeps its parameters,
+  Face's ``GELUActivation``: see ``torch._foreign``). A swapped module keeps its parameters,
   buffers, hooks and ``state_dict`` (only its class changes, to a subclass whose ``forward``
   is adaptive), so an optimiser made before or after still works.
 - Under ``torch.compile`` the ops are opaque custom operators (``torch.ops.adaptive_runtime.*``,
   with fake implementations and registered backwards): the compiled graph calls the runtime at
-  run time, where it chooses as in eager mode (see ``_torch_compile``). ``torch.no_grad()`` and
+  run time, where it chooses as in eager mode (see ``torch._compile``). ``torch.no_grad()`` and
   ``torch.inference_mode()`` record nothing, and are learned apart from calls under autograd.
 """
 
@@ -29,13 +29,14 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from ..kernels.layer_norm import EPS
+from ..runtime import AdaptiveRuntime, CallSite, get_runtime
+
 # (imported for its side effect: it registers the torch.ops.adaptive_runtime.* custom
 # operators, with their fakes and backwards, that _call runs under torch.compile)
-from . import _torch_compile  # noqa: F401
-from ._torch_autocast import autocast_on, cast_like_autocast
-from ._torch_foreign import adaptable_as, adapted_name, base_class
-from .kernels.layer_norm import EPS
-from .runtime import AdaptiveRuntime, CallSite, get_runtime
+from . import _compile  # noqa: F401
+from ._autocast import autocast_on, cast_like_autocast
+from ._foreign import adaptable_as, adapted_name, base_class
 
 __all__ = ["AdaptiveConv1d", "AdaptiveGELU", "AdaptiveLayerNorm", "AdaptiveLinear",
            "AdaptiveReLU", "AdaptiveSoftmax", "adapt", "add", "conv1d", "gelu", "layer_norm",

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..backend import Backend, Choice, choice_order
+from ...backend import Backend, Choice, choice_order
 from .model import CLEAR_MARGIN, Crossover, DecisionEvent, KeyRow, Report, compact_size, crossovers
 
 if TYPE_CHECKING:

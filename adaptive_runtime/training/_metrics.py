@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .decision import Reason
-from .keys import reference_size
-from .runtime import AdaptiveRuntime
+from ..decision import Reason
+from ..keys import reference_size
+from ..runtime import AdaptiveRuntime
 
 __all__ = ["PREFIX", "KeyChoice", "LearningLog", "committed_table", "restored_message"]
 

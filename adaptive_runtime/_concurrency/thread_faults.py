@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable
 from types import TracebackType
 
-from ._forks import after_fork_in_child
+from .forks import after_fork_in_child
 
 __all__ = ["THREADS", "fault_counts", "keep_alive", "note_restart", "record_fault",
            "restart_counts", "revive_threads", "survive"]
@@ -47,7 +47,7 @@ _restart_logged: set[str] = set()
 
 
 def _renew_lock() -> None:
-    # (a thread counting a fault may hold it at a fork: see _forks)
+    # (a thread counting a fault may hold it at a fork: see _concurrency.forks)
     global _lock
     _lock = threading.Lock()
 

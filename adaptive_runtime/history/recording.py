@@ -1,5 +1,5 @@
 """Recording a runtime's timed calls to a JSON-lines file, for ``adaptive-runtime replay``
-(:mod:`adaptive_runtime.replay` reads the file; ``rt.record_calls(path)`` starts one).
+(:mod:`adaptive_runtime.offline.replay` reads the file; ``rt.record_calls(path)`` starts one).
 
 The file's first line names its format (``{"format": "adaptive_runtime.calls/1"}``); each
 further line is one timed call: ``operation``, ``size``, ``arm``, ``duration_us``, ``time_s``

@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._training_hooks import StepSpans, missing_framework, sync_across_ranks
-from ._training_metrics import KeyChoice, LearningLog, committed_table, restored_message
-from .runtime import AdaptiveRuntime
+from ..runtime import AdaptiveRuntime
+from ._hooks import StepSpans, missing_framework, sync_across_ranks
+from ._metrics import KeyChoice, LearningLog, committed_table, restored_message
 
 try:
     from lightning.pytorch import Callback

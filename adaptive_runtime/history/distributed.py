@@ -22,9 +22,7 @@ and syncing again — every N steps, in the same group or another — never coun
 A sync in a group of one changes nothing (there is nothing to agree with). Without torch, or
 without an initialised process group, it raises ``RuntimeError`` saying what is missing.
 
-torch is imported only when a sync is asked for. :func:`rank_and_world_size` (for span and
-metric attributes) reads torch.distributed only if torch is loaded, else ``RANK`` /
-``WORLD_SIZE`` as ``torchrun`` sets them.
+torch is imported only when a sync is asked for (which process this is, its rank: ``_process``).
 """
 
 from __future__ import annotations
@@ -35,11 +33,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ._imported import imported
-from .history import HistoryRecord, Origins, combine_rank_rows, record_from_json, record_to_json
+from .file import record_from_json, record_to_json
+from .ranks import combine_rank_rows
+from .record import HistoryRecord, Origins
 
-__all__ = ["Syncable", "gather_rank_rows", "merged_history", "process_group",
-           "rank_and_world_size", "rank_attributes", "sync_history"]
+__all__ = ["Syncable", "gather_rank_rows", "merged_history", "sync_history"]
 
 
 class Syncable(Protocol):
@@ -49,40 +47,6 @@ class Syncable(Protocol):
 
 
 RankRows = list[tuple[HistoryRecord, Origins]]
-
-
-def process_group() -> tuple[int, int] | None:
-    """``(rank, world size)`` in torch.distributed's default process group where one is
-    initialised (torch already imported), else ``None``."""
-    dist = imported("torch.distributed")  # (not while torch is still being imported)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
-    return None
-
-
-def rank_and_world_size() -> tuple[int, int] | None:
-    """``(rank, world size)`` of this process in a distributed job, or ``None``: the process
-    group's, else torchrun's ``RANK`` / ``WORLD_SIZE`` (set before the group is made)."""
-    group = process_group()
-    if group is not None:
-        return group
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None or world is None:
-        return None
-    try:
-        found = int(rank), int(world)
-    except ValueError:
-        return None
-    return found if 0 <= found[0] < found[1] else None
-
-
-def rank_attributes() -> dict[str, int]:
-    """``adaptive.rank`` and ``adaptive.world_size`` in a distributed job, else nothing."""
-    found = rank_and_world_size()
-    if found is None:
-        return {}
-    rank, world_size = found
-    return {"adaptive.rank": rank, "adaptive.world_size": world_size}
 
 
 def _distributed() -> Any:

@@ -13,13 +13,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..backend import Choice
-from ..history import HistoryRecord, read_history_file
-from ..keys import bucket_bounds
+from ...backend import Choice
+from ...history import HistoryRecord, read_history_file
+from ...keys import bucket_bounds
 from .model import KeyRow, Report, ReportInputError, fastest_arm
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ...runtime import AdaptiveRuntime
 
 __all__ = ["from_history_file", "from_runtime", "rows_from_records"]
 

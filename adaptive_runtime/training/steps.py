@@ -34,31 +34,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from .._default import default_runtime
+from .._process import rank_attributes
 from .._version import __version__
-from ..distributed import rank_attributes
-from .span_builders import StandInSpan, StepRecord
-from .spans import SpanRecorder
+from ..runtime import AdaptiveRuntime, get_runtime
+from ..telemetry.span_builders import StandInSpan, StepRecord
+from ..telemetry.spans import SpanRecorder
 
-__all__ = ["StepRuntime", "TrainStep", "train_step"]
-
-
-class StepRuntime(Protocol):
-    """What a training step reads of its runtime (an ``AdaptiveRuntime``): its tracing
-    setting, its span sink and trace gate (the step's span is made and budgeted as the
-    runtime's own are), and its history sync."""
-
-    @property
-    def config(self) -> Any: ...
-
-    def step_hooks(self) -> tuple[Any, Any]: ...
-
-    def sync_history(self, group: Any = None) -> None: ...
+__all__ = ["TrainStep", "train_step"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,7 +60,7 @@ class TrainStep:
                  "_sync_every", "_tracer_provider", "step")
 
     def __init__(self, step: int | None, attributes: dict[str, Any], name: str,
-                 runtime: StepRuntime | None, sync_every: int | None, group: Any,
+                 runtime: AdaptiveRuntime | None, sync_every: int | None, group: Any,
                  tracer_provider: trace.TracerProvider | None) -> None:
         self.step = step
         self._attributes = attributes
@@ -93,7 +80,7 @@ class TrainStep:
     def __enter__(self) -> TrainStep:
         runtime = self._runtime
         if runtime is None:
-            runtime = self._runtime = default_runtime()
+            runtime = self._runtime = get_runtime()
         if self._tracer_provider is not None:  # a provider of the caller's: a span now
             if runtime.config.tracing:
                 self._open_sdk_span()
@@ -189,7 +176,7 @@ class TrainStep:
             return
         runtime = self._runtime
         if runtime is None:
-            runtime = default_runtime()
+            runtime = get_runtime()
         runtime.sync_history(self._group)
 
     # ------------------------------------------------------------------ decorator
@@ -231,7 +218,7 @@ _IDLE: dict[int, StandInSpan] = {}  # {0: the last step's stand-in, nothing took
 
 def train_step(step: int | None = None, *, epoch: int | None = None,
                batch_size: int | None = None, attributes: Mapping[str, Any] | None = None,
-               runtime: StepRuntime | None = None, sync_every: int | None = None,
+               runtime: AdaptiveRuntime | None = None, sync_every: int | None = None,
                group: Any = None, name: str = "train_step",
                tracer_provider: trace.TracerProvider | None = None) -> TrainStep:
     """The span of one training step (context manager) or of each call of a function

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..backend import Backend, Choice, choice_order
+from ...backend import Backend, Choice, choice_order
 from .model import KeyRow
 
 __all__ = ["ARM_STYLES", "REASON_STYLES", "chosen_cell", "decision_table", "format_us",

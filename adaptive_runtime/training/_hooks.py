@@ -1,16 +1,16 @@
-"""What the training-framework callbacks (``adaptive_runtime.lightning``,
-``adaptive_runtime.transformers``) share: a step span opened and closed from separate hooks,
-and the history synced across ranks where a process group is up."""
+"""What the training-framework callbacks (``training.lightning``, ``training.transformers``)
+share: a step span opened and closed from separate hooks, and the history synced across ranks
+where a process group is up."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .distributed import process_group
-from .errors import MissingExtraError
-from .runtime import AdaptiveRuntime, get_runtime
-from .telemetry.steps import TrainStep, train_step
+from .._process import process_group
+from ..errors import MissingExtraError
+from ..runtime import AdaptiveRuntime, get_runtime
+from .steps import TrainStep, train_step
 
 __all__ = ["StepSpans", "missing_framework", "sync_across_ranks"]
 
@@ -19,10 +19,10 @@ HISTORY_FILE = "adaptive_runtime_history.json"
 
 
 def missing_framework(module: str, framework: str) -> MissingExtraError:
-    """The error of importing ``adaptive_runtime.<module>`` without its framework: the extra
-    of the same name brings it."""
-    return MissingExtraError(f"adaptive_runtime.{module} needs {framework}: pip install "
-                             f"'adaptive_runtime[{module}]'", name=module)
+    """The error of importing ``adaptive_runtime.training.<module>`` without its framework:
+    the extra of the same name brings it."""
+    return MissingExtraError(f"adaptive_runtime.training.{module} needs {framework}: "
+                             f"pip install 'adaptive_runtime[{module}]'", name=module)
 
 
 class StepSpans:

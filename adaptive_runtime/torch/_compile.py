@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .runtime import get_runtime
+from ..runtime import get_runtime
 
 _Opt = torch.Tensor | None
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..backend import Backend, Choice, choice_of, parse_choice
+from ...backend import Backend, Choice, choice_of, parse_choice
 from .model import DecisionEvent, KeyRow, Report, ReportInputError, fastest_arm
 
 __all__ = ["TRACES_FILE", "from_telemetry", "key_values", "request_lines", "trace_files"]

@@ -54,12 +54,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import Backend, Choice, choice_of, choice_order, infer_kind, parse_choice
-from .decision import Reason
-from .history import HistoryStore, KeyHistory
-from .keys import size_bucket
-from .policy import Learner, Policy, PolicyConfig, heuristic_order
-from .telemetry.call_log import CALLS_FORMAT, DEFAULT_MAX_CALLS, CallRecorder
+from ..backend import Backend, Choice, choice_of, choice_order, infer_kind, parse_choice
+from ..decision import Reason
+from ..history import HistoryStore, KeyHistory
+from ..history.recording import CALLS_FORMAT, DEFAULT_MAX_CALLS, CallRecorder
+from ..keys import size_bucket
+from ..policy import Learner, Policy, PolicyConfig, heuristic_order
 
 __all__ = ["CALLS_FORMAT", "DEFAULT_MAX_CALLS", "CallRecorder", "CallTiming", "KeyReplay",
            "ReplayResult", "calls_from_telemetry", "load_calls", "parse_config", "read_calls",

@@ -39,9 +39,9 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 
-from ._forks import after_fork_in_child
-from ._imported import imported
-from .threads import thread_counts
+from .._concurrency.forks import after_fork_in_child
+from .._imported import imported
+from ..threads import thread_counts
 
 __all__ = ["FINGERPRINT_LABELS", "difference", "differences", "hardware_fingerprint"]
 
@@ -69,7 +69,7 @@ _cached: Fingerprint | None = None
 
 
 def _renew_lock() -> None:
-    # (the history saver's thread may hold it: a forked child gets its own, see _forks)
+    # (the history saver's thread may hold it: a forked child gets its own, see _concurrency.forks)
     global _lock
     _lock = threading.Lock()
 

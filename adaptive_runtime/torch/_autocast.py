@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .kernels import torch_arms
+from ..kernels import torch_arms
 
 __all__ = ["autocast_on", "cast_like_autocast"]
 

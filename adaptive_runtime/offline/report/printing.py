@@ -11,7 +11,7 @@ from .sources import from_runtime
 from .table import decision_table, make_console
 
 if TYPE_CHECKING:
-    from ..runtime import AdaptiveRuntime
+    from ...runtime import AdaptiveRuntime
 
 __all__ = ["print_decisions"]
 
@@ -24,7 +24,7 @@ def print_decisions(rt: AdaptiveRuntime, out: TextIO | None = None,
     of the timings behind it, and the speed-up over the slowest arm (``out``: standard output
     by default).
 
-    ``from adaptive_runtime.report import print_decisions``; the same table as
+    ``from adaptive_runtime.offline.report import print_decisions``; the same table as
     ``adaptive-runtime demo`` prints, read from the runtime rather than from files."""
     report = from_runtime(rt, operations)
     make_console(sys.stdout if out is None else out).print(decision_table(report.rows))

@@ -4,7 +4,7 @@ Read a saved history file (:func:`from_history_file`), the embedded telemetry fi
 (:func:`from_telemetry`) or a live runtime (:func:`from_runtime`) into a :class:`Report`;
 render it as a terminal table (:func:`decision_table`) or a figure (:func:`render_figure`,
 :func:`save_png`; needs matplotlib, the ``report`` extra). :func:`print_decisions` prints a
-live runtime's table in one call (``from adaptive_runtime.report import print_decisions``).
+live runtime's table in one call (``from adaptive_runtime.offline.report import print_decisions``).
 """
 
 from .figure import render_figure, save_png

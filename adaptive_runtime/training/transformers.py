@@ -32,9 +32,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._training_hooks import HISTORY_FILE, StepSpans, missing_framework, sync_across_ranks
-from ._training_metrics import LearningLog, committed_table, restored_message
-from .runtime import AdaptiveRuntime
+from ..runtime import AdaptiveRuntime
+from ._hooks import HISTORY_FILE, StepSpans, missing_framework, sync_across_ranks
+from ._metrics import LearningLog, committed_table, restored_message
 
 try:
     from transformers import TrainerCallback

@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..backend import Choice, choice_order
-from ..keys import bucket_bounds, reference_size
+from ...backend import Choice, choice_order
+from ...keys import bucket_bounds, reference_size
 
 __all__ = ["CLEAR_MARGIN", "SPEEDUP_MIN_TIMINGS", "Crossover", "DecisionEvent", "KeyRow", "Report",
            "ReportInputError", "compact_size", "crossovers", "fastest_arm"]
