@@ -186,7 +186,7 @@ def thread_watch(rt: ar.AdaptiveRuntime) -> Any:
 def forget_logged_thread_faults() -> None:
     """Have each kind of thread fault logged again (once per kind per process, else: a test
     that asserts the one log line must not depend on which tests ran before it)."""
-    from adaptive_runtime import _thread_faults
+    from adaptive_runtime._concurrency import thread_faults as _thread_faults
 
     with _thread_faults._lock:
         _thread_faults._logged.clear()

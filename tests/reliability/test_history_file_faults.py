@@ -729,8 +729,8 @@ def test_nothing_in_the_package_unpickles_or_evaluates_what_it_reads(reliability
     assert len(files) > 20
     assert found == []
     # the modules that read files or other processes' data import no pickle at all
-    for reader in ("history/file.py", "history/_guarded_json.py", "fingerprint.py",
-                   "distributed.py", "report/sources.py"):
+    for reader in ("history/file.py", "history/_guarded_json.py", "history/fingerprint.py",
+                   "history/distributed.py", "offline/report/sources.py"):
         tree = ast.parse((PACKAGE / reader).read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
                     and any(a.name.split(".")[0] in _UNSAFE_MODULES for a in n.names)], reader

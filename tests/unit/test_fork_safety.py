@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import adaptive_runtime as ar
-from adaptive_runtime import fingerprint
+from adaptive_runtime.history import fingerprint
 from adaptive_runtime.kernels import _gpu
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
