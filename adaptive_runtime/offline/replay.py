@@ -119,7 +119,7 @@ def calls_from_telemetry(directory: str | os.PathLike[str]) -> list[CallTiming]:
     """The traced calls in a telemetry folder's ``traces.jsonl`` (and its rotated backup):
     each successful ``adaptive.execute`` span, with the size and sampling weight of its
     ``adaptive.select`` span (``calls``: the calls the span stands for, rounded)."""
-    from .report.trace_files import key_values, request_lines, trace_files
+    from .report.otlp_files import key_values, request_lines, trace_files
 
     out = []
     for path in trace_files(directory):

@@ -19,9 +19,13 @@ from pathlib import Path
 
 import child_run
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 
-from adaptive_runtime.telemetry.sdk.otlp_json import decode_metrics_requests, decode_trace_requests
+from adaptive_runtime.offline.report.otlp_files import decode_requests
 
 TIMEOUT_S = 60
 
@@ -83,7 +87,8 @@ def run_script(body: str, cwd: Path, *, warning_options: tuple[str, ...] = ("err
 
 
 def file_spans(path: Path) -> list[ReceivedSpan]:
-    return [s for request in decode_trace_requests(path) for s in flatten_spans(request)]
+    return [s for request in decode_requests(path, ExportTraceServiceRequest)
+            for s in flatten_spans(request)]
 
 
 def names(spans: list[ReceivedSpan]) -> set[str]:
@@ -155,7 +160,7 @@ def test_a_run_shorter_than_the_metric_interval_exports_every_gauge_at_exit(
         result(done=True)
     ''', tmp_path)
     ran.ok()
-    requests = decode_metrics_requests(folder / "metrics.jsonl")
+    requests = decode_requests(folder / "metrics.jsonl", ExportMetricsServiceRequest)
     assert len(requests) == 1, "a run under the 10 s interval exports once, at exit"
     exported = {m.name for rm in requests[-1].resource_metrics for sm in rm.scope_metrics
                 for m in sm.metrics}

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import child_run
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from otlp_receiver import OtlpReceiver, ReceivedSpan, flatten_spans
 from required import require_module
 
-from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
+from adaptive_runtime.offline.report.otlp_files import decode_requests
 
 require_module("torch", "torch")
 
@@ -196,7 +197,8 @@ def test_forked_workers_append_whole_lines_to_the_parents_span_file(tmp_path: Pa
         assert item["threads"][SPAN_WORKER] == 1 and item["threads"][METRIC_READER] == 0, item
     traces = tmp_path / "telemetry" / "traces.jsonl"
     # (decoding raises on a line that is not one whole export request)
-    spans = [s for request in decode_trace_requests(traces) for s in flatten_spans(request)]
+    spans = [s for request in decode_requests(traces, ExportTraceServiceRequest)
+             for s in flatten_spans(request)]
     check_worker_spans(spans, ran)
     assert not list((tmp_path / "telemetry").glob("traces*.jsonl.*")), "a worker rotated"
 

@@ -11,7 +11,6 @@ about 35 % apart at the buckets either side of each crossing: real timings, clea
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from adaptive_runtime import cli
 from adaptive_runtime.backend import Backend
@@ -34,9 +34,10 @@ from adaptive_runtime.offline.report import (
     crossovers,
     from_history_file,
     from_telemetry,
+    otlp_files,
     render_figure,
 )
-from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
+from adaptive_runtime.offline.report.otlp_files import decode_requests
 
 BUCKETS = range(4, 18)
 # a learned latency in the table: µs, ±the standard deviation of its timings where there are
@@ -206,7 +207,8 @@ def test_report_table_shows_each_key_its_arms_and_the_arm_the_runtime_chose(
 def test_report_from_telemetry_reads_every_traced_decision_of_the_run(
         recorded: Recorded) -> None:
     report = from_telemetry(recorded.folder)
-    spans = [span for request in decode_trace_requests(recorded.folder / "traces.jsonl")
+    spans = [span for request in decode_requests(recorded.folder / "traces.jsonl",
+                                                      ExportTraceServiceRequest)
              for resource in request.resource_spans for scope in resource.scope_spans
              for span in scope.spans if span.name.startswith("adaptive.select ")]
     assert len(report.events) == len(spans) > 0
@@ -336,9 +338,7 @@ def test_a_line_over_the_limit_is_an_error_naming_it_not_read_whole(
     text = (recorded.folder / "traces.jsonl").read_text()
     longest = max(len(line.encode()) for line in text.splitlines()) + 1  # (with its newline)
     # the limit lowered to the longest real line: every real line is still read
-    # (the module: the package exports a function of its name)
-    reader = importlib.import_module("adaptive_runtime.offline.report.trace_files")
-    monkeypatch.setattr(reader, "_MAX_LINE_BYTES", longest)
+    monkeypatch.setattr(otlp_files, "_MAX_LINE_BYTES", longest)
     lines = len(text.splitlines())
     (tmp_path / "traces.jsonl").write_text(text + "x" * (3 * longest) + "\n" + text)
     assert len(from_telemetry(recorded.folder).events) > 0

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from internals import dispatcher_lock, registry_lock, telemetry_lock
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,12 +32,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import adaptive_runtime as ar
 from adaptive_runtime.history import fingerprint
 from adaptive_runtime.kernels import _gpu
+from adaptive_runtime.offline.report.otlp_files import decode_requests
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
 from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry.metrics import RuntimeMetrics
 from adaptive_runtime.telemetry.sdk import handle as telemetry_handle
-from adaptive_runtime.telemetry.sdk.otlp_json import decode_trace_requests
 from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
 from adaptive_runtime.telemetry.sdk.switching import SwitchableSpanExporter
 
@@ -212,7 +213,8 @@ def test_a_forked_child_and_its_parent_append_whole_lines_to_one_span_file(
         code = _fork(lambda: write(child_batch))
         writer.join(WAIT_S)
         assert code == 0
-        requests = decode_trace_requests(path)  # (raises on a line that is not whole)
+        # (raises on a line that is not whole)
+        requests = decode_requests(path, ExportTraceServiceRequest)
         assert len(requests) == 1 + 2 * exports
         assert sorted(len(r.resource_spans[0].scope_spans[0].spans) for r in requests) == [
             1, *[len(batch)] * (2 * exports)]
@@ -233,8 +235,9 @@ def test_a_forked_child_never_rotates_its_parents_span_file(tmp_path: Path) -> N
 
         assert _fork(child) == 0
         assert not exporter.backup_path.exists(), "the child moved the parent's file aside"
-        assert len(decode_trace_requests(path)) == 4
+        assert len(decode_requests(path, ExportTraceServiceRequest)) == 4
         exporter.export(one)  # the parent still rotates its own file
-        assert exporter.backup_path.exists() and len(decode_trace_requests(path)) == 1
+        assert exporter.backup_path.exists()
+        assert len(decode_requests(path, ExportTraceServiceRequest)) == 1
     finally:
         exporter.shutdown()

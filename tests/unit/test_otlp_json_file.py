@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 import pytest
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -29,13 +32,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from adaptive_runtime.telemetry.sdk.otlp_json import (
-    decode_metrics_requests,
-    decode_trace_requests,
+from adaptive_runtime.offline.report.otlp_files import (
+    decode_requests,
     from_otlp_json,
-    read_otlp_json_lines,
-    to_otlp_json,
+    read_requests,
+    trace_files,
 )
+from adaptive_runtime.telemetry.sdk.otlp_json import to_otlp_json
 from adaptive_runtime.telemetry.sdk.otlp_json_file import (
     DEFAULT_MAX_BYTES,
     OtlpJsonFileMetricExporter,
@@ -162,7 +165,7 @@ def test_ids_are_hex_not_base64_everywhere(traced) -> None:
         second.add_link(first.get_span_context())
         second.set_attribute("blob", b"\x00\xff")  # type: ignore[arg-type]
 
-    linked = _spans_of(read_otlp_json_lines(exporter.path)[-1])[0]
+    linked = _spans_of(read_requests(exporter.path)[-1])[0]
     link = linked["links"][0]
     assert link["traceId"] == format(first.get_span_context().trace_id, "032x")
     assert link["spanId"] == format(first.get_span_context().span_id, "016x")
@@ -174,7 +177,7 @@ def test_round_trip_equals_the_official_encoder_output(traced) -> None:
     provider, exporter = traced
     _make_spans(provider)
 
-    decoded = decode_trace_requests(exporter.path)
+    decoded = decode_requests(exporter.path, ExportTraceServiceRequest)
     expected = [encode_spans(batch) for batch in exporter.batches]
     assert decoded == expected
     assert all(isinstance(request, ExportTraceServiceRequest) for request in decoded)
@@ -213,7 +216,7 @@ def test_metrics_land_as_resource_metrics(tmp_path: Path, later) -> None:
     finally:
         provider.shutdown()
 
-    requests = read_otlp_json_lines(exporter.path)
+    requests = read_requests(exporter.path)
     assert len(requests) >= 1
     assert set(requests[0]) == {"resourceMetrics"}
     metrics = {
@@ -234,7 +237,7 @@ def test_metrics_land_as_resource_metrics(tmp_path: Path, later) -> None:
     assert point["sum"] == pytest.approx(0.500012)
     assert "startTimeUnixNano" in point and "timeUnixNano" in point
 
-    decoded = decode_metrics_requests(exporter.path)
+    decoded = decode_requests(exporter.path, ExportMetricsServiceRequest)
     assert decoded[0].resource_metrics[0].scope_metrics[0].metrics
     assert exporter.failed_exports == 0
 
@@ -305,7 +308,7 @@ def test_recovers_once_the_path_becomes_writable(tmp_path: Path, later) -> None:
     assert exporter.export([span]) is SpanExportResult.FAILURE
     target.rmdir()
     assert exporter.export([span]) is SpanExportResult.SUCCESS
-    assert len(read_otlp_json_lines(target)) == 1
+    assert len(read_requests(target)) == 1
     exporter.shutdown()
     provider.shutdown()
 
@@ -360,8 +363,8 @@ def test_rotation_keeps_one_backup(tmp_path: Path, later) -> None:
         size = file.stat().st_size
         assert 0 < size <= 2_000
         assert file.read_bytes().endswith(b"\n")
-    current = [_spans_of(r)[0]["name"] for r in read_otlp_json_lines(path)]
-    both = [_spans_of(r)[0]["name"] for r in read_otlp_json_lines(path, include_rotated=True)]
+    current = [_spans_of(r)[0]["name"] for r in read_requests(path)]
+    both = [_spans_of(r)[0]["name"] for f in trace_files(tmp_path) for r in read_requests(f)]
     # The newest spans survive, in order, and the backup holds the ones right before them.
     assert both == names[-len(both):]
     assert current == names[-len(current):]
@@ -375,8 +378,8 @@ def test_a_line_larger_than_max_bytes_is_written_whole(tmp_path: Path, later) ->
         pass
     assert exporter.export([span]) is SpanExportResult.SUCCESS
     assert exporter.export([span]) is SpanExportResult.SUCCESS
-    assert len(read_otlp_json_lines(exporter.path)) == 1
-    assert len(read_otlp_json_lines(exporter.backup_path)) == 1
+    assert len(read_requests(exporter.path)) == 1
+    assert len(read_requests(exporter.backup_path)) == 1
     with pytest.raises(ValueError):
         OtlpJsonFileSpanExporter(tmp_path / "x", max_bytes=0)
 
@@ -422,10 +425,10 @@ def test_concurrent_exports_write_only_whole_lines(tmp_path: Path, later) -> Non
 def test_reader_skips_torn_tail_but_rejects_bad_lines(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"resourceSpans":[]}\n\n{"resourceSp')
-    assert read_otlp_json_lines(path) == [{"resourceSpans": []}]
+    assert read_requests(path) == [{"resourceSpans": []}]
     path.write_text('{"resourceSpans":[]}\nnot json\n{}\n')
     with pytest.raises(ValueError, match=":2:"):
-        read_otlp_json_lines(path)
+        read_requests(path)
 
 
 def test_writer_terminates_a_torn_line_before_appending(tmp_path: Path, later) -> None:

@@ -18,10 +18,11 @@ from .model import (
     crossovers,
     fastest_arm,
 )
+from .otlp_files import trace_files
 from .printing import print_decisions
 from .sources import from_history_file, from_runtime
+from .spans import from_telemetry
 from .table import decision_table, make_console
-from .trace_files import from_telemetry, trace_files
 
 __all__ = ["SPEEDUP_MIN_TIMINGS", "Crossover", "DecisionEvent", "KeyRow", "Report",
            "ReportInputError", "crossovers", "decision_table", "fastest_arm",

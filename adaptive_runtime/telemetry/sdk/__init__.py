@@ -14,7 +14,7 @@ spans (its id generator).
 - ``lifecycle``: interpreter exit, forked children, ``multiprocessing`` workers' exit.
 - ``export``: ``BoundedSpanProcessor``, the span processor of the tracer provider.
 - ``switching``: exporters whose target a later ``configure()`` switches.
-- ``otlp_json`` (the OTLP/JSON encoding, reading files back), ``otlp_json_file`` (the file
+- ``otlp_json`` (the OTLP/JSON encoding), ``otlp_json_file`` (the file
   exporters), ``json_lines`` (the file they append to: locking, forks, rotation).
 - ``credentials`` (export headers, the CA file), ``resource`` (the resource),
   ``prometheus`` (the scrape endpoint's reader, exemplars included).

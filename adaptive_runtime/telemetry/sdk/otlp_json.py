@@ -1,12 +1,5 @@
-"""The OTLP/JSON encoding: export requests to and from OTLP/JSON, and reading OTLP/JSON Lines
-files back (the files ``otlp_json_file``'s exporters write, one export request per line).
-
-With no OTLP endpoint configured, telemetry still has to land somewhere useful. These exporters
-write it to local files in exactly the format the OpenTelemetry Collector's ``file`` exporter
-writes and its ``otlpjsonfile`` receiver reads: **one OTLP export request per line** (JSON Lines),
-each line one ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` in the OTLP/JSON
-encoding. A run's file can later be replayed into Jaeger (or any OTLP backend) by pointing a
-collector's ``otlpjsonfile`` receiver at it.
+"""The OTLP/JSON encoding of an export request: one line of the files ``otlp_json_file``
+writes (``adaptive_runtime.offline.report.otlp_files`` reads them back).
 
 OTLP/JSON is *not* the default protobuf JSON mapping
 (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding). The differences handled here:
@@ -24,38 +17,19 @@ OTLP/JSON is *not* the default protobuf JSON mapping
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = [
-    "decode_metrics_requests",
-    "decode_trace_requests",
-    "from_otlp_json",
-    "read_otlp_json_lines",
-    "to_otlp_json",
-]
-
-_M = TypeVar("_M", bound=Message)
+__all__ = ["to_otlp_json"]
 
 # The OTLP/JSON fields that carry trace/span ids. They only ever occur as real message fields:
 # attribute keys are *values* (``{"key": "traceId", ...}``), never dict keys, so rewriting these
 # keys wherever they appear in the JSON tree cannot touch user data. Walking the whole tree (rather
 # than listing paths) also covers span links, exemplars and log records without special cases.
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
-
-
-# --------------------------------------------------------------------------- encoding
 
 
 def to_otlp_json(message: Message) -> dict[str, Any]:
@@ -70,36 +44,12 @@ def to_otlp_json(message: Message) -> dict[str, Any]:
     tree = json_format.MessageToDict(
         message, preserving_proto_field_name=False, use_integers_for_enums=True
     )
-    _rewrite_ids(tree, _b64_to_hex)
+    _ids_to_hex(tree)
     return tree
 
 
-def from_otlp_json(data: dict[str, Any], message: _M) -> _M:
-    """Parse an OTLP/JSON dict into ``message`` (an empty request instance) and return it.
-
-    The inverse of :func:`to_otlp_json`: hex ids (any case) become bytes again. Unknown fields are
-    ignored, as the OTLP spec requires of OTLP/JSON receivers. ``data`` is not modified.
-    """
-    tree = json.loads(json.dumps(data))  # deep copy: the id rewrite below works in place
-    _rewrite_ids(tree, _hex_to_b64)
-    json_format.ParseDict(tree, message, ignore_unknown_fields=True)
-    return message
-
-
-def _b64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()
-
-
-def _hex_to_b64(value: str) -> str:
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError as exc:
-        raise ValueError(f"trace/span id is not hex: {value!r}") from exc
-    return base64.b64encode(raw).decode("ascii")
-
-
-def _rewrite_ids(node: Any, convert: Callable[[str], str]) -> None:
-    """Apply ``convert`` in place to every id field (see ``_ID_KEYS``) in a JSON tree."""
+def _ids_to_hex(node: Any) -> None:
+    """Rewrite every id field (see ``_ID_KEYS``) in a JSON tree from base64 to hex, in place."""
     # Iterative, not recursive: request depth is small, but an explicit stack keeps a deeply
     # nested kvlist attribute from ever hitting the recursion limit.
     stack = [node]
@@ -108,7 +58,7 @@ def _rewrite_ids(node: Any, convert: Callable[[str], str]) -> None:
         if isinstance(item, dict):
             for key, value in item.items():
                 if key in _ID_KEYS and isinstance(value, str):
-                    item[key] = convert(value)
+                    item[key] = base64.b64decode(value).hex()
                 elif isinstance(value, (dict, list)):
                     stack.append(value)
         elif isinstance(item, list):
@@ -119,70 +69,3 @@ def _dumps_line(tree: dict[str, Any]) -> bytes:
     # Compact separators: the files are for machines, and size is what triggers rotation.
     # ensure_ascii=False keeps non-ASCII span names readable; the bytes are UTF-8 either way.
     return (json.dumps(tree, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
-
-
-# --------------------------------------------------------------------------- reading back
-
-
-def read_otlp_json_lines(
-    path: str | os.PathLike[str], *, include_rotated: bool = False
-) -> list[dict[str, Any]]:
-    """Parse an OTLP/JSON Lines file: one dict (one export request) per non-blank line.
-
-    A final line without its newline is a write still in progress (or torn by a crash) and is
-    skipped if it does not parse; any other malformed line raises ``ValueError`` naming the line.
-    With ``include_rotated``, the backup ``<path>.1`` (older data) is read first, if it exists.
-    """
-    path = Path(path)
-    files = [path]
-    if include_rotated:
-        backup = path.with_name(path.name + ".1")
-        if backup.exists():
-            files.insert(0, backup)
-    requests: list[dict[str, Any]] = []
-    for file in files:
-        with open(file, "rb") as handle:
-            raw_lines = handle.read().split(b"\n")
-        # split() leaves the text after the last "\n" as the final element: "" for a complete
-        # file, otherwise an unterminated tail.
-        last = len(raw_lines) - 1
-        for index, raw in enumerate(raw_lines):
-            if not raw.strip():
-                continue
-            try:
-                parsed = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                if index == last:
-                    continue  # unterminated tail: still being written, or torn
-                raise ValueError(f"{file}:{index + 1}: not a JSON line: {exc}") from exc
-            if not isinstance(parsed, dict):
-                raise ValueError(f"{file}:{index + 1}: expected a JSON object per line")
-            requests.append(parsed)
-    return requests
-
-
-def decode_trace_requests(
-    path: str | os.PathLike[str], *, include_rotated: bool = False
-) -> list[ExportTraceServiceRequest]:
-    """Read a span file back as ``ExportTraceServiceRequest`` protobufs (hex ids → bytes)."""
-    return [
-        _parse(tree, ExportTraceServiceRequest())
-        for tree in read_otlp_json_lines(path, include_rotated=include_rotated)
-    ]
-
-
-def decode_metrics_requests(
-    path: str | os.PathLike[str], *, include_rotated: bool = False
-) -> list[ExportMetricsServiceRequest]:
-    """Read a metrics file back as ``ExportMetricsServiceRequest`` protobufs."""
-    return [
-        _parse(tree, ExportMetricsServiceRequest())
-        for tree in read_otlp_json_lines(path, include_rotated=include_rotated)
-    ]
-
-
-def _parse(tree: dict[str, Any], message: _M) -> _M:
-    try:
-        return from_otlp_json(tree, message)
-    except (json_format.ParseError, binascii.Error) as exc:
-        raise ValueError(f"not a valid OTLP/JSON request: {exc}") from exc

@@ -4,8 +4,9 @@ With no OTLP endpoint configured, telemetry still has to land somewhere useful. 
 write it to local files in exactly the format the OpenTelemetry Collector's ``file`` exporter
 writes and its ``otlpjsonfile`` receiver reads: **one OTLP export request per line** (JSON Lines),
 each line one ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` in the OTLP/JSON
-encoding (``otlp_json``, which also reads the files back). A run's file can later be replayed
-into Jaeger (or any OTLP backend) by pointing a collector's ``otlpjsonfile`` receiver at it.
+encoding (``otlp_json``; ``offline.report.otlp_files`` reads the files back). A run's file
+can later be replayed into Jaeger (or any OTLP backend) by pointing a collector's
+``otlpjsonfile`` receiver at it.
 How the file is written (appends, locking, forked children, rotation at ``max_bytes``, failures
 logged once) is ``json_lines``'.
 """

@@ -1,7 +1,7 @@
 """Report rows and the decision timeline from the embedded telemetry files.
 
 Without a collector the runtime appends its spans to ``<folder>/traces.jsonl`` (rotated to
-``traces.jsonl.1``): OTLP/JSON, one export request per line (see ``telemetry.sdk.otlp_json``).
+``traces.jsonl.1``): OTLP/JSON, one export request per line, read by ``otlp_files``.
 Every traced selection is an ``adaptive.select {operation}`` span carrying the key, the arm,
 the reason, the confidence, the key's timings so far (``adaptive.samples``) and each arm's
 latency estimate (``adaptive.estimate_us.<arm>``) when it was made, with the timings it stood
@@ -22,27 +22,22 @@ alongside it (the ranks of one distributed job) — so the timeline shows one ru
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from ...backend import Backend, Choice, choice_of, parse_choice
 from .model import DecisionEvent, KeyRow, Report, ReportInputError, fastest_arm
+from .otlp_files import key_values, request_lines, trace_files
 
-__all__ = ["TRACES_FILE", "from_telemetry", "key_values", "request_lines", "trace_files"]
+__all__ = ["from_telemetry"]
 
-TRACES_FILE = "traces.jsonl"
 _SELECT = "adaptive.select "
 _ESTIMATE = "adaptive.estimate_us."
 _TIMINGS = "adaptive.timings."
 _STDEV = "adaptive.stdev_us."
 _COMMITTED = ("exploit", "forced")
-# No export request the runtime writes comes near this (a batch of 512 spans is ~1 MiB): a
-# longer line is not from one of its files, and is not read into memory whole.
-_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class _Select(NamedTuple):
@@ -66,25 +61,6 @@ class _Select(NamedTuple):
     threads: int  # (adaptive.threads: the count a choice on torch's pool ran at; else 0)
 
 
-def trace_files(directory: str | os.PathLike[str]) -> list[Path]:
-    """The span files of a telemetry folder, oldest first (the rotated backup, then the
-    current file); :class:`ReportInputError` when there is none."""
-    folder = Path(directory)
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise ReportInputError(
-            f"telemetry folder {os.fspath(folder)!r} {what}: run a program that calls "
-            "ar.telemetry.configure() (e.g. `adaptive-runtime demo`) first, or pass "
-            "--telemetry DIR or --history PATH")
-    current = folder / TRACES_FILE
-    files = [p for p in (folder / (TRACES_FILE + ".1"), current) if p.is_file()]
-    if not files:
-        raise ReportInputError(f"no {TRACES_FILE} in telemetry folder {os.fspath(folder)!r}: "
-                               "spans went elsewhere (an OTLP endpoint?) or none were "
-                               "exported yet")
-    return files
-
-
 def from_telemetry(directory: str | os.PathLike[str], *, all_runs: bool = False,
                    on_progress: Callable[[int, int], None] | None = None) -> Report:
     """The report of the spans in telemetry folder ``directory`` (see the module docstring);
@@ -104,7 +80,7 @@ def from_telemetry(directory: str | os.PathLike[str], *, all_runs: bool = False,
                 except (AttributeError, KeyError, TypeError, ValueError) as exc:
                     raise ReportInputError(f"{where}: not an OTLP/JSON trace request the "
                                            f"runtime writes ({type(exc).__name__}: "
-                                           f"{_one_line(str(exc))})") from None
+                                           f"{' '.join(str(exc).split())})") from None
             if on_progress is not None:
                 on_progress(done, total)
     names = ", ".join(os.fspath(p) for p in files)
@@ -124,42 +100,6 @@ def from_telemetry(directory: str | os.PathLike[str], *, all_runs: bool = False,
     return Report(tuple(_rows(selects)), tuple(_events(selects)), source,
                   "the arm of the key's latest traced decision when it was a committed one "
                   "(exploit, forced), else the fastest of its latest estimates")
-
-
-def request_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str]]:
-    """``(bytes, request or None, "file:line")`` per line of a telemetry file (what
-    ``adaptive-runtime replay`` reads too). A last line without its newline
-    is a write in progress (or torn by a crash) and is skipped when it does not parse, as the
-    collector's reader does; any other bad line is an error naming it."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below, after the loop
-    except OSError as exc:
-        raise ReportInputError(f"{os.fspath(path)} cannot be read: "
-                               f"{exc.strerror or exc}") from None
-    with handle:
-        number = 0
-        limit = _MAX_LINE_BYTES
-        while raw := handle.readline(limit + 1):
-            number += 1
-            where = f"{os.fspath(path)}:{number}"
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise ReportInputError(f"{where}: a line of over {limit:,} bytes: not an "
-                                       "export request the runtime writes (corrupt file?)")
-            if not raw.strip():
-                yield len(raw), None, where
-                continue
-            try:
-                tree = json.loads(raw)
-            except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError too)
-                if not raw.endswith(b"\n"):
-                    yield len(raw), None, where
-                    continue
-                raise ReportInputError(f"{where}: not a JSON line (corrupt file?): "
-                                       f"{_one_line(str(exc))[:200]}") from None
-            if not isinstance(tree, dict):
-                raise ReportInputError(f"{where}: not an OTLP/JSON request (a JSON object), "
-                                       f"a {type(tree).__name__}")
-            yield len(raw), tree, where
 
 
 def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
@@ -188,18 +128,6 @@ def _selects(tree: Mapping[str, Any]) -> Iterator[_Select]:
                     float(a.get("adaptive.sampling.weight", 1.0)), estimates,
                     a.get("adaptive.commit") is True, timings, stdevs,
                     int(a.get("adaptive.threads", 0)))
-
-
-def key_values(items: Any) -> dict[str, Any]:
-    """OTLP/JSON key-values as a dict (``intValue`` comes as a decimal string)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        value = item.get("value", {})
-        for kind in ("stringValue", "intValue", "doubleValue", "boolValue"):
-            if kind in value:
-                out[item["key"]] = int(value[kind]) if kind == "intValue" else value[kind]
-                break
-    return out
 
 
 def _latest_run(selects: list[_Select]) -> list[_Select]:
@@ -246,6 +174,3 @@ def _events(selects: list[_Select]) -> Iterator[DecisionEvent]:
         yield DecisionEvent((s.start_ns - start) / 1e9, s.operation, s.input_size, s.backend,
                             s.reason, s.weight, s.commit)
 
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
