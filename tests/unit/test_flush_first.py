@@ -80,4 +80,7 @@ def test_the_sdk_still_keeps_its_processors_in_a_tuple_it_calls_in_order() -> No
 def test_the_sdk_still_adds_a_span_processor_last_only() -> None:
     """Fails once ``add_span_processor`` takes a position (a public way to go first)."""
     assert list(inspect.signature(TracerProvider.add_span_processor).parameters) == [
-        "self", "span_processor"]
+        "self", "span_processor"], (
+        "TracerProvider.add_span_processor now takes more than the processor: if it is a "
+        "position (open-telemetry/opentelemetry-specification#987), add FlushFirst first "
+        "through it and remove the reordering of the SDK's tuple (telemetry/app_providers.py).")

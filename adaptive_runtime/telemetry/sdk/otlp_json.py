@@ -12,6 +12,10 @@ OTLP/JSON is *not* the default protobuf JSON mapping
 - 64-bit integers are written as decimal strings (``"startTimeUnixNano": "17..."``), which proto3
   JSON and the collector both accept — and which is what the collector's own file exporter writes.
 - Fields at their default value (empty ids, zero counts, empty lists) are omitted.
+
+Upstream: open-telemetry/opentelemetry-python#3283 (an OTLP/JSON encoding package, open);
+``opentelemetry-exporter-otlp-json-common`` (0.66b1) is not a dependency here.
+``tests/unit/test_upstream_gaps.py`` fails once it is installed.
 """
 
 from __future__ import annotations

@@ -6,9 +6,14 @@ writes and its ``otlpjsonfile`` receiver reads: **one OTLP export request per li
 each line one ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` in the OTLP/JSON
 encoding (``otlp_json``; ``offline.report.otlp_files`` reads the files back). A run's file
 can later be replayed into Jaeger (or any OTLP backend) by pointing a collector's
-``otlpjsonfile`` receiver at it.
-How the file is written (appends, locking, forked children, rotation at ``max_bytes``, failures
-logged once) is ``json_lines``'.
+``otlpjsonfile`` receiver at it. How the file is written (appends, locking, forked children,
+rotation at ``max_bytes``, failures logged once) is ``json_lines``'.
+
+Upstream: open-telemetry/opentelemetry-python#3515 (file exporters, open; #3525, a JSON file
+exporter, closed as its duplicate). PR #5207 since added ``opentelemetry-exporter-otlp-json-file``
+(0.66b1, not a dependency here): it appends to one stream under a thread lock, with no size
+bound and no lock across forked processes. ``tests/unit/test_upstream_gaps.py`` fails once it
+takes more than a path and a stream.
 """
 
 from __future__ import annotations

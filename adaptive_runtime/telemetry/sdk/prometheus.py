@@ -11,7 +11,9 @@ over, then attached to the bucket each one falls in, labelled ``trace_id`` and `
 
 The exporter is used as it is: only its reader's collector (a private attribute) is wrapped.
 Where a version of the exporter has none, the reader works without exemplars (logged once at
-debug level).
+debug level). Upstream: open-telemetry/opentelemetry-python#2407 (exemplars in the Prometheus
+exporter; PR #4178, histogram buckets only, still open); ``tests/unit/test_upstream_gaps.py``
+fails once the exporter writes them itself.
 """
 
 from __future__ import annotations
