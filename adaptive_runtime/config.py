@@ -36,9 +36,10 @@ REMOVED_VARIABLES = {
 
 
 class ConfigWarning(UserWarning):
-    """An ``ADAPTIVE_RUNTIME_*`` variable that nothing reads (misspelt, or removed) is set: it
-    changes nothing. Warned once per variable and process when a config is read from the
-    environment; ``adaptive-runtime doctor`` lists them too."""
+    """A setting that changes nothing. An ``ADAPTIVE_RUNTIME_*`` variable that nothing reads
+    (misspelt, or removed) is set: warned once per variable and process when a config is read
+    from the environment; ``adaptive-runtime doctor`` lists them too. Or
+    ``ar.telemetry.configure()`` called again: its providers are set once per process."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry.sdk.switching import SwitchableSpanExporter
 from adaptive_runtime.telemetry.spans import SpanRecorder
 
 __all__ = ["Pipeline", "Receiver", "background_cpu_s"]
@@ -94,16 +93,13 @@ class Receiver:
 
 
 class Pipeline:
-    """A local SDK provider: BatchSpanProcessor → OTLP/gRPC exporter → the receiver, with the
-    exporter inside the switch ``configure()`` puts around it (which measures export CPU for
-    the trace gate's budget)."""
+    """A local SDK provider: BatchSpanProcessor → OTLP/gRPC exporter → the receiver."""
 
     def __init__(self, endpoint: str, service_name: str = "tracing-overhead-benchmark",
                  **batch: Any) -> None:
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}),
                                        shutdown_on_exit=False)
-        exporter = SwitchableSpanExporter()
-        exporter.switch(OTLPSpanExporter(endpoint=endpoint, insecure=True))
+        exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
         self.provider.add_span_processor(BatchSpanProcessor(exporter, **batch))
         self.meter_provider = MeterProvider(shutdown_on_exit=False)
         self.recorders: list[tuple[ar.AdaptiveRuntime, SpanRecorder]] = []

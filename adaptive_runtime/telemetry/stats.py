@@ -12,15 +12,14 @@ being made or exported, a reading can catch one between two counters).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from .._concurrency.thread_faults import fault_counts, restart_counts
 from .spans import recorder_counts
 
-__all__ = ["TelemetryStats", "export_losses", "stats"]
+__all__ = ["TelemetryStats", "export_losses", "report_exports", "stats"]
 
 
 class ExportCounts(Protocol):
@@ -32,13 +31,25 @@ class ExportCounts(Protocol):
         drops by reason."""
 
 
+class MetricExportCounts(Protocol):
+    """What is read of configure()'s metric exporter (``sdk.exporters.GuardedMetricExporter``)."""
+
+    def export_counts(self) -> tuple[int, int]:
+        """``(attempted, failed)`` metric exports."""
+
+
 _processor: ExportCounts | None = None
+_metric_exporter: MetricExportCounts | None = None
 
 
-def use_processor(processor: ExportCounts | None) -> None:
-    """The export processor of configure()'s tracer provider (its counts are reported)."""
-    global _processor
-    _processor = processor
+def report_exports(processor: ExportCounts | None = None,
+                   metric_exporter: MetricExportCounts | None = None) -> None:
+    """The span processor and the metric exporter ``configure()`` installed (set once per
+    process): their counts are reported from now on. Until then no export was attempted and
+    every count is 0; this is how the counts reach here without this module importing the
+    SDK side."""
+    global _processor, _metric_exporter
+    _processor, _metric_exporter = processor, metric_exporter
 
 
 @dataclass(frozen=True)
@@ -99,8 +110,8 @@ def stats() -> TelemetryStats:
         "not_recorded": recorded["not_recorded"],
     }
     application = exported["received"] - exported["received_runtime"]
-    switching = _switching()
-    attempted, failed = switching.metric_export_counts() if switching else (0, 0)
+    metric_exporter = _metric_exporter
+    attempted, failed = metric_exporter.export_counts() if metric_exporter else (0, 0)
     return TelemetryStats(
         spans_admitted=recorded["admitted"] + application,
         spans_exported=exported["exported"],
@@ -117,13 +128,5 @@ def export_losses() -> dict[str, int]:
     ``queue_full`` and ``shutdown`` (its export queue)."""
     processor = _processor
     counts = processor.counts() if processor is not None else {}
-    switching = _switching()
-    return {"export_failed": switching.spans_lost_in_export() if switching else 0,
-            "queue_full": counts.get("queue_full", 0), "shutdown": counts.get("shutdown", 0)}
-
-
-def _switching() -> Any:
-    """The exporters' counting module (``sdk.switching``), or ``None`` while it is not
-    imported: only ``configure()`` imports it (with the SDK), so until then no export was ever
-    attempted and every count it keeps is 0. Read this way so that ``stats()`` loads no SDK."""
-    return sys.modules.get(__name__.rpartition(".")[0] + ".sdk.switching")
+    return {reason: counts.get(reason, 0) for reason in ("export_failed", "queue_full",
+                                                         "shutdown")}

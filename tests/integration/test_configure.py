@@ -346,38 +346,75 @@ def test_a_collector_that_is_down_never_breaks_the_loop_or_the_exit(
 # ---------------------------------------------------------------------------- lifecycle
 
 
-def test_configure_again_sends_later_spans_to_the_new_destination(tmp_path: Path) -> None:
-    first, second = tmp_path / "first", tmp_path / "second"
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_configure_again_warns_returns_the_first_handle_and_spans_still_reach_the_first(
+        tmp_path: Path, otlp_receiver: OtlpReceiver, protocol: str) -> None:
+    """Set once, as OpenTelemetry's providers are: the default path (``configure()`` from
+    the environment, twice) warns once, returns the same handle, installs nothing new, and
+    the spans made after the second call, the application's own included, reach the first
+    configuration's collector."""
+    endpoint = (otlp_receiver.grpc_endpoint if protocol == "grpc"
+                else otlp_receiver.http_endpoint)
+    second = tmp_path / "second"
     ran = run_script(f'''
-        ar.telemetry.configure(directory={str(first)!r})
+        import warnings
+        from opentelemetry import trace
+        from adaptive_runtime.config import ConfigWarning
+        first = ar.telemetry.configure()
+        provider = trace.get_tracer_provider()
         rt = make_runtime()
         loop(rt, calls=50, size=100)
-        tel = ar.telemetry.configure(directory={str(second)!r})
-        from opentelemetry import trace
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again = ar.telemetry.configure(directory={str(second)!r},
+                                           traces_exporter="console")
         with trace.get_tracer("app").start_as_current_span("train_step"):
-            loop(rt, calls=50, size=200)
+            loop(rt, calls=50)
+        result(same=again is first, same_provider=trace.get_tracer_provider() is provider,
+               warnings=[(w.category.__name__, str(w.message)) for w in caught],
+               traces=again.traces_destination)
+    ''', tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+    ran.ok()
+    assert ran.result["same"] is True, "the second configure() returned another handle"
+    assert ran.result["same_provider"] is True, "the second configure() installed a provider"
+    assert [category for category, _ in ran.result["warnings"]] == ["ConfigWarning"], ran
+    message = ran.result["warnings"][0][1]
+    assert "set once" in message and "first configuration stays" in message, message
+    assert ran.result["traces"] != str(second / "traces.jsonl")
+    spans = otlp_receiver.wait_for_spans(has_last_call, timeout_s=10.0)
+    step = otlp_receiver.span("train_step")
+    sizes = {s.attributes.get("adaptive.input_size") for s in spans}
+    assert {100, 1000} <= sizes, "spans made before or after the second call were lost"
+    assert any(s.parent_span_id == step.span_id for s in spans), (
+        "the runtime's spans are not parented under the application's span")
+    assert not second.exists(), "the second configure() wrote files of its own"
+    assert "adaptive.select" not in ran.stdout, (
+        "the second configure()'s console exporter printed spans")
+
+
+def test_configure_after_shutdown_warns_and_telemetry_stays_off(tmp_path: Path) -> None:
+    folder, second = tmp_path / "telemetry", tmp_path / "second"
+    ran = run_script(f'''
+        import warnings
+        from adaptive_runtime.config import ConfigWarning
+        first = ar.telemetry.configure(directory={str(folder)!r})
+        rt = make_runtime()
+        loop(rt, calls=50)
         ar.telemetry.shutdown()
-        result(traces=tel.traces_destination)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again = ar.telemetry.configure(directory={str(second)!r})
+        loop(rt, calls=50, size=5)
+        result(same=again is first, attached=rt.stats().recording_spans,
+               warnings=[str(w.message) for w in caught if w.category is ConfigWarning])
     ''', tmp_path)
     ran.ok()
-    assert ran.result["traces"] is not None, (
-        "the second configure() took the first one's (shut down) provider for the "
-        "application's and kept it")
-    assert Path(ran.result["traces"]) == second / "traces.jsonl"
-    sizes_first = {s.attributes.get("adaptive.input_size") for s in file_spans(
-        first / "traces.jsonl")}
-    assert 100 in sizes_first
-    assert (second / "traces.jsonl").exists(), (
-        "after a second configure() no span reached its exporter (the OTel API refuses a "
-        "second set_tracer_provider; the recorders keep using the first, shut-down provider)")
-    sizes_second = {s.attributes.get("adaptive.input_size") for s in file_spans(
-        second / "traces.jsonl")}
-    assert 200 in sizes_second
-    steps = [s for s in file_spans(second / "traces.jsonl") if s.name == "train_step"]
-    assert len(steps) == 1, "the application's own span (global API) went elsewhere"
-    under_step = [s for s in file_spans(second / "traces.jsonl")
-                  if s.parent_span_id == steps[0].span_id]
-    assert under_step, "the runtime's spans are not parented under the application's span"
+    assert ran.result["same"] is True
+    assert ran.result["attached"] is False, "configure() after shutdown() switched spans on"
+    assert len(ran.result["warnings"]) == 1 and "shut down" in ran.result["warnings"][0], ran
+    assert not second.exists()
+    assert 5 not in {s.attributes.get("adaptive.input_size")
+                     for s in file_spans(folder / "traces.jsonl")}
 
 
 def test_a_runtime_instrumented_before_configure_still_flushes_at_exit(tmp_path: Path) -> None:

@@ -72,13 +72,13 @@ def test_a_traces_only_endpoint_gets_one_line_about_metrics_then_silence(
         from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        switch = providers._process.metric_switch
-        # run until the periodic reader's first export was refused and export switched off
+        exporter = providers._process.metric_exporter
+        # run until the periodic reader's first export was refused and export turned off
         deadline = time.monotonic() + 30
-        while switch.target is not None and time.monotonic() < deadline:
+        while exporter.target is not None and time.monotonic() < deadline:
             loop(rt, calls=20)
             time.sleep(0.02)
-        off = switch.target is None
+        off = exporter.target is None
         # more intervals with metrics to export: none may reach the endpoint or stderr
         for _ in range(10):
             loop(rt, calls=20)
@@ -120,9 +120,9 @@ def test_a_traces_only_endpoint_does_not_silence_a_later_span_outage(
         from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        switch = providers._process.metric_switch
+        exporter = providers._process.metric_exporter
         deadline = time.monotonic() + 30
-        while switch.target is not None and time.monotonic() < deadline:
+        while exporter.target is not None and time.monotonic() < deadline:
             loop(rt, calls=20)
             time.sleep(0.02)
         rt.flush_telemetry()

@@ -104,10 +104,10 @@ SCRIPT = textwrap.dedent('''
 
     objects = {"Telemetry": tel, "process providers": providers._process,
                "config": ar.RuntimeConfig.from_env(), "runtime config": rt.config,
-               "span switch": providers._process.span_switch,
-               "span exporter": providers._process.span_switch.target,
-               "metric switch": providers._process.metric_switch,
-               "metric exporter": getattr(providers._process.metric_switch, "target", None),
+               "span exporter guard": providers._process.span_exporter,
+               "span exporter": providers._process.span_exporter.target,
+               "metric exporter guard": providers._process.metric_exporter,
+               "metric exporter": getattr(providers._process.metric_exporter, "target", None),
                "tracer provider": tel.tracer_provider, "meter provider": tel.meter_provider}
     reprs = {f"{kind}({name})": show(value) for name, value in objects.items()
              for kind, show in (("repr", repr), ("str", str))}

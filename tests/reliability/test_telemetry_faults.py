@@ -43,10 +43,10 @@ PROGRAM = r'''
 import json, sys, threading
 import numpy as np
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry.sdk import switching
+from adaptive_runtime.telemetry.sdk import exporters
 
 export_threads = set()
-for cls in (switching.SwitchableSpanExporter, switching.SwitchableMetricExporter):
+for cls in (exporters.GuardedSpanExporter, exporters.GuardedMetricExporter):
     original = cls.export
     def export(self, *args, _original=original, **kwargs):
         export_threads.add(threading.current_thread().name)

@@ -44,7 +44,7 @@ from adaptive_runtime import Backend
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import span_worker
 from adaptive_runtime.telemetry.sdk.export import BoundedSpanProcessor
-from adaptive_runtime.telemetry.sdk.switching import SwitchableMetricExporter
+from adaptive_runtime.telemetry.sdk.exporters import GuardedMetricExporter
 
 # Every call timed and every timed call's spans admitted, with no span budget.
 EXPORT_ALL = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
@@ -292,7 +292,7 @@ def test_metric_reader_survives_a_raising_exporter_and_counter_read(
     target = ListMetricExporter()
     exporting = Faults(3)
     monkeypatch.setattr(target, "export", exporting.wrap(target.export))
-    reader = PeriodicExportingMetricReader(SwitchableMetricExporter(target),
+    reader = PeriodicExportingMetricReader(GuardedMetricExporter(target),
                                            export_interval_millis=50)
     provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
     rt = runtime(ar.RuntimeConfig())

@@ -38,8 +38,8 @@ from adaptive_runtime.telemetry import instrumentation
 from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry.metrics import RuntimeMetrics
 from adaptive_runtime.telemetry.sdk import handle as telemetry_handle
+from adaptive_runtime.telemetry.sdk.exporters import GuardedSpanExporter
 from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
-from adaptive_runtime.telemetry.sdk.switching import SwitchableSpanExporter
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 
@@ -106,8 +106,8 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
     """name -> (the lock a parent's thread holds, what the child does that takes it)."""
     rt = _runtime()
     metrics = RuntimeMetrics(rt, meter_provider=MeterProvider())
-    switch = SwitchableSpanExporter()
     exporter = OtlpJsonFileSpanExporter(tmp_path / "traces.jsonl")
+    guarded = GuardedSpanExporter(exporter)
     probe = DeviceProbe()  # (not probed yet: the first question takes its lock)
 
     def learn() -> None:
@@ -131,8 +131,8 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
         "metrics hub": (lambda: metrics._hub._lock, metrics.close),
         "metrics hubs": (lambda: metrics_module._hubs_lock,
                          lambda: RuntimeMetrics(rt, meter_provider=MeterProvider()).close()),
-        # the metric reader's export switches off an endpoint that refuses metrics
-        "exporter switch": (lambda: switch._lock, lambda: switch.switch(None)),
+        # the metric reader's export turns off an endpoint that refuses metrics
+        "exporter guard": (lambda: guarded._lock, lambda: guarded.replace(None)),
         # the SDK's export thread writes the span file
         "span file": (lambda: exporter._writer._lock, lambda: exporter.force_flush()),
     }
@@ -140,7 +140,7 @@ def _cases(tmp_path: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], No
 
 CASES = ("dispatcher", "registry", "device probe", "gpu device", "fingerprint",
          "runtime telemetry", "instrumentation", "configure", "metrics hub", "metrics hubs",
-         "exporter switch", "span file")
+         "exporter guard", "span file")
 
 
 @pytest.mark.parametrize("case", CASES)

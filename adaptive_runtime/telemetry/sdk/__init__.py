@@ -7,13 +7,14 @@ only ``telemetry.span_builders`` imports the SDK, on first use, where an SDK tra
 spans (its id generator).
 
 - ``configure``: ``configure()`` and the resolution of its settings (arguments, ``OTEL_*``).
-- ``providers``: the global tracer and meter providers, made once and switched after; the
-  exporters (OTLP, files, console) and the Prometheus endpoint; stopping them within a bound.
+- ``providers``: the global tracer and meter providers, made once; the exporters (OTLP,
+  files, console) and the Prometheus endpoint; stopping them within a bound.
 - ``handle``: :class:`Telemetry`, what ``configure()`` returns; ``shutdown()`` and the one
   line saying what it could not send.
 - ``lifecycle``: interpreter exit, forked children, ``multiprocessing`` workers' exit.
 - ``export``: ``BoundedSpanProcessor``, the span processor of the tracer provider.
-- ``switching``: exporters whose target a later ``configure()`` switches.
+- ``exporters``: what wraps the SDK's exporters: one warning per outage, a traces-only
+  backend's refusal of metrics, a forked child's own connection.
 - ``otlp_json`` (the OTLP/JSON encoding), ``otlp_json_file`` (the file
   exporters), ``json_lines`` (the file they append to: locking, forks, rotation).
 - ``credentials`` (export headers, the CA file), ``resource`` (the resource),

@@ -37,11 +37,14 @@ then only switches the runtimes' instrumentation on. Shutdown (also at interpret
 flushes the runtimes' span buffers first, then the providers, so every span the trace gate
 admitted reaches the exporter.
 
-The OpenTelemetry API accepts one global provider of each kind per process, so the providers
-are made by the first ``configure()`` and live until exit; a later call (after a
-``shutdown()`` or not) changes where they export — endpoint, protocol, headers, directory,
-Prometheus port. The resource (service name) and the metric interval stay those of the first
-call; a different value is logged as a warning.
+Set once, as OpenTelemetry's own providers are: the API accepts one global tracer and meter
+provider per process, so the first ``configure()`` decides and its configuration stays. A later
+call checks its settings (a bad one is still a ``ConfigError``), then warns
+(:class:`~adaptive_runtime.config.ConfigWarning`) and returns the first handle unchanged.
+After ``shutdown()`` too: OpenTelemetry cannot install global providers again, and an
+application's own tracers hold the first, shut-down ones, so telemetry stays off in this
+process; the warning says so. (Earlier versions re-pointed the installed providers' exporters
+on every call; a program that sends elsewhere half-way through runs as two processes.)
 
 Forked children, interpreter exit and ``multiprocessing`` workers' exit: see ``lifecycle``.
 """
@@ -51,14 +54,15 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
+from ...config import ConfigWarning
 from ...errors import ConfigError
 from .. import instrumentation
 from ..deadline import DEFAULT_SHUTDOWN_TIMEOUT_S, resolve_shutdown_timeout, set_shutdown_timeout_s
@@ -67,21 +71,23 @@ from ..stats import stats
 from . import handle
 from .credentials import check_header_settings
 from .export import batch_settings
+from .exporters import (
+    GuardedMetricExporter,
+    GuardedSpanExporter,
+    quiet_repeated_exporter_logs,
+)
 from .handle import Telemetry
 from .otlp_json_file import OtlpJsonFileSpanExporter
 from .providers import (
-    _app_has_meter_provider,
-    _app_has_tracer_provider,
-    _install_meter_provider,
-    _install_tracer_provider,
     _metric_exporter,
-    _process,
-    _remake_span_exporter,
     _serve_prometheus,
     _span_exporter,
+    app_has_meter_provider,
+    app_has_tracer_provider,
+    install_meter_provider,
+    install_tracer_provider,
 )
 from .resource import make_resource
-from .switching import quiet_repeated_exporter_logs
 
 __all__ = ["configure"]
 
@@ -127,10 +133,10 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
     ``default_service_name`` only where ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``
     name none (a script's own name for itself).
 
-    Calling it again sends what follows to the new destination (after flushing the earlier
-    one). Every setting is checked before anything is installed: :class:`ConfigError` for a
-    bad protocol, exporter, port, interval or resource attribute names the argument or
-    variable it came from.
+    Every setting is checked before anything is installed: :class:`ConfigError` for a bad
+    protocol, exporter, port, interval or resource attribute names the argument or variable
+    it came from. Set once per process: a later call warns and returns the first handle (see
+    the module docstring).
     """
     env = os.environ if environ is None else environ
     _check_arguments(service_name=service_name, endpoint=endpoint, headers=headers,
@@ -147,18 +153,34 @@ def configure(service_name: str | None = None, endpoint: str | None = None,
         if settings is not None:
             batch = batch_settings(env)
             bound = resolve_shutdown_timeout(shutdown_timeout_s, env)
-        if handle._current is not None:
-            handle._current.shutdown()  # (within the bound it was configured with)
-            handle._current = None
+        first = handle._first
+        if first is not None:
+            _warn_set_once(first)
+            return first
         set_shutdown_timeout_s(DEFAULT_SHUTDOWN_TIMEOUT_S if settings is None else bound)
         if settings is None:
-            handle._current = Telemetry(enabled=False)
-            return handle._current
+            handle._first = handle._current = Telemetry(enabled=False)
+            return handle._first
         telemetry, record_spans = _install(settings, batch, directory)
-        handle._current = telemetry
+        handle._first = handle._current = telemetry
     quiet_repeated_exporter_logs()
     instrumentation.activate(spans=record_spans)
     return telemetry
+
+
+def _warn_set_once(first: Telemetry) -> None:
+    """The warning of a ``configure()`` after the first (see the module docstring)."""
+    if first._shut_down:
+        now = "telemetry was shut down and stays off in this process"
+    elif first.enabled:
+        now = ("the first configuration stays (traces: "
+               f"{first.traces_destination or 'not ours'}, metrics: "
+               f"{first.metrics_destination or 'not ours'})")
+    else:
+        now = "the first configuration stays (telemetry off: OTEL_SDK_DISABLED)"
+    warnings.warn(f"ar.telemetry.configure() was called before in this process; "
+                  f"OpenTelemetry's providers are set once, so this call changes nothing and "
+                  f"returns the first handle: {now}", ConfigWarning, stacklevel=3)
 
 
 def _resolve(endpoint: str | None, prometheus_port: int | bool | None, protocol: str | None,
@@ -187,13 +209,12 @@ def _resolve(endpoint: str | None, prometheus_port: int | bool | None, protocol:
 
 def _install(settings: _Settings, batch: tuple[int, int, float],
              directory: str | None) -> tuple[Telemetry, bool]:
-    """Install (or switch) the providers for ``settings``, under configure()'s lock: the new
+    """Install the providers for ``settings``, under configure()'s lock: the new
     handle, and whether runtimes are to record spans."""
     # The scrape endpoint first: a port already taken (another rank's) is a warning and
     # no endpoint, decided before any provider is installed.
     port, server = settings.port, None
-    if port is not None and not _app_has_meter_provider() and (
-            _process.meter_provider is None or _process.prometheus):
+    if port is not None and not app_has_meter_provider():
         server = _serve_prometheus(port, settings.host)
         if server is None:
             port = None
@@ -201,7 +222,7 @@ def _install(settings: _Settings, batch: tuple[int, int, float],
     telemetry = Telemetry(enabled=True)
     record_spans = _set_up_traces(telemetry, settings, batch, folder)
     server = _set_up_metrics(telemetry, settings, folder, port is not None, server)
-    if server is not None:  # (not used after all: the application's meter provider)
+    if server is not None:  # (not used after all: no meter provider of ours)
         server.shutdown()
         server.server_close()
     telemetry._baseline = stats()
@@ -213,24 +234,20 @@ def _set_up_traces(telemetry: Telemetry, settings: _Settings, batch: tuple[int, 
     """The tracer provider and its exporter (unless the application has its own); whether
     runtimes are to record spans."""
     choice = settings.traces_choice
-    if _app_has_tracer_provider():
+    if app_has_tracer_provider():
         _log.info("adaptive_runtime: keeping the application's tracer provider")
     elif choice == "none":
-        # No provider installed (our earlier one, if any, was switched to dropping by
-        # the shutdown above), and runtimes make no spans only to have them dropped.
-        return False
+        return False  # (no provider: runtimes make no spans only to have them dropped)
     else:
-        exporter, telemetry.traces_destination = _span_exporter(
-            choice, settings.endpoint, settings.trace_protocol, settings.headers, folder,
-            settings.env)
-        telemetry.tracer_provider = _install_tracer_provider(settings.resource, exporter, batch)
+        make = functools.partial(_span_exporter, choice, settings.endpoint,
+                                 settings.trace_protocol, settings.headers, folder, settings.env)
+        exporter, telemetry.traces_destination = make()
         # (the file and console exporters serve a forked child as they are; a network
-        # exporter's connections would be shared with the parent)
-        _process.span_exporter_remake = (
-            None if isinstance(exporter, OtlpJsonFileSpanExporter | ConsoleSpanExporter)
-            else functools.partial(_remake_span_exporter, choice, settings.endpoint,
-                                   settings.trace_protocol, settings.headers, folder,
-                                   settings.env))
+        # exporter's connections would be shared with the parent: made afresh there)
+        remake = (None if isinstance(exporter, OtlpJsonFileSpanExporter | ConsoleSpanExporter)
+                  else lambda: make()[0])
+        telemetry.tracer_provider = install_tracer_provider(
+            settings.resource, GuardedSpanExporter(exporter, remake), batch)
     return True
 
 
@@ -238,20 +255,18 @@ def _set_up_metrics(telemetry: Telemetry, settings: _Settings, folder: str, prom
                     server: Any) -> Any:
     """The meter provider, its exporter and the scrape endpoint (unless the application has
     its own meter provider); the scrape endpoint's server if it was not used after all."""
-    if _app_has_meter_provider():
+    if app_has_meter_provider():
         _log.info("adaptive_runtime: keeping the application's meter provider")
         return server
-    metric_exporter: MetricExporter | None = None
+    metric_exporter = None
     if settings.metrics_choice not in ("none", "prometheus"):
-        metric_exporter, telemetry.metrics_destination = _metric_exporter(
+        target, telemetry.metrics_destination = _metric_exporter(
             settings.metrics_choice, settings.endpoint, settings.metric_protocol,
             settings.headers, folder, settings.env)
-    telemetry.meter_provider = _install_meter_provider(
-        settings.resource, metric_exporter, telemetry.metrics_destination,
-        settings.metrics_interval_s, prometheus)
-    if _process.metric_switch is None:  # no periodic export in this process
-        telemetry.metrics_destination = None
-    if server is not None and _process.prometheus:
+        metric_exporter = GuardedMetricExporter(target, telemetry.metrics_destination)
+    telemetry.meter_provider = install_meter_provider(
+        settings.resource, metric_exporter, settings.metrics_interval_s, prometheus)
+    if server is not None:
         telemetry._prometheus_server = server
         telemetry.prometheus_port = server.server_address[1]
         return None

@@ -282,12 +282,8 @@ class BoundedSpanProcessor(SpanProcessor):
             self._done.notify_all()
         return lost
 
-    def reopen(self) -> None:
-        """Accept spans again (``configure()`` after a ``shutdown()``)."""
-        self._closed = False
-
     def close(self) -> None:
-        """Drop (and count) every span ended from now on, until :meth:`reopen`."""
+        """Drop (and count) every span ended from now on."""
         self._closed = True
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

@@ -1,6 +1,6 @@
 """The handle ``configure()`` returns — :class:`Telemetry`: what it set up, its shutdown within
-a bound, and the one warning line saying what was not sent — and the process's current one,
-which :func:`shutdown` (and a later ``configure()``) shuts down.
+a bound, and the one warning line saying what was not sent — and the process's one handle
+(set once), which :func:`shutdown` shuts down.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
 from ..spans import flush_all
 from ..stats import TelemetryStats, stats
 from .providers import _Bounded, _process
-from .switching import spans_lost_in_export
 
 __all__ = ["Telemetry", "shutdown"]
 
@@ -49,8 +48,9 @@ class Telemetry:
     @property
     def spans_lost(self) -> int:
         """Spans our exporter failed to deliver in this process (collector down, refusing,
-        an exporter error); also ``adaptive.span.suppressed{reason="export_failed"}``."""
-        return spans_lost_in_export()
+        an exporter error): ``ar.telemetry.stats().dropped["export_failed"]``, also
+        ``adaptive.span.suppressed{reason="export_failed"}``."""
+        return stats().dropped["export_failed"]
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Flush the runtimes' buffered spans, then our providers' exporters; stop them.
@@ -70,7 +70,7 @@ class Telemetry:
         # Metrics and spans flush side by side, each on a thread of its own (the SDK's metric
         # flush exports on the calling thread and may retry for the exporter's whole timeout)
         metric_flush = None
-        if self.meter_provider is not None and _process.metric_switch is not None and not (
+        if self.meter_provider is not None and _process.metric_exporter is not None and not (
                 self.meter_provider is _process.meter_provider and _process.metrics_stopped):
             # (a forked child's metric export is off, and collecting could wait on SDK locks
             # the parent's reader held at the fork)
@@ -84,12 +84,12 @@ class Telemetry:
         metrics_unsent = metric_flush is not None and not metric_flush.finished(deadline)
         # Stopping the exporters cuts short an export still retrying (its back-off wait, a
         # gRPC call); later exports (the application's own spans) are dropped.
-        for provider, switch in ((self.tracer_provider, _process.span_switch),
-                                 (self.meter_provider, _process.metric_switch)):
-            if provider is not None and switch is not None:
+        for provider, exporter in ((self.tracer_provider, _process.span_exporter),
+                                   (self.meter_provider, _process.metric_exporter)):
+            if provider is not None and exporter is not None:
                 try:
                     # (an export in progress, to a live collector, ends first: a moment)
-                    switch.shutdown(grace_s=min(_EXPORT_GRACE_S, remaining(deadline)))
+                    exporter.shutdown(grace_s=min(_EXPORT_GRACE_S, remaining(deadline)))
                 except Exception as exc:  # observability never breaks the caller, even at exit
                     _log.warning("adaptive_runtime telemetry shutdown: %r", exc)
         if self._prometheus_server is not None:
@@ -118,10 +118,11 @@ class Telemetry:
             "%s); counts: ar.telemetry.stats()", took_s, " and ".join(lost), where, why)
 
 
-# What configure() set up last, replaced by configure() under the lock; a forked child renews
-# the lock (``lifecycle``). Both are read through this module (``handle._lock``), never
-# imported by name: the child's lock is a new object.
+# What the first configure() set up (set once, under the lock), and the same while it is not
+# shut down; a forked child renews the lock (``lifecycle``). All are read through this module
+# (``handle._lock``), never imported by name: the child's lock is a new object.
 _lock = threading.Lock()
+_first: Telemetry | None = None
 _current: Telemetry | None = None
 
 

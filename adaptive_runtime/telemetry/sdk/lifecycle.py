@@ -14,7 +14,7 @@ Forked children (``DataLoader(num_workers=..., multiprocessing_context="fork")``
   :mod:`~adaptive_runtime.telemetry.sdk.json_lines`). Their spans carry ``process.pid``.
 - export no metrics: the child's counters start as a copy of the parent's, and exporting them
   under the parent's resource would duplicate its series. The SDK restarts the periodic metric
-  reader in every child; here its exporter is switched to dropping and the reader shut down.
+  reader in every child; here its exporter is set to dropping and the reader shut down.
   Metrics stay the parent's. (The SDK renews none of its metric locks in a child: should the
   fork land while the parent's reader collects, that restarted thread waits forever on one.
   It exports nothing, and nothing the child's calls do takes that lock.)
@@ -82,13 +82,13 @@ atexit.register(_at_exit)
 def _after_fork_in_child() -> None:
     """Right after a fork, in the child (registered at import, see ``_concurrency.forks``)."""
     handle._lock = threading.Lock()  # (another thread may have been configuring at the fork)
-    switch, remake = _process.span_switch, _process.span_exporter_remake
-    if switch is not None and remake is not None and switch.target is not None:
+    exporter = _process.span_exporter
+    if exporter is not None and exporter.remake is not None and exporter.target is not None:
         # The inherited OTLP exporter's pooled connection (or gRPC channel) is the parent's:
         # two processes writing requests into one connection read each other's answers.
         # Kept referenced, never closed or finalised here; the child's own is made on its
         # first export, on the SDK's export thread rather than inside the fork.
-        _inherited.append(switch.switch(_MadeOnFirstUse(remake)))
+        _inherited.append(exporter.replace(_MadeOnFirstUse(exporter.remake)))
     current = handle._current
     if current is not None and current._prometheus_server is not None:
         # No thread serves it here: shutdown() would wait for one forever. Close this

@@ -1,8 +1,8 @@
-"""The global providers ``configure()`` installs — made by the first call, kept until exit, their
-exporters switched by later calls — and the exporters it makes: OTLP over gRPC or HTTP, the
-OTLP/JSON files, the console; the Prometheus scrape endpoint. Also how they are stopped within a
-bound (:class:`_Bounded`) and what a forked child does to the meter provider (see
-``lifecycle``).
+"""The global providers ``configure()`` installs — made by its first call, kept until exit (the
+OpenTelemetry API sets each once per process) — and the exporters it makes: OTLP over gRPC or
+HTTP, the OTLP/JSON files, the console; the Prometheus scrape endpoint. Also how they are
+stopped within a bound (:class:`_Bounded`) and what a forked child does to the meter provider
+(see ``lifecycle``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -31,11 +31,11 @@ from ..._concurrency.forks import after_fork_in_child
 from .. import instrumentation
 from ..deadline import remaining
 from ..spans import is_runtime_span
-from ..stats import use_processor
+from ..stats import report_exports
 from .credentials import otlp_http_session, quiet_grpc_handshake_logs, shown_url
 from .export import BoundedSpanProcessor
+from .exporters import GuardedMetricExporter, GuardedSpanExporter, note_http_status
 from .otlp_json_file import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-from .switching import SwitchableMetricExporter, SwitchableSpanExporter, note_http_status
 
 __all__ = ["GRPC_RECONNECT"]
 
@@ -84,19 +84,14 @@ class _Bounded:
 class _ProcessProviders:
     """The global providers configure() installed: made once, kept until exit."""
 
-    resource: Resource | None = None
     tracer_provider: TracerProvider | None = None
-    span_switch: SwitchableSpanExporter | None = None
+    span_exporter: GuardedSpanExporter | None = None
+    span_processor: BoundedSpanProcessor | None = None
     meter_provider: MeterProvider | None = None
-    metric_switch: SwitchableMetricExporter | None = None
-    metrics_interval_s: float | None = None
+    metric_exporter: GuardedMetricExporter | None = None  # None: no periodic metric export
     prometheus: bool = False  # whether the meter provider has a Prometheus reader
     periodic_reader: PeriodicExportingMetricReader | None = None
-    # makes the span exporter afresh in a forked child (None: the inherited one serves there);
-    # not in repr: it holds the headers (credentials) and the environment
-    span_exporter_remake: Callable[[], SpanExporter] | None = field(default=None, repr=False)
     metrics_stopped: bool = False  # a forked child: the meter provider exports nothing
-    span_processor: BoundedSpanProcessor | None = None
 
     def shutdown(self, timeout_s: float) -> None:
         """Stop the providers' threads, within ``timeout_s`` (their exporters were stopped
@@ -121,15 +116,15 @@ def _stop_metric_export_in_child() -> None:
     """A forked child exports no metrics (see ``lifecycle``); registered once the periodic
     reader exists."""
     _process.metrics_stopped = True
-    switch = _process.metric_switch
-    if switch is not None:
+    exporter = _process.metric_exporter
+    if exporter is not None:
         # (the inherited exporter's connection or file is the parent's: dropped, not closed)
-        _inherited.append(switch.switch(None))
+        _inherited.append(exporter.replace(None))
     reader = _process.periodic_reader
     if reader is not None:
         try:
             # Public API only: the SDK restarted the reader's thread in this child; this
-            # stops it (its last collection exports into the dropping switch).
+            # stops it (its last collection exports into the dropping exporter).
             reader.shutdown(timeout_millis=_CHILD_READER_STOP_MS)
         except Exception as exc:  # observability never breaks the caller
             _log.debug("adaptive_runtime: stopping the metric reader in a child: %r", exc)
@@ -138,84 +133,48 @@ def _stop_metric_export_in_child() -> None:
 # ---------------------------------------------------------------------------- providers
 
 
-def _install_tracer_provider(resource: Resource, exporter: SpanExporter,
-                             batch: tuple[int, int, float]) -> TracerProvider:
-    if _process.tracer_provider is None:
-        switch = SwitchableSpanExporter()
-        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        queue_size, batch_size, delay_s = batch
-        processor = BoundedSpanProcessor(switch, max_queue_size=queue_size,
-                                         max_export_batch_size=batch_size,
-                                         schedule_delay_s=delay_s,
-                                         is_runtime_span=is_runtime_span)
-        provider.add_span_processor(processor)
-        trace.set_tracer_provider(provider)
-        _process.tracer_provider, _process.span_switch = provider, switch
-        _process.span_processor = processor
-        _process.resource = resource
-        use_processor(processor)
-    else:
-        _warn_if_changed("the resource (service name)", _process.resource, resource)
-    assert _process.span_switch is not None and _process.span_processor is not None
-    _process.span_switch.switch(exporter)
-    _process.span_processor.reopen()
-    return _process.tracer_provider
+def install_tracer_provider(resource: Resource, exporter: GuardedSpanExporter,
+                            batch: tuple[int, int, float]) -> TracerProvider:
+    """The global tracer provider, exporting through our span processor to ``exporter``."""
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    queue_size, batch_size, delay_s = batch
+    processor = BoundedSpanProcessor(exporter, max_queue_size=queue_size,
+                                     max_export_batch_size=batch_size,
+                                     schedule_delay_s=delay_s, is_runtime_span=is_runtime_span)
+    provider.add_span_processor(processor)
+    trace.set_tracer_provider(provider)
+    _process.tracer_provider, _process.span_exporter = provider, exporter
+    _process.span_processor = processor
+    report_exports(processor, _process.metric_exporter)
+    return provider
 
 
-def _install_meter_provider(resource: Resource, exporter: MetricExporter | None,
-                            destination: str | None, interval_s: float,
-                            prometheus: bool) -> MeterProvider | None:
+def install_meter_provider(resource: Resource, exporter: GuardedMetricExporter | None,
+                           interval_s: float, prometheus: bool) -> MeterProvider | None:
     """The global meter provider exporting to ``exporter`` (``None``: no periodic export,
     ``OTEL_METRICS_EXPORTER=none``); ``None`` when there is nothing to read metrics for."""
-    if _process.meter_provider is None:
-        switch = None
-        readers: list[MetricReader] = []
-        periodic = None
-        if exporter is not None:
-            switch = SwitchableMetricExporter(exporter, destination)
-            periodic = PeriodicExportingMetricReader(
-                switch, export_interval_millis=interval_s * 1000.0)
-            readers.append(periodic)
-        if prometheus:
-            from .prometheus import exemplar_reader
+    readers: list[MetricReader] = []
+    periodic = None
+    if exporter is not None:
+        periodic = PeriodicExportingMetricReader(exporter,
+                                                 export_interval_millis=interval_s * 1000.0)
+        readers.append(periodic)
+    if prometheus:
+        from .prometheus import exemplar_reader
 
-            readers.append(exemplar_reader())
-        if not readers:
-            # (the runtimes' instruments stay no-ops of the API's proxy provider; a later
-            # configure() that exports metrics installs the provider and they follow)
-            return None
-        provider = MeterProvider(resource=resource, metric_readers=readers,
-                                 shutdown_on_exit=False)
-        metrics.set_meter_provider(provider)
-        _process.meter_provider, _process.metric_switch = provider, switch
-        _process.periodic_reader = periodic
-        # Registered after the SDK's own fork hooks of the reader and the provider (made just
-        # now), so it runs after them: the reader's thread the SDK restarts in a child is
-        # there to be stopped. (Once per process: the provider is made once.)
-        after_fork_in_child(_stop_metric_export_in_child)
-        _process.metrics_interval_s, _process.prometheus = interval_s, prometheus
-        if _process.resource is None:
-            _process.resource = resource
-        return provider
-    _warn_if_changed("the resource (service name)", _process.resource, resource)
-    _warn_if_changed("metrics_interval_s", _process.metrics_interval_s, interval_s)
-    if prometheus and not _process.prometheus:
-        _log.warning("adaptive_runtime: no Prometheus endpoint — only the first configure() "
-                     "in a process can add one (its meter provider is global and fixed)")
-    if _process.metric_switch is not None:
-        _process.metric_switch.switch(exporter, destination)
-    elif exporter is not None:
-        _log.warning("adaptive_runtime: metrics are not exported — the first configure() in "
-                     "a process decides whether they are (OTEL_METRICS_EXPORTER=none there; "
-                     "its meter provider is global and fixed)")
-        exporter.shutdown()  # never used: close its connection pool or file now
-    return _process.meter_provider
-
-
-def _warn_if_changed(what: str, first: Any, now: Any) -> None:
-    if first is not None and first != now:
-        _log.warning("adaptive_runtime: %s stays as the first configure() set it (the "
-                     "OpenTelemetry API accepts one global provider per process)", what)
+        readers.append(exemplar_reader())
+    if not readers:  # (the runtimes' instruments stay no-ops of the API's proxy provider)
+        return None
+    provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+    metrics.set_meter_provider(provider)
+    _process.meter_provider, _process.metric_exporter = provider, exporter
+    _process.periodic_reader, _process.prometheus = periodic, prometheus
+    report_exports(_process.span_processor, exporter)
+    # Registered after the SDK's own fork hooks of the reader and the provider (made just
+    # now), so it runs after them: the reader's thread the SDK restarts in a child is there
+    # to be stopped.
+    after_fork_in_child(_stop_metric_export_in_child)
+    return provider
 
 
 def _serve_prometheus(port: int, host: str) -> Any:
@@ -235,15 +194,12 @@ def _serve_prometheus(port: int, host: str) -> Any:
     return server
 
 
-def _app_has_tracer_provider() -> bool:
-    return (instrumentation.app_has_sdk_provider()
-            and trace.get_tracer_provider() is not _process.tracer_provider)
+def app_has_tracer_provider() -> bool:
+    return instrumentation.app_has_sdk_provider()
 
 
-def _app_has_meter_provider() -> bool:
-    provider = metrics.get_meter_provider()
-    return (instrumentation.records_metrics(provider)
-            and provider is not _process.meter_provider)
+def app_has_meter_provider() -> bool:
+    return instrumentation.records_metrics(metrics.get_meter_provider())
 
 
 # ---------------------------------------------------------------------------- exporters
@@ -260,12 +216,6 @@ def _http_url(endpoint: str, path: str, signal: str, env: Any, explicit: str | N
         return endpoint
     base = endpoint.rstrip("/")
     return base if base.endswith(path) else base + path
-
-
-def _remake_span_exporter(choice: str | None, endpoint: str | None, protocol: str,
-                          headers: dict[str, str] | None, folder: str,
-                          env: Any) -> SpanExporter:
-    return _span_exporter(choice, endpoint, protocol, headers, folder, env)[0]
 
 
 # gRPC waits up to 120 s (growing with each failure) before it dials a collector that went
@@ -331,9 +281,9 @@ def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
 
     full = _http_url(url, "/v1/metrics", "METRICS", env, endpoint)
     session = None
-    # Our own requests session, whose response hook tells the switch the HTTP status of a
-    # failed export (404: no metrics service there), and which lets the configured CA win
-    # over REQUESTS_CA_BUNDLE. Not when a credential provider supplies the session: the SDK
+    # Our own requests session, whose response hook tells the metric exporter the HTTP status
+    # of a failed export (404: no metrics service there), and which lets the configured CA
+    # win over REQUESTS_CA_BUNDLE. Not when a credential provider supplies the session: the SDK
     # reads that variable and it must win.
     if not _credential_provider_set("METRICS"):
         session = otlp_http_session()

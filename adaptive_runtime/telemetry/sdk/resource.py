@@ -60,12 +60,12 @@ def make_resource(service_name: str | None, default_service_name: str | None,
     """The resource for ``configure()``'s providers (see the module docstring for the
     precedence). Raises ``ConfigError`` before anything is made where the environment is
     malformed."""
-    attributes: dict[str, str | int] = dict(resource_attributes(env))
+    from_env = resource_attributes(env)  # (checked: the SDK would log and drop a bad one)
     name = (service_name or env.get("OTEL_SERVICE_NAME", "").strip()
-            or attributes.get(SERVICE_NAME) or default_service_name or DEFAULT_SERVICE_NAME)
-    attributes[SERVICE_NAME] = name
-    attributes.setdefault(SERVICE_INSTANCE_ID, _INSTANCE_ID)
-    attributes.update(rank_attributes())
-    # (Resource.create adds the SDK's own attributes — telemetry.sdk.* — and reads the
-    # process environment again; what is given here wins over what it reads there)
+            or from_env.get(SERVICE_NAME) or default_service_name or DEFAULT_SERVICE_NAME)
+    attributes: dict[str, str | int] = {SERVICE_NAME: name, **rank_attributes()}
+    if SERVICE_INSTANCE_ID not in from_env:
+        attributes[SERVICE_INSTANCE_ID] = _INSTANCE_ID
+    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME itself (as parsed
+    # above, once checked) and adds the SDK's own telemetry.sdk.*; what is given here wins.
     return Resource.create(attributes)

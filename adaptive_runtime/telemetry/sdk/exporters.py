@@ -1,13 +1,18 @@
-"""Exporters that forward to a replaceable target.
+"""What ``configure()`` puts around the SDK's exporters: what they do not do for an outage.
 
-The OpenTelemetry API accepts one global tracer provider and one meter provider per process.
-``configure()`` therefore installs its providers once and, when called again, changes where
-they send by switching the exporter inside them — the application's own tracers and meters,
-obtained from the global API, follow along instead of writing into a shut-down provider.
-
-An endpoint that has no OTLP metrics service at all (a traces-only backend such as Jaeger:
-gRPC ``UNIMPLEMENTED``, HTTP 404/405) is not an outage that will end: the metric exporter says
-so once, in one line, and switches metric export off instead of failing every interval.
+- One warning per outage: the OTLP exporters log every failed batch while a collector is
+  down; their loggers get a filter (:func:`quiet_repeated_exporter_logs`) that lets the first
+  warning through, drops the rest (the spans they lose are counted by the span processor,
+  ``ar.telemetry.stats().dropped["export_failed"]``) and says "works again" once an export
+  succeeds.
+- A traces-only backend: an endpoint with no OTLP metrics service at all (Jaeger: gRPC
+  ``UNIMPLEMENTED``, HTTP 404/405) is not an outage that will end. The metric exporter says
+  so once, in one line, and stops metric export instead of failing every interval.
+- A forked child: the inherited OTLP span exporter's connections are the parent's, so the
+  child's is made afresh (``lifecycle`` replaces the target); a child exports no metrics.
+- Shutdown waits a moment for an export in progress before closing its exporter (closing a
+  gRPC channel under an export made it fail and log "Channel closed!" at the end of a healthy
+  run).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -26,34 +31,35 @@ from ..._concurrency.counters import counter, issued
 from ..._concurrency.forks import renew_after_fork
 from ..._concurrency.thread_faults import survive
 from ..._imported import imported
-from ..export_cost import record_export_cost
+from ..stats import stats
 
-__all__ = ["SwitchableMetricExporter", "SwitchableSpanExporter", "metric_export_counts",
-           "note_http_status", "quiet_repeated_exporter_logs", "spans_lost_in_export"]
+__all__ = ["GuardedMetricExporter", "GuardedSpanExporter", "note_http_status",
+           "quiet_repeated_exporter_logs"]
 
 _log = logging.getLogger(__name__)
 # The line saying metric export is off goes through a logger without the one-per-outage
 # filter: it must always appear, and must not use up the warning of a later span outage.
 _backend_log = logging.getLogger("adaptive_runtime.telemetry")
 
-class _Switch:
-    """The current target; ``None`` drops what is exported (telemetry shut down)."""
 
-    def __init__(self) -> None:
+class _Guarded:
+    """The exporter it forwards to (``target``); ``None`` drops what is exported (shut down,
+    or a forked child's metrics)."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.exporting = 0  # exports in progress, waited for a moment before shutdown
         self._lock = threading.Lock()
-        self.target: Any = None
-        # exports in progress (each switch exports on one thread: the SDK's metric reader, or
-        # the span export worker), waited for a moment before the target is closed
-        self.exporting = 0
         # (the metric reader's thread takes it when an endpoint refuses metrics: a forked
         # child gets its own, see adaptive_runtime._concurrency.forks)
-        renew_after_fork(self, _Switch._renew_lock)
+        renew_after_fork(self, _Guarded._renew_lock)
 
     def _renew_lock(self) -> None:
         self._lock = threading.Lock()
 
-    def switch(self, target: Any) -> Any:
-        """Send to ``target`` from now on; return the previous target (not shut down)."""
+    def replace(self, target: Any) -> Any:
+        """Forward to ``target`` from now on (a forked child's own exporter, or ``None``);
+        return the previous target, neither shut down nor closed."""
         with self._lock:
             previous, self.target = self.target, target
         return previous
@@ -63,10 +69,9 @@ class _Switch:
         return target.force_flush(timeout_millis) if target is not None else True
 
     def shutdown(self, *args: Any, grace_s: float = 0.0, **kwargs: Any) -> None:
-        """Drop what is exported from now on, and close the target: after the export in
-        progress ended, waiting ``grace_s`` at most (closing a gRPC channel under an export
-        made it fail and log "Channel closed!" at the end of a healthy run)."""
-        previous = self.switch(None)
+        """Drop what is exported from now on, and close the target after the export in
+        progress ended, waiting ``grace_s`` at most."""
+        previous = self.replace(None)
         deadline = time.monotonic() + grace_s
         while self.exporting and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -78,8 +83,8 @@ class _Switch:
 
 
 class _OnePerOutage(logging.Filter):
-    """Lets the first warning of an export outage through; later ones are dropped (the spans
-    they lose are counted) until an export succeeds again."""
+    """Lets the first warning of an export outage through; later ones are dropped until an
+    export succeeds again."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,25 +101,12 @@ class _OnePerOutage(logging.Filter):
 
 _outage = _OnePerOutage()
 _log.addFilter(_outage)
-_lost = counter()  # spans an export failed to deliver
-_metric_exports = counter()  # metric exports attempted (to a target)
-_metric_failed = counter()  # ... of which failed
-
-
-def metric_export_counts() -> tuple[int, int]:
-    """``(attempted, failed)``: metric exports configure()'s exporter made in this process."""
-    return issued(_metric_exports), issued(_metric_failed)
-
-
-def spans_lost_in_export() -> int:
-    """Spans that configure()'s exporter failed to deliver (collector down, refusing, ...)."""
-    return issued(_lost)
 
 
 def quiet_repeated_exporter_logs() -> None:
-    """Apply the one-warning-per-outage rule to the OTLP exporters' own loggers (which would
-    otherwise log every failed batch while a collector is down), and drop what they log about
-    a metric export refused as not implemented (:class:`SwitchableMetricExporter` says it)."""
+    """Apply the one-warning-per-outage rule to the OTLP exporters' own loggers, and drop
+    what they log about a metric export refused as not implemented
+    (:class:`GuardedMetricExporter` says it)."""
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("opentelemetry.exporter.otlp"):
             logger = logging.getLogger(name)
@@ -124,6 +116,32 @@ def quiet_repeated_exporter_logs() -> None:
                 logger.filters.insert(0, _refused_metrics)
             if _outage not in logger.filters:
                 logger.addFilter(_outage)
+
+
+class GuardedSpanExporter(_Guarded, SpanExporter):
+    """Forwards to a span exporter; a success after an outage says so once (see the module
+    docstring). ``remake`` makes the exporter afresh (a forked child's own; ``None``: the
+    inherited one serves there, as the file and console exporters do)."""
+
+    def __init__(self, target: SpanExporter,
+                 remake: Callable[[], SpanExporter] | None = None) -> None:
+        super().__init__(target)
+        self.remake = remake
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        target = self.target
+        if target is None:
+            return SpanExportResult.SUCCESS
+        self.exporting += 1
+        try:
+            result = target.export(spans)
+        finally:
+            self.exporting -= 1
+        if result is SpanExportResult.SUCCESS and _outage.logged:
+            _outage.logged = False
+            _log.info("adaptive_runtime: span export works again (%d spans lost so far)",
+                      stats().dropped["export_failed"])
+        return result
 
 
 # ---------------------------------------------------------------------------- no metrics service
@@ -188,65 +206,23 @@ class _RefusedMetrics(logging.Filter):
 _refused_metrics = _RefusedMetrics()
 
 
-def _delivered(result: Any, spans: int) -> None:
-    if result is SpanExportResult.SUCCESS:
-        if _outage.logged:
-            _outage.logged = False
-            _log.info("adaptive_runtime: span export works again (%d spans lost so far)",
-                      spans_lost_in_export())
-        return
-    for _ in range(spans):
-        next(_lost)
+class GuardedMetricExporter(_Guarded, MetricExporter):
+    """Forwards to a metric exporter, counting its exports (:meth:`export_counts`). An
+    endpoint (``endpoint``, named in the warning) with no OTLP metrics service (gRPC
+    ``UNIMPLEMENTED``, HTTP 404/405) is given up after its first export, with one warning;
+    the exporters' own error lines about it are dropped."""
 
-
-class SwitchableSpanExporter(_Switch, SpanExporter):
-    """A span exporter forwarding to the span exporter set by :meth:`switch`. Never raises:
-    a failed export counts its spans (:func:`spans_lost_in_export`) and warns once per
-    outage."""
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        target = self.target
-        if target is None:
-            return SpanExportResult.SUCCESS
-        # CPU time of this thread (not the wait for the network): what exporting takes from
-        # the loop through the GIL, fed back into the trace gate's CPU budget
-        result = SpanExportResult.FAILURE
-        with survive("export", "exporter"):  # an exporter bug must not end the export thread
-            started = time.thread_time_ns()
-            try:
-                self.exporting += 1
-                try:
-                    result = target.export(spans)
-                finally:
-                    self.exporting -= 1
-            finally:
-                record_export_cost(time.thread_time_ns() - started, len(spans))
-        _delivered(result, len(spans))
-        return result
-
-
-class SwitchableMetricExporter(_Switch, MetricExporter):
-    """A metric exporter forwarding to the metric exporter set by :meth:`switch`.
-
-    Temporality and aggregation preferences are those of the first target (the reader around
-    it reads them once, when it is made). A target whose endpoint has no OTLP metrics service
-    (gRPC ``UNIMPLEMENTED``, HTTP 404/405) is switched off after its first export, with one
-    warning naming ``endpoint``; the exporters' own error lines about it are dropped.
-    """
-
-    def __init__(self, first: MetricExporter, endpoint: str | None = None) -> None:
-        _Switch.__init__(self)
-        MetricExporter.__init__(self, preferred_temporality=first._preferred_temporality,
-                                preferred_aggregation=first._preferred_aggregation)
-        self.target = first
+    def __init__(self, target: MetricExporter, endpoint: str | None = None) -> None:
+        _Guarded.__init__(self, target)
+        MetricExporter.__init__(self, preferred_temporality=target._preferred_temporality,
+                                preferred_aggregation=target._preferred_aggregation)
         self.endpoint = endpoint
+        self._attempted = counter()
+        self._failed = counter()
 
-    def switch(self, target: Any, endpoint: str | None = None) -> Any:
-        """Send to ``target`` (whose destination is ``endpoint``, for the warning should it
-        refuse metrics) from now on; return the previous target (not shut down)."""
-        with self._lock:
-            previous, self.target, self.endpoint = self.target, target, endpoint
-        return previous
+    def export_counts(self) -> tuple[int, int]:
+        """``(attempted, failed)``: the metric exports made (to a target) in this process."""
+        return issued(self._attempted), issued(self._failed)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
                **kwargs: Any) -> MetricExportResult:
@@ -254,7 +230,7 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
         if target is None:
             return MetricExportResult.SUCCESS
         _scope.active, _scope.http_status, _scope.unimplemented = True, None, False
-        next(_metric_exports)
+        next(self._attempted)
         result = MetricExportResult.FAILURE
         try:  # (counters are cumulative: the next export catches up)
             with survive("metrics", "exporter"):
@@ -273,20 +249,21 @@ class SwitchableMetricExporter(_Switch, MetricExporter):
             self._turn_off(target, f"HTTP {status}" if status in _HTTP_NOT_ACCEPTED
                            else "UNIMPLEMENTED")
         elif result is not MetricExportResult.SUCCESS:
-            next(_metric_failed)
+            next(self._failed)
         return result
 
     def _turn_off(self, target: MetricExporter, reason: str) -> None:
         """Stop exporting metrics to ``target``, whose endpoint has no metrics service: it
         never will have one, so every interval would fail again."""
         with self._lock:
-            if self.target is not target:  # configure() or shutdown() switched meanwhile
+            if self.target is not target:  # shut down meanwhile
                 return
-            self.target, endpoint = None, self.endpoint
+            self.target = None
         _backend_log.warning(
             "adaptive_runtime: %s does not accept OTLP metrics (%s: a traces-only backend "
             "such as Jaeger); metrics export is off. Send metrics to an OpenTelemetry "
-            "Collector, or set OTEL_METRICS_EXPORTER=none", endpoint or "the endpoint", reason)
+            "Collector, or set OTEL_METRICS_EXPORTER=none", self.endpoint or "the endpoint",
+            reason)
         try:
             target.shutdown()  # its channel or connection pool is of no further use
         except Exception as exc:
