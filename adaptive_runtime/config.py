@@ -28,8 +28,10 @@ TELEMETRY_VARIABLES = ("ADAPTIVE_RUNTIME_TELEMETRY_DIR", "ADAPTIVE_RUNTIME_PROME
                        "ADAPTIVE_RUNTIME_SHUTDOWN_TIMEOUT_S")
 #: Variables no longer read, and what took their place (docs/configuration.md).
 REMOVED_VARIABLES = {
-    "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE": "ADAPTIVE_RUNTIME_TRACE_CPU_SHARE decides how many "
-                                          "fast calls are sampled",
+    "ADAPTIVE_RUNTIME_TRACE_SAMPLE_RATE": "fast calls are sampled 1 in 100 within a fiftieth "
+                                          "of ADAPTIVE_RUNTIME_SPANS_PER_SEC",
+    "ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "the span budget is ADAPTIVE_RUNTIME_SPANS_PER_SEC "
+                                        "alone (inf lifts it)",
     "ADAPTIVE_RUNTIME_SPANS_PER_SEC_PER_KEY": "one key may take a tenth of "
                                               "ADAPTIVE_RUNTIME_SPANS_PER_SEC",
 }
@@ -63,14 +65,11 @@ class RuntimeConfig(PolicyKnobs):
       max_measure_period: a converged key is timed 1-in-N, N the smallest power of two that
         keeps timing (its measured cost) under 0.5% of the key's time, up to this.
       tracing: export spans at all.
-      spans_per_sec: token-bucket budget on exported spans, per process (one key may take a
-        tenth of it).
-      trace_cpu_share: background CPU that making and exporting routine (slow or sampled)
-        spans may take, as a share of the time the runtime's calls take: it decides how many
-        fast routine calls are sampled (at most 1%). Decision, first-call and error spans
-        come on top (they never wait), hence half of the ~1% target; ``ar.train_step`` spans
-        have a budget of half that share of the steps' time (see ``telemetry.steps``);
-        ``inf`` lifts both limits.
+      spans_per_sec: the span budget: token buckets on exported spans, per process. One key
+        may take a tenth of it; routine (slow or sampled) call spans share a fiftieth (so
+        fast calls are sampled at most 1 in 100); ``ar.train_step`` spans a tenth (see
+        ``training.steps``). ``inf`` lifts them all: every step and every slow call exported.
+      trace_cpu_share: deprecated, no effect (a ``DeprecationWarning``); removed next release.
       trace_key_interval_s: in steady state, each key (below the hot path) exports a select
         span at least this often, standing for its calls since the previous one, so every key
         shows in Jaeger with a recent span; ``inf``: only sampled spans. Commitments of a key
@@ -121,7 +120,7 @@ class RuntimeConfig(PolicyKnobs):
     max_history_keys: int = 16_384
     max_measure_period: int = 1024
     spans_per_sec: float = 200.0
-    trace_cpu_share: float = 0.005
+    trace_cpu_share: dataclasses.InitVar[float | None] = None  # deprecated: no effect
     trace_key_interval_s: float = 10.0
     history_save_interval_s: float = 60.0
     history_force: bool = False
@@ -130,7 +129,11 @@ class RuntimeConfig(PolicyKnobs):
     host_arms_on_device: bool = False
     choose_threads: bool = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, trace_cpu_share: float | None) -> None:
+        if trace_cpu_share is not None:
+            warnings.warn("trace_cpu_share has no effect and goes in the next release: the "
+                          "span budget is spans_per_sec alone (math.inf lifts it)",
+                          DeprecationWarning, stacklevel=3)
         PolicyKnobs.__post_init__(self)  # (the policy's knobs, checked where they are declared)
         # Normalise friendly inputs (strings, lists) so the frozen value is canonical.
         if self.force_backend is not None:
@@ -149,8 +152,7 @@ class RuntimeConfig(PolicyKnobs):
                               "at least one must stay enabled", field="disabled_backends")
         _number(self, "sampling_threshold_us", low=0.0)
         _number(self, "hot_path_calls_per_sec", low=0.0, low_open=True)
-        _number(self, "spans_per_sec", low=0.0)
-        _number(self, "trace_cpu_share", low=0.0, infinite=True)
+        _number(self, "spans_per_sec", low=0.0, infinite=True)
         _number(self, "trace_key_interval_s", low=0.0, low_open=True, infinite=True)
         _number(self, "history_save_interval_s", low=0.0, high=_MAX_INTERVAL_S)
         _number(self, "validate_sample_rate", low=0.0, high=1.0)

@@ -10,7 +10,7 @@ most at ~1,800 calls/s (printed: "max op calls/s"): far below the hot path
 (``hot_path_calls_per_sec``, by default 10,000 calls/s per operation), so the trace gate
 treats every operation as a normal one and admits its spans as it does in an application —
 first calls, explorations and re-checks, commitments, interval spans, and slow or sampled
-calls within its CPU budget. (The loop this replaces called a 100- to 10,000-element ``dot``
+calls within its span budget. (The loop this replaces called a 100- to 10,000-element ``dot``
 flat out, ~80,000 calls/s: hot within a second, so 5 of 200,000 timed calls were traced and
 the faults were hardly met.) Each process checks it: the operations on the hot path
 (``rt.hot_operations()``, read every 2,000 calls and at the end) and, where tracing is on,
@@ -62,9 +62,9 @@ the SDK, the spans ended into its processors during the loop, and, from the loop
 its shutdown, those its exporter reported exported or failed (including the warm-up's still
 queued then; those it lost in its queue or at shutdown, which the SDK does not count, are
 printed for the whole process: ended less exported and failed). How many spans a loop admits
-is the default trace gate's doing: routine (slow or sampled) spans within its CPU budget
-(``trace_cpu_share``: 0.5 % of the calls' time, at the span cost it measures), decisions,
-commitments and interval spans within its token buckets — 30-70 a second here: 40-95 spans
+is the default trace gate's doing: routine (slow or sampled) spans within their share of
+``spans_per_sec`` (4 calls' spans a second), decisions, commitments and interval spans
+within its token buckets — 30-70 a second here (measured under the former CPU budget): 40-95 spans
 per timed loop of 10,000 calls, plus ~90 of the warm-up's still queued at its start, so a
 verdict is said of a few hundred spans that met the fault per row over the rounds, not of
 almost none; a longer loop (``TELEMETRY_FAULTS_CALLS``) sends proportionally more. (The loop

@@ -105,9 +105,8 @@ A64, B64 = RNG.random(64), RNG.random(64)
 BATCH_CALLS = 1_500  # 3,000 spans: under the BSP's batch size below, so it never wakes mid-batch
 REPEATS = 15
 IN_LOOP_TARGET_X = 5.0
-EVERY_CALL = ar.RuntimeConfig(sampling_threshold_us=0.0, spans_per_sec=1e9,
-                              trace_cpu_share=math.inf, max_measure_period=1,
-                              hot_path_calls_per_sec=1e9)
+EVERY_CALL = ar.RuntimeConfig(sampling_threshold_us=0.0, spans_per_sec=math.inf,
+                              max_measure_period=1, hot_path_calls_per_sec=1e9)
 
 # 2. mixed loop
 USER_OP = "user_softmax"

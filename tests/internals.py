@@ -55,7 +55,6 @@ __all__ = [
     "telemetry_lock",
     "thread_watch",
     "trace_gate_keys",
-    "use_span_cpu_clock",
 ]
 
 
@@ -136,9 +135,8 @@ def attach_span_recorder(rt: ar.AdaptiveRuntime, tracer_provider: TracerProvider
                          **recorder_args: Any) -> SpanRecorder:
     """A :class:`SpanRecorder` into ``tracer_provider`` on the runtime's timer, made with
     ``recorder_args`` (``capacity=``, ...) and attached as the runtime's span sink whatever
-    ``config.tracing`` says, its measured span cost not fed to the trace gate (which keeps its
-    assumed cost): what ``ar.telemetry.instrument`` does otherwise. The runtime's metrics sink
-    is kept. ``rt.flush_telemetry()``, ``rt.trace_counts()`` and
+    ``config.tracing`` says: what ``ar.telemetry.instrument`` does otherwise. The runtime's
+    metrics sink is kept. ``rt.flush_telemetry()``, ``rt.trace_counts()`` and
     ``ar.telemetry.uninstrument(rt)`` see it, as they see one ``instrument`` made."""
     recorder = SpanRecorder(timer=rt._timer, tracer_provider=tracer_provider, **recorder_args)
     with rt._telemetry_lock:
@@ -166,11 +164,6 @@ def span_builder(recorder: SpanRecorder) -> Any:
     """What makes the recorder's spans (``call_spans``, ``step_span``, ``hot_path_span``),
     called on its worker thread."""
     return recorder._builder
-
-
-def use_span_cpu_clock(recorder: SpanRecorder, clock: Any) -> None:
-    """Have the recorder's worker read its CPU time (what its spans cost) from ``clock``."""
-    recorder._cpu_clock = clock
 
 
 def history_store(rt: ar.AdaptiveRuntime) -> Any:

@@ -5,7 +5,7 @@
 - :mod:`.measure`: ``measure_period``, the 1-in-N timing of a converged key, and the cost
   constants it weighs;
 - :mod:`.trace_gate`: ``TokenBucket`` and ``TraceGate``, whether a call's spans (or a training
-  step's) are exported.
+  step's) are exported, within the spans-per-second budget.
 
 All three take the time as an argument (an injected clock upstream), so tests drive them with
 a fake clock and no sleeping.
@@ -20,23 +20,12 @@ from .measure import (
     TIMING_SHARE,
     measure_period,
 )
-from .trace_gate import (
-    DEFAULT_SPAN_COST_US,
-    INTERVAL_SPAN_AFTER,
-    KEY_TIMING_SHARE,
-    MAX_BANKED_CALLS,
-    STEP_BUDGET_SHARE,
-    TokenBucket,
-    TraceGate,
-)
+from .trace_gate import INTERVAL_SPAN_AFTER, KEY_TIMING_SHARE, TokenBucket, TraceGate
 
 __all__ = [
-    "DEFAULT_SPAN_COST_US",
     "INTERVAL_SPAN_AFTER",
     "KEY_TIMING_SHARE",
-    "MAX_BANKED_CALLS",
     "SLOW_CALL_MAX_PERIOD",
-    "STEP_BUDGET_SHARE",
     "SUSPECT_SPAN_US",
     "TIMED_CALL_COST_US",
     "TIMING_SHARE",

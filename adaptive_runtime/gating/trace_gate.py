@@ -1,5 +1,6 @@
 """The trace gate: whether a measured call's spans (and a training step's span) are exported,
-within per-key and per-process token buckets and a CPU budget.
+within token buckets on the spans exported per second: one budget, ``spans_per_sec``, and its
+shares (a key's, routine spans', steps').
 
 Time is an argument (an injected clock upstream), so tests drive it with a fake clock and no
 sleeping.
@@ -14,8 +15,7 @@ from ..backend import Choice
 from ..decision import Reason
 from ..records import SamplingReason, TraceVerdict
 
-__all__ = ["DEFAULT_SPAN_COST_US", "INTERVAL_SPAN_AFTER", "KEY_TIMING_SHARE", "MAX_BANKED_CALLS",
-           "STEP_BUDGET_SHARE", "TokenBucket", "TraceGate"]
+__all__ = ["INTERVAL_SPAN_AFTER", "KEY_TIMING_SHARE", "TokenBucket", "TraceGate"]
 
 
 # Every timed call of a traced runtime gets a verdict, almost always a "no": those are shared,
@@ -69,14 +69,6 @@ class _KeySampling:
         self.last_span_s = now_s  # when the key's latest span went out (or it was first seen)
 
 
-# What making and exporting one call's two spans costs in background CPU before the span
-# recorder has measured it (OTel Python SDK: ~40 us to make a span, ~65 us to OTLP-encode it,
-# on the project's CI machine).
-DEFAULT_SPAN_COST_US = 200.0
-# CPU credit for span work is capped at this many calls' spans: a quiet spell cannot bank a
-# burst, and a burst of decision spans cannot silence sampling for long.
-MAX_BANKED_CALLS = 8
-
 # A key's interval span goes out once this share of the key interval has passed without a
 # span of it, and a converged key is timed at least every KEY_TIMING_SHARE of the interval
 # (its span needs a timed call; see _dispatch.learner): so its spans are at most 7/8 of a key
@@ -85,13 +77,6 @@ MAX_BANKED_CALLS = 8
 # 2 s window without a span about one run in ten of the 8 s loop test.)
 INTERVAL_SPAN_AFTER = 0.75
 KEY_TIMING_SHARE = 0.125
-
-# Training-step spans earn this share of ``cpu_share`` of the steps' time: every step already
-# pays its span's stand-in in the loop (~1 % of a 1 ms torch step, measured amid the step's
-# cache traffic), so what exported step spans may cost on top is half what call spans may.
-# (With the whole share, benchmarks/training_loop.py read 1.010-1.047x on against off;
-# its target is 1.02x.)
-STEP_BUDGET_SHARE = 0.5
 
 
 class TraceGate:
@@ -103,26 +88,21 @@ class TraceGate:
     no span for ``INTERVAL_SPAN_AFTER`` of ``key_interval_s`` → yes (``interval``: its spans
     are at most ``key_interval_s`` apart); duration ≥ ``sampling_threshold_us`` → yes;
     otherwise a deterministic ``sample_rate`` share of calls (weighted by the calls each
-    timing stands for) → yes. Every *yes* must also get a token
-    from the per-key and the per-process budgets, else it becomes a *no* for reason
-    ``budget`` (a commitment refused so is tried again on the key's next exploit). Every *no*
-    is counted by reason.
+    timing stands for) → yes. Every *yes* must also get a token from the per-key
+    (``spans_per_sec_per_key``) and the per-process (``spans_per_sec``) buckets, and a
+    routine one (slow or sampled) from the routine spans' bucket (``routine_spans_per_sec``)
+    too, else it becomes a *no* for reason ``budget`` (a commitment refused so is tried again
+    on the key's next exploit). Every *no* is counted by reason.
 
-    ``cpu_share`` (``None``: no such limit) bounds the background CPU spent on spans to that
-    share of the time the runtime's calls take: each measured call earns ``cpu_share`` of its
-    duration (times the calls it stands for) as credit, each exported call spends
-    ``span_cost_us`` (measured by the span recorder). Routine spans (slow or sampled) need the
-    credit; decision, commitment, interval, first-call and error spans always go out (within
-    the token buckets) and may leave it in debt — the budget reserves room for them, as an
-    interval span per key per ``key_interval_s`` is few. A sampled or interval span stands
-    for every fast routine call of its key since the previous sampled one, a slow span for
-    every slow call since the previous slow span (its ``weight``).
+    A sampled or interval span stands for every fast routine call of its key since the
+    previous sampled one, a slow span for every slow call since the previous slow span (its
+    ``weight``), so a span held back by the budget is counted in the next one's weight.
     """
 
     def __init__(self, *, tracing: bool, sampling_threshold_us: float, sample_rate: float,
                  spans_per_sec: float, spans_per_sec_per_key: float, now_s: float = 0.0,
-                 max_keys: int = 16_384, cpu_share: float | None = None,
-                 span_cost_us: float = DEFAULT_SPAN_COST_US,
+                 max_keys: int = 16_384, routine_spans_per_sec: float = math.inf,
+                 step_spans_per_sec: float = math.inf,
                  key_interval_s: float = math.inf) -> None:
         self.tracing = tracing
         self.key_interval_s = key_interval_s
@@ -131,16 +111,19 @@ class TraceGate:
         self.sampling_threshold_us = sampling_threshold_us
         self.sample_rate = sample_rate
         self.spans_per_sec_per_key = spans_per_sec_per_key
-        self.cpu_share = cpu_share
-        self.span_cost_us = span_cost_us  # updated by the span recorder as it measures
-        self.cpu_credit_us = 0.0
+        self.routine_spans_per_sec = routine_spans_per_sec
+        self.step_spans_per_sec = step_spans_per_sec
         self._process = TokenBucket(spans_per_sec, _burst(spans_per_sec), now_s)
+        self._routine = TokenBucket(routine_spans_per_sec, _burst(routine_spans_per_sec),
+                                    now_s)
+        # (on the step timer's time, not the calls' clock: made at the first step, see
+        # admit_step)
+        self._steps: TokenBucket | None = None
         self._keys: OrderedDict[object, _KeySampling] = OrderedDict()
         self._max_keys = max_keys
         self.exported: dict[SamplingReason, int] = dict.fromkeys(SamplingReason, 0)
         self.suppressed: dict[SamplingReason, int] = dict.fromkeys(SamplingReason, 0)
         self.admitted = 0  # calls whose spans were admitted, ever (a step's children: below)
-        self.step_credit_us = 0.0
         self.pending_steps = 0  # steps since the last step span
         self.steps_exported = 0
         self.steps_suppressed = 0
@@ -154,11 +137,6 @@ class TraceGate:
         # branches, and every export, go through helpers.
         if not self.tracing:
             return self._no(SamplingReason.TRACING_OFF, calls)
-        share = self.cpu_share
-        if share is not None and duration_us < math.inf:
-            credit = self.cpu_credit_us + share * duration_us * calls
-            cap = MAX_BANKED_CALLS * self.span_cost_us
-            self.cpu_credit_us = credit if credit < cap else cap
         if hot:
             return self._no(SamplingReason.HOT_PATH, calls)
         sampling = self._keys.get(key) or self._sampling(key, now_s)
@@ -191,7 +169,7 @@ class TraceGate:
     def _decision(self, sampling: _KeySampling, reason: Reason, failed: bool,
                   first_call: bool, calls: int, now_s: float) -> TraceVerdict:
         """admit for an error, a key's first call or a decision that is not a plain exploit:
-        exported within the token buckets (not the CPU credit)."""
+        exported within the key's and the process's buckets."""
         if failed:
             why = SamplingReason.ERROR
             sampling.committed = None  # (a failed arm is left: the next exploit commits)
@@ -207,11 +185,11 @@ class TraceGate:
 
     def _export(self, sampling: _KeySampling, why: SamplingReason, weight: float, calls: int,
                 now_s: float) -> TraceVerdict:
-        """admit past its classification: a routine span (slow or sampled) needs the CPU
-        credit, every span a token from the key's and the process's buckets; then the span
-        is counted and the calls it stands for start afresh."""
+        """admit past its classification: every span needs a token from the key's and the
+        process's buckets, a routine one (slow or sampled) from the routine spans' bucket
+        first; then the span is counted and the calls it stands for start afresh."""
         routine = why is SamplingReason.SAMPLED or why is SamplingReason.SLOW
-        if routine and self.cpu_share is not None and self.cpu_credit_us < self.span_cost_us:
+        if routine and not self._routine.take(now_s):
             return self._no(SamplingReason.BUDGET, calls)
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
@@ -219,19 +197,13 @@ class TraceGate:
             sampling.pending_calls = 0
         elif routine:
             sampling.pending_slow = 0
-        # (_spent, inlined: every exported call comes through here)
-        if self.cpu_share is not None:
-            cost = self.span_cost_us
-            self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
-        sampling.last_span_s = now_s
-        self.exported[why] += 1
-        self.admitted += 1
+        self._spent(sampling, why, now_s)
         return _YES[why] if weight == 1.0 else TraceVerdict(True, why, weight)
 
     def _commit(self, sampling: _KeySampling, backend: Choice, calls: int,
                 now_s: float) -> TraceVerdict:
-        """The verdict on a commitment's span: exported within the token buckets (not the CPU
-        credit, like any decision); refused, the key's next exploit asks again."""
+        """The verdict on a commitment's span: exported within the token buckets, like any
+        decision; refused, the key's next exploit asks again."""
         if not (sampling.bucket.take(now_s) and self._process.take(now_s)):
             return self._no(SamplingReason.BUDGET, calls)
         replaced = sampling.last_arm if sampling.last_arm is not backend else None
@@ -242,53 +214,32 @@ class TraceGate:
         return TraceVerdict(True, SamplingReason.COMMIT, 1.0, replaced)
 
     def _spent(self, sampling: _KeySampling, why: SamplingReason, now_s: float) -> None:
-        """Count an exported span: the CPU credit spent, the key's span time."""
-        if self.cpu_share is not None:
-            cost = self.span_cost_us
-            self.cpu_credit_us = max(self.cpu_credit_us - cost, -MAX_BANKED_CALLS * cost)
+        """Count an exported span: the key's span time, the counts."""
         sampling.last_span_s = now_s
         self.exported[why] += 1
         self.admitted += 1
 
-    def admit_step(self, duration_us: float, failed: bool, parent_of_spans: bool) -> float:
-        """Whether a training step's span is exported: the steps it stands for (its
-        ``weight``), 0.0 for no.
+    def admit_step(self, failed: bool, parent_of_spans: bool, now_s: float) -> float:
+        """Whether a training step that ended at ``now_s`` (on the step timer's time: the
+        steps' bucket keeps time of its own) has its span exported: the steps it stands for
+        (its ``weight``), 0.0 for no.
 
         A step whose calls' spans were admitted (``parent_of_spans``: they name it as their
         parent, so without it their trace would have a hole), the first step and a failed one
-        always are. Other steps share a CPU budget of their own, like routine call spans: each
-        step earns ``STEP_BUDGET_SHARE * cpu_share`` of its duration, a step span costs half
-        of ``span_cost_us`` (one span where a call has two). A step span per step costs a
-        loop of 2 ms steps ~3 % (making and exporting a span takes ~70 us of background CPU
-        in the OpenTelemetry Python SDK); sampled, long steps still get one each, short ones
-        one per ``span cost / (STEP_BUDGET_SHARE * cpu_share)`` of training time.
+        always are; other steps take a token from the steps' bucket (``step_spans_per_sec``),
+        so long steps get a span each and short ones one per several steps.
         """
         # Every step asks, amid its training step's cache traffic, where each line costs
-        # several times what it does in a tight loop: a step held back (most are) takes the
-        # few lines below, the rest of the accounting is in _step_verdict.
+        # several times what it does in a tight loop: a few lines for the common "no".
         self.pending_steps += 1
-        share = self.cpu_share
-        if share is not None and not (failed or parent_of_spans):
-            credit = self.step_credit_us + STEP_BUDGET_SHARE * share * duration_us
-            if credit < 0.5 * self.span_cost_us and self.steps_exported:
-                self.step_credit_us = credit  # (under the cap: below one span's cost)
-                self.steps_suppressed += 1
-                return 0.0
-        return self._step_verdict(duration_us, failed or parent_of_spans)
-
-    def _step_verdict(self, duration_us: float, forced: bool) -> float:
-        """admit_step past its common case: the credit capped, the verdict, the spending."""
-        share = self.cpu_share
-        cost = 0.5 * self.span_cost_us
-        if share is not None and 0.0 < duration_us < math.inf:
-            credit = self.step_credit_us + STEP_BUDGET_SHARE * share * duration_us
-            self.step_credit_us = min(credit, MAX_BANKED_CALLS * cost)
-        forced = forced or self.steps_exported == 0
-        if not forced and share is not None and self.step_credit_us < cost:
+        steps = self._steps
+        if steps is None:  # the first step: always exported
+            rate = self.step_spans_per_sec
+            steps = self._steps = TokenBucket(rate, _burst(rate), now_s)
+            steps.take(now_s)
+        elif not (failed or parent_of_spans or steps.take(now_s)):
             self.steps_suppressed += 1
             return 0.0
-        if share is not None:
-            self.step_credit_us = max(self.step_credit_us - cost, -MAX_BANKED_CALLS * cost)
         weight, self.pending_steps = float(self.pending_steps), 0
         self.steps_exported += 1
         return weight

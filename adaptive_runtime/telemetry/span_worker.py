@@ -3,8 +3,7 @@
 The loop appends one tuple per admitted record to the buffer (:meth:`SpanWorker._enqueue`);
 when it is full, records are dropped and counted, never waited for. A worker thread, started
 at the first record and parked while there is nothing to do, drains the buffer in batches
-and hands each record to the recorder's :class:`~.span_builders.SpanBuilder`; its CPU time is
-measured and reported as what one call's spans cost.
+and hands each record to the recorder's :class:`~.span_builders.SpanBuilder`.
 
 In a forked child (a DataLoader worker) a recorder starts afresh: an empty buffer (what the
 parent had queued is the parent's to export) and, at its first record, one worker thread of its
@@ -13,9 +12,9 @@ own; its spans carry ``process.pid`` and ``process.parent_pid``.
 Every live recorder is known here: :func:`flush_all` flushes them, each flushes at exit, and
 :func:`recorder_counts` counts the spans of them all, process-wide.
 
-The worker never dies of what it runs: each record, the batch's set-up and the cost
-bookkeeping are guarded (``_concurrency.thread_faults.survive``); should it end anyway, the
-next record queued (or a flush) starts it again.
+The worker never dies of what it runs: each record and the batch's set-up are guarded
+(``_concurrency.thread_faults.survive``); should it end anyway, the next record queued (or a
+flush) starts it again.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from .._concurrency.counters import counter, issued
@@ -34,7 +32,6 @@ from .._concurrency.thread_faults import note_restart, record_fault, survive
 from .._process import rank_attributes
 from .app_providers import flush_first
 from .deadline import exit_deadline, remaining
-from .export_cost import export_cost_us_per_span
 from .span_builders import SpanBuilder
 
 __all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "recorder_counts"]
@@ -84,31 +81,25 @@ class SpanWorker:
     ``_builder``, the maker of its records' spans, and queues records with ``_enqueue``.
 
     Validates ``capacity`` (records the buffer holds) and ``flush_interval_s`` (how long a
-    batch may gather). ``on_cost`` receives, after each batch, the background CPU (µs) one
-    call's spans cost. Never raises into the caller, and its thread never dies of what it
+    batch may gather). Never raises into the caller, and its thread never dies of what it
     runs: an SDK or exporter error is logged once per kind and counted in ``errors`` (and in
     ``ar.telemetry.stats().thread_faults``).
     """
 
     _builder: SpanBuilder
 
-    def __init__(self, *, capacity: int, flush_interval_s: float,
-                 on_cost: Callable[[float], None] | None) -> None:
+    def __init__(self, *, capacity: int, flush_interval_s: float) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be > 0, got {flush_interval_s}")
         self.capacity = capacity
         self._flush_interval_s = flush_interval_s
-        self._on_cost = on_cost
-        self.make_cost_us: float | None = None  # CPU to make one call's spans (EWMA)
         self._buffer: deque[tuple[Any, ...]] = deque()
         # counters bumped from any thread (see _concurrency.counters)
         self._dropped = counter()
         self._spans = counter()
         self._errors = counter()
-        # the worker's CPU clock (its time is what the spans cost: see _run)
-        self._cpu_clock: Callable[[], int] = time.thread_time_ns
         self._item_spans = 0  # spans made of the record being turned into spans (worker)
         self._wake = threading.Event()
         self._parked = False  # the worker sleeps until woken (see _park)
@@ -213,11 +204,6 @@ class SpanWorker:
             self._idle.set()
 
     def _work(self) -> None:
-        # The worker's whole CPU time is charged to the spans it makes, waking up included:
-        # that is what it takes from the loop.
-        cpu_mark = None
-        with survive("spans", "clock"):
-            cpu_mark = self._cpu_clock()
         while True:
             with survive("spans", "wait") as waiting:
                 if not self._buffer and not self._stop:
@@ -230,13 +216,7 @@ class SpanWorker:
                     self._wake.clear()
             if waiting.failed:  # (never spin on a wait that keeps failing)
                 time.sleep(self._flush_interval_s)
-            calls = self._drain()
-            if calls:
-                with survive("spans", "cost"):
-                    now = self._cpu_clock()
-                    if cpu_mark is not None:
-                        self._measured(now - cpu_mark, calls)
-                    cpu_mark = now
+            self._drain()
             if self._stop and not self._buffer:
                 return
 
@@ -250,14 +230,12 @@ class SpanWorker:
         self._parked = False
         self._wake.clear()
 
-    def _drain(self) -> float:
-        """Make the spans of everything queued; return how many calls' worth of spans were
-        made (a step's one span counts half a call's two, the budget's unit)."""
+    def _drain(self) -> None:
+        """Make the spans of everything queued."""
         buffer = self._buffer
-        calls = 0.0
         if not buffer:
             self._idle.set()
-            return calls
+            return
         self._idle.clear()
         builder = self._builder
         try:
@@ -279,10 +257,8 @@ class SpanWorker:
                 self._item_spans = 0
                 try:
                     if item[0] == "call":
-                        calls += 1
                         builder.call_spans(tracer, item[1], item[2])
                     elif item[0] == "step":
-                        calls += 0.5
                         builder.step_span(*item[1:])
                     else:
                         builder.transition_span(tracer, item[1], item[2], item[3])
@@ -294,14 +270,6 @@ class SpanWorker:
                     record_fault("spans", f"{item[0]} record", exc)
         finally:
             self._idle.set()
-        return calls
-
-    def _measured(self, cpu_ns: int, calls: float) -> None:
-        cost = cpu_ns / calls / 1000.0
-        previous = self.make_cost_us
-        self.make_cost_us = cost if previous is None else previous + 0.25 * (cost - previous)
-        if self._on_cost is not None:
-            self._on_cost(self.make_cost_us + 2.0 * export_cost_us_per_span())
 
     def _ended(self, recording: bool) -> None:
         """Count one span made (``recording``: the SDK recorded it and passed it on)."""

@@ -58,9 +58,7 @@ class SpanRecorder(SpanWorker):
     wall-clock times through an offset measured once. ``tracer_provider`` defaults to the
     global one, read when spans are made, so an application that sets its provider later is
     still served. Never raises into the caller: an SDK or exporter error is logged once and
-    counted in ``errors``. ``on_cost`` receives, after each batch, the background CPU (µs)
-    one call's spans cost: measured making them, plus the exporter's share (see
-    :func:`~adaptive_runtime.telemetry.export_cost.export_cost_us_per_span`).
+    counted in ``errors``.
 
     The buffer, the worker thread, flush, shutdown and fork handling are
     :class:`~.span_worker.SpanWorker`'s; the spans are made by a
@@ -72,9 +70,8 @@ class SpanRecorder(SpanWorker):
     def __init__(self, *, timer: Callable[[], int] = time.perf_counter_ns,
                  tracer_provider: trace.TracerProvider | None = None,
                  capacity: int = DEFAULT_CAPACITY, flush_interval_s: float = 1.0,
-                 on_materialized: Callable[[CallRecord], None] | None = None,
-                 on_cost: Callable[[float], None] | None = None) -> None:
-        super().__init__(capacity=capacity, flush_interval_s=flush_interval_s, on_cost=on_cost)
+                 on_materialized: Callable[[CallRecord], None] | None = None) -> None:
+        super().__init__(capacity=capacity, flush_interval_s=flush_interval_s)
         self.timer = timer  # the clock of the records' times (the runtime's, in ns)
         self._builder = SpanBuilder(tracer_provider, wall_offset_ns=time.time_ns() - timer(),
                                     ended=self._ended, on_materialized=on_materialized)

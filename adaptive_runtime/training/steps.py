@@ -6,18 +6,17 @@ is recorded), so in Jaeger a ``train_step`` trace holds the step's decisions. At
 ``train.step``, ``train.epoch``, ``train.batch_size`` where given, ``adaptive.rank`` and
 ``adaptive.world_size`` in a distributed job, and whatever the caller adds.
 
-Step spans are sampled within the trace budget, as the runtime's own spans are: a step whose
+Step spans are sampled within the span budget, as the runtime's own spans are: a step whose
 calls' spans were exported or whose ids user code read (for spans of its own, log lines: they
 name it as their parent), the first step and a failed one always get theirs; other steps share
-half of ``RuntimeConfig.trace_cpu_share`` of the training time (``gating.STEP_BUDGET_SHARE``),
-so a step span per step is exported while steps are long, one per several steps when they
-take a few ms (making and exporting a span costs ~70 us of background CPU in the
-OpenTelemetry Python SDK). A sampled step span's
-``adaptive.sampling.weight`` says how many steps it stands for; ``trace_cpu_share=math.inf``
-exports every step. With a ``tracer_provider`` of the caller's, the span is made when the step
-begins, so every step gets one. (Code that keeps the step's context to make spans after the
-step has ended should read the step's ids while it runs — ``trace.get_current_span()
-.get_span_context()`` — so that its step is exported and its ids are its own.)
+a tenth of ``RuntimeConfig.spans_per_sec`` (20 step spans a second at the default), so a step
+span per step is exported while steps are long, one per several steps when they take a few ms.
+A sampled step span's ``adaptive.sampling.weight`` says how many steps it stands for;
+``spans_per_sec=math.inf`` exports every step. With a ``tracer_provider`` of the caller's,
+the span is made when the step begins, so every step gets one. (Code that keeps the step's
+context to make spans after the step has ended should read the step's ids while it runs —
+``trace.get_current_span().get_span_context()`` — so that its step is exported and its ids
+are its own.)
 
 Usable as a context manager (one per step) and as a decorator (``@ar.train_step(epoch=0)``:
 each call of the function is a step, numbered from 0 unless ``step=`` says otherwise). With
@@ -128,8 +127,7 @@ class TrainStep:
                 # on two threads at once can at worst lose an update to it (a span more or
                 # less). A step whose span something took — a traced call recorded under it,
                 # user code that read its ids for spans of its own — is always exported.
-                weight = gate.admit_step((end_ns - start_ns) / 1e3, exc_type is not None,
-                                         stand_in.taken)
+                weight = gate.admit_step(exc_type is not None, stand_in.taken, end_ns * 1e-9)
                 if weight:
                     self._submit(recorder, stand_in, parent, weight, start_ns, end_ns, exc)
                 elif not stand_in.taken:

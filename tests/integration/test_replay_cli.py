@@ -32,8 +32,7 @@ RECORD = textwrap.dedent('''
         return run
 
     ar.telemetry.configure(service_name="replay-test", directory=folder)
-    config = ar.RuntimeConfig(hot_path_calls_per_sec=1e9, trace_cpu_share=math.inf,
-                              spans_per_sec=1e6)
+    config = ar.RuntimeConfig(hot_path_calls_per_sec=1e9, spans_per_sec=math.inf)
     rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=DeviceProbe(gpu=False))
     op = rt.register("blend", size=lambda n: n, kind="vector")
     for name in latency_us:

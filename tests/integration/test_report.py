@@ -66,8 +66,8 @@ RECORD = textwrap.dedent('''
     # three timings of each arm before committing, so a key's exploring spans carry every
     # arm's estimate (with one timing each, the default, the commitment itself is what shows
     # the choice, and an exploit span is only sampled: issue 23)
-    config = ar.RuntimeConfig(hot_path_calls_per_sec=1e9, trace_cpu_share=math.inf,
-                              spans_per_sec=1e6, min_samples_per_arm=3)
+    config = ar.RuntimeConfig(hot_path_calls_per_sec=1e9, spans_per_sec=math.inf,
+                              min_samples_per_arm=3)
     rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=DeviceProbe(gpu=True))
     blend = rt.register("blend", size=lambda n: n, kind="vector")
     blend.add_implementation("simd", arm(60.0, 0.001))      # = scalar at 1,017 elements

@@ -157,17 +157,18 @@ def test_the_runtimes_step_span_is_made_off_the_loop_with_the_ids_its_calls_saw(
 
 def test_short_steps_are_sampled_and_every_traced_call_keeps_its_step(otlp_receiver,
                                                                        provider) -> None:
-    """Default budgets: a step span per short step would cost more background CPU than the
-    trace budget allows, so most are held back (counted) and each exported one says how
-    many steps it stands for; a step whose calls' spans went out always has its own."""
+    """Default budgets: short steps come faster than the steps' share of the span budget
+    (a tenth of spans_per_sec: 20 step spans a second), so most are held back (counted) and
+    each exported one says how many steps it stands for; a step whose calls' spans went out
+    always has its own."""
     rt = make_runtime(ar.RuntimeConfig(sampling_threshold_us=1e9))
     two_arms(rt)
     ar.telemetry.instrument(rt, tracer_provider=provider)
-    steps = 500  # (the exploring steps' forced spans leave the budget in debt: ~300 steps)
+    steps = 500
     for step in range(steps):
         with ar.train_step(step=step, runtime=rt):
             rt.run("scale", 64)
-            time.sleep(0.002)  # (a step of ~2 ms earns ~5 us of the 0.25 % step budget)
+            time.sleep(0.002)  # (500 steps of ~2 ms: a burst of 20 spans, then 20 a second)
     assert rt.flush_telemetry(10.0)
     counts = rt.trace_counts()["steps"]
     assert counts["exported"] + counts["suppressed"] == steps
@@ -184,12 +185,12 @@ def test_short_steps_are_sampled_and_every_traced_call_keeps_its_step(otlp_recei
 
 def test_a_step_whose_span_user_code_reads_is_exported_with_its_children(otlp_receiver,
                                                                          provider) -> None:
-    """With no budget for step spans (``trace_cpu_share=0``: only the first step and steps
-    something needs are exported), a step under which the user made a span of their own
+    """With no span budget (``spans_per_sec=0``: only the first step and steps something
+    needs are exported), a step under which the user made a span of their own
     still gets its span, with the ids that span named as its parent; the steps between are
     held back, and no two exported steps share an id (a step's stand-in span is reused only
     while nothing has seen it)."""
-    rt = make_runtime(ar.RuntimeConfig(trace_cpu_share=0.0, sampling_threshold_us=1e9))
+    rt = make_runtime(ar.RuntimeConfig(spans_per_sec=0.0, sampling_threshold_us=1e9))
     two_arms(rt)
     ar.telemetry.instrument(rt, tracer_provider=provider)
     tracer = provider.get_tracer("user-code")

@@ -232,8 +232,7 @@ def test_span_buffer_stays_within_its_bound_and_counts_what_it_drops(
     # call in the SDK, here held at 2 ms a span until the producers are done), and the
     # receiver answers each export only after 0.2 s.
     config = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
-                              hot_path_calls_per_sec=1e12, spans_per_sec=1e12,
-                              trace_cpu_share=math.inf)
+                              hot_path_calls_per_sec=1e12, spans_per_sec=math.inf)
     rt = ar.AdaptiveRuntime(config, builtin_ops=False, devices=DeviceProbe(gpu=False))
     op = rt.register("touch", size=lambda x: x.size, kind="vector")
     op.add_implementation(Backend.SIMD, np.sum)

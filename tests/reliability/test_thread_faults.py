@@ -1,8 +1,8 @@
 """Faults injected into each thread the package starts: the thread survives, later work gets
 through, and the counts say what was lost.
 
-The threads: a runtime's span worker (a raising span maker, rank lookup and CPU clock; a
-fault no guard stops, after which the next record starts the worker again), ``configure()``'s
+The threads: a runtime's span worker (a raising span maker and rank lookup; a fault no
+guard stops, after which the next record starts the worker again), ``configure()``'s
 span export worker (a raising exporter; one that ends the worker), the metric reader (a
 raising exporter and a raising read of a runtime's counters, on the SDK's reader thread), the
 history saver (a raising read of the history; one that ends the saver, which a timed call's
@@ -48,7 +48,7 @@ from adaptive_runtime.telemetry.sdk.exporters import GuardedMetricExporter
 
 # Every call timed and every timed call's spans admitted, with no span budget.
 EXPORT_ALL = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
-                              spans_per_sec=1e9, trace_cpu_share=float("inf"))
+                              spans_per_sec=float("inf"))
 
 
 class Injected(Exception):
@@ -137,19 +137,18 @@ def made_calls(exporter: InMemorySpanExporter) -> int:
 # ---------------------------------------------------------------------------- span worker
 
 
-def test_span_worker_survives_a_raising_span_maker_rank_lookup_and_clock(
+def test_span_worker_survives_a_raising_span_maker_and_rank_lookup(
         traced: tuple[ar.AdaptiveRuntime, InMemorySpanExporter],
         monkeypatch: pytest.MonkeyPatch, reliability: Any) -> None:
     rt, exporter = traced
     recorder, worker, builder = running_worker(rt)
-    maker, ranks, clock = Faults(5), Faults(3), Faults(3)
+    maker, ranks = Faults(5), Faults(3)
     monkeypatch.setattr(builder, "call_spans", maker.wrap(builder.call_spans))
     monkeypatch.setattr(span_worker, "rank_attributes", ranks.wrap(span_worker.rank_attributes))
-    internals.use_span_cpu_clock(recorder, clock.wrap(time.thread_time_ns))
     stats = ar.telemetry.stats()
     made = made_calls(exporter)
     calls = 0
-    while maker.left or ranks.left or clock.left:  # (a batch at a time: flush after each)
+    while maker.left or ranks.left:  # (a batch at a time: flush after each)
         for _ in range(3):
             rt.run("scale", 8)
             calls += 1
@@ -159,7 +158,7 @@ def test_span_worker_survives_a_raising_span_maker_rank_lookup_and_clock(
         rt.run("scale", 8)
     assert rt.flush_telemetry(10.0)
     after = ar.telemetry.stats()
-    injected = maker.raised + ranks.raised + clock.raised
+    injected = maker.raised + ranks.raised
     assert internals.span_worker_thread(recorder) is worker and worker.is_alive()
     assert delta(after.thread_faults, stats.thread_faults, "spans") == injected
     assert delta(after.threads_restarted, stats.threads_restarted, "spans") == 0
@@ -167,8 +166,7 @@ def test_span_worker_survives_a_raising_span_maker_rank_lookup_and_clock(
     assert lost == 2 * maker.raised, "each record the span maker failed: its 2 spans lost"
     assert made_calls(exporter) - made == calls + 50 - maker.raised
     reliability.record(load=f"span worker: {injected} faults injected (span maker "
-                            f"{maker.raised}, rank lookup {ranks.raised}, clock "
-                            f"{clock.raised}), {calls + 50} calls",
+                            f"{maker.raised}, rank lookup {ranks.raised}), {calls + 50} calls",
                        faults_counted=injected, spans_lost=lost, threads_restarted=0,
                        thread_alive=True)
 
@@ -415,7 +413,7 @@ PROGRAM = textwrap.dedent('''
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,
-                                             spans_per_sec=1e9, trace_cpu_share=float("inf")),
+                                             spans_per_sec=float("inf")),
                             builtin_ops=False)
     op = rt.register("scale", size=lambda n: n, kind="vector")
     op.add_implementation(Backend.SIMD, lambda n: n)

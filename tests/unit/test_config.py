@@ -43,8 +43,8 @@ def test_config_is_frozen() -> None:
     ({"max_measure_period": 0}, "max_measure_period", ">= 1"),
     ({"max_history_keys": 0}, "max_history_keys", ">= 1"),
     ({"switch_margin": 0.95}, "switch_margin", "<= 0.9"),
-    ({"trace_cpu_share": -0.01}, "trace_cpu_share", ">= 0"),
-    ({"trace_cpu_share": float("nan")}, "trace_cpu_share", "number"),
+    ({"spans_per_sec": -1.0}, "spans_per_sec", ">= 0"),
+    ({"spans_per_sec": float("nan")}, "spans_per_sec", "number"),
     ({"min_samples_per_arm": 0}, "min_samples_per_arm", ">= 1"),
     ({"tracing": "yes"}, "tracing", "True or False"),
     ({"host_arms_on_device": 1}, "host_arms_on_device", "True or False"),
@@ -68,19 +68,31 @@ def _trace_gate(config: ar.RuntimeConfig | None = None) -> TraceGate:
     return gate
 
 
-def test_an_infinite_trace_cpu_share_lifts_the_limit() -> None:
-    assert ar.RuntimeConfig(trace_cpu_share=math.inf).trace_cpu_share == math.inf
-    env = ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "inf"})
-    assert env.trace_cpu_share == math.inf
-    assert _trace_gate(ar.RuntimeConfig(trace_cpu_share=math.inf)).cpu_share is None
-    assert _trace_gate().cpu_share == 0.005
+def test_trace_cpu_share_is_accepted_with_a_deprecation_warning_and_changes_nothing() -> None:
+    for share in (0.0, 0.01, math.inf):
+        with pytest.warns(DeprecationWarning, match="trace_cpu_share has no effect"):
+            config = ar.RuntimeConfig(trace_cpu_share=share)  # type: ignore[call-arg]
+        assert config == ar.RuntimeConfig()
+    with pytest.warns(DeprecationWarning, match="spans_per_sec"):
+        ar.RuntimeConfig().replace(trace_cpu_share=0.01)
 
 
-def test_a_keys_span_budget_is_a_tenth_of_the_process_budget() -> None:
+def test_an_infinite_spans_per_sec_lifts_every_span_budget() -> None:
+    assert ar.RuntimeConfig(spans_per_sec=math.inf).spans_per_sec == math.inf
+    env = ar.RuntimeConfig.from_env({"ADAPTIVE_RUNTIME_SPANS_PER_SEC": "inf"})
+    assert env.spans_per_sec == math.inf
+    gate = _trace_gate(env)
+    assert gate.spans_per_sec_per_key == gate.routine_spans_per_sec == math.inf
+    assert gate.step_spans_per_sec == math.inf
+
+
+def test_the_keys_routine_and_step_span_budgets_are_shares_of_spans_per_sec() -> None:
     gate = _trace_gate(ar.RuntimeConfig(spans_per_sec=50.0))
-    assert gate.spans_per_sec_per_key == 5.0
+    assert (gate.spans_per_sec_per_key, gate.routine_spans_per_sec,
+            gate.step_spans_per_sec) == (5.0, 1.0, 5.0)
     default = _trace_gate()
-    assert default.spans_per_sec_per_key == 20.0
+    assert (default.spans_per_sec_per_key, default.routine_spans_per_sec,
+            default.step_spans_per_sec) == (20.0, 4.0, 20.0)
 
 
 def test_config_error_is_a_value_error() -> None:
@@ -223,7 +235,7 @@ def test_runtime_rejects_a_non_config() -> None:
         ar.AdaptiveRuntime({"tracing": False}, builtin_ops=False)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("field", ["disabled_backends", "force_backend", "spans_per_sec",
+@pytest.mark.parametrize("field", ["disabled_backends", "force_backend", "sampling_threshold_us",
                                    "tracing", "history_path", "max_measure_period"])
 @pytest.mark.parametrize("huge", [1 << 20_000, [1 << 20_000]], ids=["int", "in a list"])
 def test_an_int_too_long_to_print_is_a_config_error_that_says_so(field: str, huge) -> None:

@@ -64,6 +64,17 @@ def test_a_removed_variable_says_what_replaced_it_and_known_ones_pass() -> None:
         "longer read: one key may take a tenth of ADAPTIVE_RUNTIME_SPANS_PER_SEC"}
 
 
+def test_the_trace_cpu_share_variable_is_no_longer_read_and_warns_what_replaced_it() -> None:
+    env = {"ADAPTIVE_RUNTIME_TRACE_CPU_SHARE": "inf"}
+    assert unknown_variables(env)["ADAPTIVE_RUNTIME_TRACE_CPU_SHARE"].endswith(
+        "no longer read: the span budget is ADAPTIVE_RUNTIME_SPANS_PER_SEC alone (inf lifts it)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = ar.RuntimeConfig.from_env(env)
+    assert config == ar.RuntimeConfig()
+    assert [w.category for w in caught] == [ConfigWarning]
+
+
 def test_every_variable_the_package_and_its_docs_name_is_known() -> None:
     known = {*config_variables(), *TELEMETRY_VARIABLES}
     named = {name for path in (ROOT / "adaptive_runtime").rglob("*.py")

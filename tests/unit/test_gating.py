@@ -396,51 +396,43 @@ def test_trace_gate_counts_every_verdict_by_reason() -> None:
     assert sum(gate.exported.values()) + sum(gate.suppressed.values()) == 5
 
 
-# --------------------------------------------------------------------------- CPU share budget
+# --------------------------------------------------------------------------- routine spans' budget
 
 
-def test_cpu_share_bounds_routine_spans_by_the_time_calls_take() -> None:
-    # 10 us calls, 1% share: each call earns 0.1 us; a call's spans cost 200 us -> at most one
-    # routine span per 2,000 calls, whatever the sample rate says
-    gate = _gate(sample_rate=1.0, cpu_share=0.01, span_cost_us=200.0)
-    verdicts = [_admit(gate, duration_us=10.0, now_s=i * 1e-4) for i in range(20_000)]
+def test_routine_spans_are_bounded_by_their_spans_per_second() -> None:
+    # every fast call eligible (rate 1), 2 routine spans a second: 10 s of calls every 0.1 ms
+    # export the burst's 2, then 2 a second, whatever the sample rate says
+    gate = _gate(sample_rate=1.0, routine_spans_per_sec=2.0)
+    verdicts = [_admit(gate, duration_us=10.0, now_s=i * 1e-4) for i in range(100_000)]
     exported = [v for v in verdicts if v.export]
-    assert 9 <= len(exported) <= 11
+    assert len(exported) == 2 + 2 * 10 - 1  # (the last token is due at 10 s: not reached)
     assert all(v.reason is SamplingReason.SAMPLED for v in exported)
-    assert gate.suppressed[SamplingReason.BUDGET] == 20_000 - len(exported)
+    assert gate.suppressed[SamplingReason.BUDGET] == 100_000 - len(exported)
     # each span stands for the routine calls since the previous one
-    assert sum(v.weight for v in exported) == pytest.approx(20_000, abs=2_001)
+    assert sum(v.weight for v in exported) == 100_000 - gate._keys[("dot", 3)].pending_calls
 
 
-def test_cpu_share_never_holds_back_decisions_first_calls_or_errors() -> None:
-    gate = _gate(cpu_share=0.01, span_cost_us=200.0)
+def test_slow_spans_share_the_routine_budget() -> None:
+    gate = _gate(routine_spans_per_sec=1.0)
+    assert _admit(gate, duration_us=500.0, now_s=0.0).reason is SamplingReason.SLOW
+    held = _admit(gate, duration_us=500.0, key=("add", 3), now_s=0.5)
+    assert (held.export, held.reason) == (False, SamplingReason.BUDGET)
+    assert _admit(gate, duration_us=500.0, key=("add", 3), now_s=1.0).weight == 2.0
+
+
+def test_the_routine_budget_never_holds_back_decisions_first_calls_or_errors() -> None:
+    gate = _gate(routine_spans_per_sec=0.0)  # no routine span ever
     for kwargs in ({"failed": True}, {"first_call": True}, {"reason": Reason.EXPLORE},
                    {"reason": Reason.DRIFT}) * 5:
         assert _admit(gate, **kwargs).export
-    assert gate.cpu_credit_us < 0  # in debt, bounded
-    assert gate.cpu_credit_us >= -8 * 200.0
-    # routine spans wait until the debt is earned back
     assert not _admit(gate, duration_us=150.0).export
     assert gate.suppressed[SamplingReason.BUDGET] == 1
 
 
-def test_cpu_share_follows_the_measured_span_cost() -> None:
-    cheap, dear = (_gate(cpu_share=0.01, span_cost_us=cost) for cost in (20.0, 400.0))
-    for gate in (cheap, dear):
-        for i in range(10_000):
-            _admit(gate, duration_us=150.0, now_s=i * 1e-3)  # slow: always wanted
-    # 10,000 x 150 us x 1% = 15,000 us of credit
-    assert cheap.exported[SamplingReason.SLOW] == pytest.approx(15_000 / 20.0, abs=2)
-    assert dear.exported[SamplingReason.SLOW] == pytest.approx(15_000 / 400.0, abs=2)
-
-
-def test_quiet_spell_banks_at_most_a_few_calls_worth_of_spans() -> None:
-    gate = _gate(sample_rate=0.0, cpu_share=0.01, span_cost_us=100.0)
-    # a long run of unsampled calls: 1e6 calls x 5 us x 1% = 50 ms of credit, capped at 8 spans
-    assert not _admit(gate, duration_us=5.0, calls=1_000_000).export
-    assert gate.cpu_credit_us == 8 * 100.0
-    burst = [_admit(gate, duration_us=150.0, key=("k", i)).export for i in range(50)]
-    assert sum(burst) == 8  # the banked 8 (the burst itself earns 50 x 1.5 us: not one more)
+def test_no_routine_budget_leaves_the_sample_rate_as_the_ceiling() -> None:
+    gate = _gate(sample_rate=0.01)  # routine_spans_per_sec: inf by default
+    exported = sum(_admit(gate, duration_us=5.0, now_s=i * 1e-4).export for i in range(10_000))
+    assert exported == 100
 
 
 def test_slow_and_sampled_spans_weigh_only_calls_of_their_own_kind() -> None:
@@ -461,46 +453,43 @@ def test_slow_and_sampled_spans_weigh_only_calls_of_their_own_kind() -> None:
 # --------------------------------------------------------------------------- step spans
 
 
-def test_step_spans_share_the_cpu_budget_by_the_steps_time() -> None:
-    # 2 ms steps, 0.5% share, half of it for steps: each step earns 5 us; a step span costs
-    # half a call's 200 us -> the first step's span, then one per 20 steps, each standing for
-    # the steps since
-    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
-    weights = [gate.admit_step(2_000.0, failed=False, parent_of_spans=False)
-               for _ in range(1_001)]
+def test_step_spans_are_bounded_by_their_spans_per_second() -> None:
+    # 2 ms steps for 10 s, 10 step spans a second: the burst's 10 (the first step's among
+    # them), then one per 50 steps (the last token is due at 10 s: not reached), each
+    # standing for the steps since
+    gate = _gate(step_spans_per_sec=10.0)
+    weights = [gate.admit_step(failed=False, parent_of_spans=False, now_s=i * 0.002)
+               for i in range(5_000)]
     exported = [w for w in weights if w]
-    assert weights[0] == 1.0
-    assert 49 <= len(exported) <= 52
-    assert sum(exported) == 1_001 - gate.pending_steps
+    assert weights[:10] == [1.0] * 10
+    assert len(exported) == 10 + 10 * 10 - 1
+    assert sum(exported) == 5_000 - gate.pending_steps
     assert gate.steps_exported == len(exported)
-    assert gate.steps_suppressed == 1_001 - len(exported)
+    assert gate.steps_suppressed == 5_000 - len(exported)
 
 
 def test_long_steps_each_get_their_span() -> None:
-    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
-    # 50 ms steps earn 125 us each: more than a step span costs
-    assert all(gate.admit_step(50_000.0, failed=False, parent_of_spans=False) == 1.0
-               for _ in range(100))
+    gate = _gate(step_spans_per_sec=10.0)
+    assert all(gate.admit_step(failed=False, parent_of_spans=False, now_s=i * 0.1) == 1.0
+               for i in range(100))
 
 
 def test_a_step_whose_calls_were_traced_or_that_failed_always_gets_its_span() -> None:
-    gate = _gate(cpu_share=0.005, span_cost_us=200.0)
-    gate.admit_step(10.0, failed=False, parent_of_spans=False)  # the first: exported
-    assert gate.admit_step(10.0, failed=False, parent_of_spans=False) == 0.0
-    assert gate.admit_step(10.0, failed=False, parent_of_spans=True) == 2.0
-    assert gate.admit_step(10.0, failed=True, parent_of_spans=False) == 1.0
-    assert gate.step_credit_us >= -8 * 100.0  # in debt, bounded
+    gate = _gate(step_spans_per_sec=0.0)  # no step budget at all
+    assert gate.admit_step(failed=False, parent_of_spans=False, now_s=0.0) == 1.0  # the first
+    assert gate.admit_step(failed=False, parent_of_spans=False, now_s=1.0) == 0.0
+    assert gate.admit_step(failed=False, parent_of_spans=True, now_s=2.0) == 2.0
+    assert gate.admit_step(failed=True, parent_of_spans=False, now_s=3.0) == 1.0
 
 
 def test_no_step_budget_exports_every_step() -> None:
-    for share in (None, math.inf):
-        gate = _gate(cpu_share=share)
-        assert all(gate.admit_step(d, failed=False, parent_of_spans=False) == 1.0
-                   for d in (0.0, 1.0, 1e6) * 10)
+    gate = _gate(step_spans_per_sec=math.inf)
+    assert all(gate.admit_step(failed=False, parent_of_spans=False, now_s=0.0) == 1.0
+               for _ in range(1_000))
 
 
 def test_admitted_counts_calls_whose_spans_went_out() -> None:
-    gate = _gate(cpu_share=None)
+    gate = _gate()
     _admit(gate, first_call=True)
     _admit(gate, hot=True)
     _admit(gate, reason=Reason.EXPLORE)
@@ -531,8 +520,8 @@ def test_the_first_exploit_after_exploring_is_a_commitment_exported_once() -> No
     assert gate.exported[SamplingReason.COMMIT] == 1
 
 
-def test_a_commitment_needs_no_cpu_credit_as_no_decision_does() -> None:
-    gate = _gate(sample_rate=1.0, cpu_share=0.0)  # no credit ever: routine spans never go
+def test_a_commitment_needs_no_routine_token_as_no_decision_does() -> None:
+    gate = _gate(sample_rate=1.0, routine_spans_per_sec=0.0)  # routine spans never go
     _explored(gate)
     assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
     assert _admit(gate, backend=SIMD).reason is SamplingReason.BUDGET
@@ -586,7 +575,7 @@ def test_a_hot_operation_exports_no_commitment() -> None:
 
 
 def test_a_key_without_a_span_for_the_interval_exports_one_standing_for_its_calls() -> None:
-    gate = _gate(sample_rate=0.0, cpu_share=0.0, key_interval_s=2.0)  # no credit at all
+    gate = _gate(sample_rate=0.0, routine_spans_per_sec=0.0, key_interval_s=2.0)
     _explored(gate)
     assert _admit(gate, backend=SIMD).reason is SamplingReason.COMMIT
     spans = []

@@ -34,7 +34,7 @@ def _runtime(*, choose_threads: bool = True) -> ar.AdaptiveRuntime:
     traced (each is slow, and no budget holds spans back)."""
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(max_measure_period=4,
                                              choose_threads=choose_threads,
-                                             spans_per_sec=1e6, trace_cpu_share=math.inf))
+                                             spans_per_sec=math.inf))
     op = rt.register("threaded", size=lambda x: x.size, kind="elementwise")
 
     def kernel(x: np.ndarray) -> np.ndarray:
