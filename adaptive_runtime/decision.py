@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from .backend import Backend, Choice
 
-__all__ = ["EMPTY_ESTIMATES", "Decision", "Reason"]
+__all__ = ["EMPTY_ESTIMATES", "NO_TIMINGS", "Decision", "Reason"]
 
 
 class Reason(str, enum.Enum):
@@ -38,7 +38,7 @@ _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 #: An empty, read-only ``estimates_us`` / ``floors_us`` / ``stdevs_us`` (shared: one per
 #: decision would cost)
 EMPTY_ESTIMATES: Mapping[Choice, float] = _EMPTY
-_NO_TIMINGS: Mapping[Choice, int] = _EMPTY  # (the same object: an empty ``timings``)
+NO_TIMINGS: Mapping[Choice, int] = _EMPTY  # (the same object: an empty ``timings``)
 
 
 class Decision(NamedTuple):
@@ -86,7 +86,7 @@ class Decision(NamedTuple):
     samples: int = 0
     plan: tuple[Choice, ...] = ()
     floors_us: Mapping[Choice, float] = EMPTY_ESTIMATES
-    timings: Mapping[Choice, int] = _NO_TIMINGS
+    timings: Mapping[Choice, int] = NO_TIMINGS
     stdevs_us: Mapping[Choice, float] = EMPTY_ESTIMATES
     threads: int = 0
 

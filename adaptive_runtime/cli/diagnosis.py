@@ -284,9 +284,9 @@ def _setting_error(name: str, raw: str, config: bool) -> str | None:
                 and importlib.util.find_spec("opentelemetry.sdk") is not None:
             # (configure()'s own reading; without the SDK configure() cannot run at all,
             # which the telemetry check reports)
-            from ..telemetry.sdk.configure import _prometheus_port
+            from ..telemetry.sdk.configure import resolve_prometheus_port
 
-            _prometheus_port(None, {name: raw})
+            resolve_prometheus_port(None, {name: raw})
     except ConfigError as exc:
         return str(exc)
     return None

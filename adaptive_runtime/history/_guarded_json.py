@@ -1,9 +1,9 @@
 """Reading a history file's bytes and JSON bounded and guarded, so a corrupt or hostile file
 costs one linear pass and one ``ValueError`` naming it, never more: the size bound checked
-before reading (:func:`_read_bounded`), the nesting depth before parsing (:func:`_nesting_depth`,
+before reading (:func:`read_bounded`), the nesting depth before parsing (:func:`_nesting_depth`,
 over the linear ``_JSON_STRING`` pattern), integers' length and objects' unique keys while
-parsing (:func:`_parse_json`), and values worded for messages without recursing
-(:func:`_brief`)."""
+parsing (:func:`parse_json`), and values worded for messages without recursing
+(:func:`brief`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def _read_bounded(path: str, max_bytes: int) -> bytes:
+def read_bounded(path: str, max_bytes: int) -> bytes:
     """The bytes of the file at ``path``: refused unread when its size is over ``max_bytes``
     (the bound), and never more than the bound plus one byte read (a file growing
     meanwhile)."""
@@ -85,7 +85,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _Refused(f"repeats the key {_brief(key)} in one JSON object")
+                raise _Refused(f"repeats the key {brief(key)} in one JSON object")
             seen.add(key)
     return obj
 
@@ -97,7 +97,7 @@ def _nesting_depth(text: str) -> int:
     return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
-def _parse_json(path: str, raw: bytes) -> object:
+def parse_json(path: str, raw: bytes) -> object:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -121,7 +121,7 @@ def _parse_json(path: str, raw: bytes) -> object:
                          f"{exc}") from None
 
 
-def _brief(value: object) -> str:
+def brief(value: object) -> str:
     """``value`` for a message: short, and never recursing into nested containers (a hostile
     file's nesting must not raise ``RecursionError`` while its error is being worded)."""
     if isinstance(value, str):

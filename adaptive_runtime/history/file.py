@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..backend import VARIANT_NAME, Backend, Choice
-from ._guarded_json import _brief, _parse_json, _read_bounded
+from ._guarded_json import brief, parse_json, read_bounded
 from .record import HistoryRecord
 
 __all__ = ["HISTORY_FORMAT", "LEGACY_HISTORY_FORMAT", "MAX_HISTORY_FILE_BYTES", "HistoryFile",
@@ -207,7 +207,7 @@ def read_history_file(path: str | os.PathLike[str]) -> HistoryFile:
     be read. Nothing in the file is executed: it is parsed as JSON and every field is checked.
     """
     path = os.fspath(path)
-    return parse_history_document(path, _read_bounded(path, MAX_HISTORY_FILE_BYTES))
+    return parse_history_document(path, read_bounded(path, MAX_HISTORY_FILE_BYTES))
 
 
 def parse_history_document(path: str, raw: bytes) -> HistoryFile:
@@ -217,16 +217,16 @@ def parse_history_document(path: str, raw: bytes) -> HistoryFile:
     if len(raw) > MAX_HISTORY_FILE_BYTES:
         raise ValueError(f"history file {path!r} is {len(raw)} bytes, over the "
                          f"{MAX_HISTORY_FILE_BYTES} a history file may hold")
-    doc = _parse_json(path, raw)
+    doc = parse_json(path, raw)
     if not isinstance(doc, dict):
         raise ValueError(f"history file {path!r} is not a history file (a JSON object with a "
-                         f"'format'): it holds {_brief(doc)}")
+                         f"'format'): it holds {brief(doc)}")
     if "format" not in doc:
         raise ValueError(f"history file {path!r} is not a history file: its JSON object has "
                          "no 'format'")
     fmt = doc["format"]
     if not isinstance(fmt, str) or fmt not in (HISTORY_FORMAT, LEGACY_HISTORY_FORMAT):
-        raise ValueError(f"history file {path!r} is in format {_brief(fmt)}, not "
+        raise ValueError(f"history file {path!r} is in format {brief(fmt)}, not "
                          f"{HISTORY_FORMAT!r} (or {LEGACY_HISTORY_FORMAT!r})")
     fingerprint = None
     if fmt == HISTORY_FORMAT:
@@ -238,7 +238,7 @@ def parse_history_document(path: str, raw: bytes) -> HistoryFile:
     rows = doc.get("records")
     if not isinstance(rows, list):
         raise ValueError(f"history file {path!r} has no list of records: 'records' is "
-                         f"{_brief(rows) if 'records' in doc else 'missing'}")
+                         f"{brief(rows) if 'records' in doc else 'missing'}")
     records = []
     seen: set[tuple[str, int, Choice]] = set()
     for i, row in enumerate(rows):
@@ -250,7 +250,7 @@ def parse_history_document(path: str, raw: bytes) -> HistoryFile:
         key = (record.operation, record.size_bucket, record.choice)
         if key in seen:
             raise ValueError(f"history file {path!r} has a malformed record (#{i}): it repeats "
-                             f"{_brief(record.operation)} bucket {record.size_bucket} "
+                             f"{brief(record.operation)} bucket {record.size_bucket} "
                              f"{record.choice.value}")
         seen.add(key)
         records.append(record)
@@ -260,10 +260,10 @@ def parse_history_document(path: str, raw: bytes) -> HistoryFile:
 def _fingerprint_fault(fingerprint: object) -> str:
     """What is wrong with a file's fingerprint, or ``""``."""
     if not isinstance(fingerprint, dict):
-        return f"got {_brief(fingerprint)}"
+        return f"got {brief(fingerprint)}"
     for name, value in fingerprint.items():
         if not (value is None or isinstance(value, str) or type(value) is int):
-            return f"{_brief(name)} is {_brief(value)}"
+            return f"{brief(name)} is {brief(value)}"
     return ""
 
 
@@ -316,12 +316,12 @@ def _number(row: Mapping[str, object], name: str, *, default: float | None = Non
     """Field ``name`` as a float from 0 to ``most`` (NaN too where ``nan``)."""
     value = row.get(name, default) if default is not None else _field(row, name)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {_brief(value)}")
+        raise TypeError(f"{name} must be a number, got {brief(value)}")
     number = float(value)  # (ints are at most 20 digits in a file; OverflowError in code)
     if math.isnan(number) and nan:
         return number
     if not (0.0 <= number <= most):
-        raise ValueError(f"{name} {_brief(value)} is out of range (0 to {most:g})")
+        raise ValueError(f"{name} {brief(value)} is out of range (0 to {most:g})")
     return number
 
 
@@ -329,7 +329,7 @@ def _count(row: Mapping[str, object], name: str) -> int:
     value = _field(row, name)
     if type(value) is not int or not 0 <= value <= _MAX_COUNT:
         raise ValueError(f"{name} must be a count (an integer from 0 to 2**63-1), got "
-                         f"{_brief(value)}")
+                         f"{brief(value)}")
     return value
 
 
@@ -337,26 +337,26 @@ def record_from_json(row: object) -> HistoryRecord:
     """A record from a JSON object; ``ValueError`` / ``TypeError`` naming the field (missing,
     of the wrong type or out of range) if it is malformed."""
     if not isinstance(row, dict):
-        raise TypeError(f"a record must be a JSON object, got {_brief(row)}")
+        raise TypeError(f"a record must be a JSON object, got {brief(row)}")
     operation = _field(row, "operation")
     if not isinstance(operation, str) or not operation:
-        raise ValueError(f"operation must be a non-empty string, got {_brief(operation)}")
+        raise ValueError(f"operation must be a non-empty string, got {brief(operation)}")
     try:
         # (a JSON escape can spell a lone surrogate: such a name fails every OTLP export)
         operation.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"operation must be valid Unicode text (encodable as UTF-8), got "
-                         f"{_brief(operation)}") from None
+                         f"{brief(operation)}") from None
     bucket = _field(row, "size_bucket")
     if type(bucket) is not int or bucket < 0 or bucket > 128:
-        raise ValueError(f"size_bucket {_brief(bucket)} is not a bucket number (0 to 128)")
+        raise ValueError(f"size_bucket {brief(bucket)} is not a bucket number (0 to 128)")
     backend = _field(row, "backend")
     if not isinstance(backend, str) or len(backend) > 20:
-        raise ValueError(f"backend must be one of gpu, simd, scalar; got {_brief(backend)}")
+        raise ValueError(f"backend must be one of gpu, simd, scalar; got {brief(backend)}")
     variant = row.get("variant", "")
     if not isinstance(variant, str) or (variant and not VARIANT_NAME.fullmatch(variant)):
         raise ValueError(f"variant must be 1-64 letters, digits and _ . + - @, got "
-                         f"{_brief(variant)}")
+                         f"{brief(variant)}")
     samples = _count(row, "samples")
     failures = _count(row, "failures")
     try:

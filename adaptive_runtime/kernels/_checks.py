@@ -26,14 +26,14 @@ import numpy as np
 from .._imported import imported
 from ._arrays import FLOAT_DTYPES, TENSOR_FLOATS
 from ._full_checks import (
-    _array_size,
-    _check_alpha,
-    _conv1d_size,
-    _layer_norm_size,
-    _linear_size,
-    _matmul_size,
-    _same_shape_size,
-    _vector_pair_size,
+    check_alpha,
+    full_array_size,
+    full_conv1d_size,
+    full_layer_norm_size,
+    full_linear_size,
+    full_matmul_size,
+    full_same_shape_size,
+    full_vector_pair_size,
 )
 
 __all__ = ["array_size", "conv1d_size", "layer_norm_size", "linear_size", "matmul_size",
@@ -125,7 +125,7 @@ def array_size(operation: str) -> Callable[[Any], int]:
             size = x.size
             if size:
                 return size
-        return _array_size(operation, x)
+        return full_array_size(operation, x)
 
     return size_of
 
@@ -144,7 +144,7 @@ def vector_pair_size(operation: str) -> Callable[[Any, Any], int]:
             shape = a.shape
             if shape == b.shape and shape[0]:
                 return shape[0]
-        return _vector_pair_size(operation, a, b)
+        return full_vector_pair_size(operation, a, b)
 
     return size_of
 
@@ -168,7 +168,7 @@ def same_shape_size(operation: str) -> Callable[[Any, Any], int]:
             size = a.size
             if size:
                 return size
-        return _same_shape_size(operation, a, b)
+        return full_same_shape_size(operation, a, b)
 
     return size_of
 
@@ -180,7 +180,7 @@ def scale_size(operation: str) -> Callable[[Any, Any, Any], int]:
 
     def size_of(alpha: Any, x: Any, y: Any) -> int:
         if type(alpha) is not float:  # (the common case: a Python float)
-            _check_alpha(operation, alpha)
+            check_alpha(operation, alpha)
         return pair(x, y)
 
     return size_of
@@ -209,7 +209,7 @@ def layer_norm_size(operation: str) -> Callable[..., int]:
                     size = x.size
                     if size:
                         return size
-        return _layer_norm_size(operation, x, weight, bias, eps)
+        return full_layer_norm_size(operation, x, weight, bias, eps)
 
     return size_of
 
@@ -245,7 +245,7 @@ def linear_size(operation: str) -> Callable[..., int]:
                 size = x.size
                 if size:
                     return size * out_features
-        return _linear_size(operation, x, weight, bias)
+        return full_linear_size(operation, x, weight, bias)
 
     return size_of
 
@@ -267,7 +267,7 @@ def matmul_size(operation: str) -> Callable[[Any, Any], int]:
             k2, n = b.shape
             if k == k2 and m and k and n:
                 return m * k * n
-        return _matmul_size(operation, a, b)
+        return full_matmul_size(operation, a, b)
 
     return size_of
 
@@ -291,9 +291,9 @@ def conv1d_size(operation: str) -> Callable[..., int]:
                         and out_channels
                         and (bias is None or (bias.ndim == 1 and bias.shape[0] == out_channels))):
                     return batch * out_channels * (length - k + 1) * channels * k
-            return _conv1d_size(operation, x, w, bias, padding)
+            return full_conv1d_size(operation, x, w, bias, padding)
         if bias is not None or padding != 0:
-            return _conv1d_size(operation, x, w, bias, padding)
+            return full_conv1d_size(operation, x, w, bias, padding)
         if type(w) is _ndarray:
             dtype = x.dtype
             if (dtype is _F64 or dtype is _F32) and w.dtype is dtype and x.ndim == 1 == w.ndim:
@@ -301,6 +301,6 @@ def conv1d_size(operation: str) -> Callable[..., int]:
                 k = w.shape[0]
                 if 1 <= k <= n:
                     return (n - k + 1) * k
-        return _conv1d_size(operation, x, w)
+        return full_conv1d_size(operation, x, w)
 
     return size_of

@@ -15,7 +15,9 @@ import numpy as np
 
 from ._arrays import FLOAT_DTYPES, TENSOR_FLOATS, describe, dtype_name, is_jax, is_tensor
 
-__all__ = ["check_types"]
+__all__ = ["check_alpha", "check_types", "full_array_size", "full_conv1d_size",
+           "full_layer_norm_size", "full_linear_size", "full_matmul_size", "full_same_shape_size",
+           "full_vector_pair_size"]
 
 
 def _inputs(arrays: tuple[Any, ...]) -> str:
@@ -66,7 +68,7 @@ def _elements(x: Any) -> int:
     return int(x.numel()) if is_tensor(x) else int(x.size)
 
 
-def _array_size(operation: str, x: Any) -> int:
+def full_array_size(operation: str, x: Any) -> int:
     check_types(operation, x)
     size = _elements(x)
     if x.ndim == 0 or size == 0:
@@ -74,27 +76,27 @@ def _array_size(operation: str, x: Any) -> int:
     return size
 
 
-def _vector_pair_size(operation: str, a: Any, b: Any) -> int:
+def full_vector_pair_size(operation: str, a: Any, b: Any) -> int:
     check_types(operation, a, b)
     if a.ndim != 1 or b.ndim != 1 or a.shape[0] != b.shape[0] or a.shape[0] == 0:
         raise _shape_error(operation, "two non-empty 1-D arrays of equal length", (a, b))
     return int(a.shape[0])
 
 
-def _same_shape_size(operation: str, a: Any, b: Any) -> int:
+def full_same_shape_size(operation: str, a: Any, b: Any) -> int:
     check_types(operation, a, b)
     if tuple(a.shape) != tuple(b.shape) or a.ndim == 0 or 0 in tuple(a.shape):
         raise _shape_error(operation, "two non-empty arrays of the same shape", (a, b))
     return _elements(a)
 
 
-def _check_alpha(operation: str, alpha: Any) -> None:
+def check_alpha(operation: str, alpha: Any) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.floating | np.integer):
         raise TypeError(f"{operation}: alpha must be a real number, got "
                         f"{type(alpha).__name__}")
 
 
-def _layer_norm_size(operation: str, x: Any, weight: Any, bias: Any, eps: Any) -> int:
+def full_layer_norm_size(operation: str, x: Any, weight: Any, bias: Any, eps: Any) -> int:
     params = tuple(p for p in (weight, bias) if p is not None)
     check_types(operation, x, *params)
     size = _elements(x)
@@ -108,7 +110,7 @@ def _layer_norm_size(operation: str, x: Any, weight: Any, bias: Any, eps: Any) -
     return size
 
 
-def _linear_size(operation: str, x: Any, weight: Any, bias: Any) -> int:
+def full_linear_size(operation: str, x: Any, weight: Any, bias: Any) -> int:
     params = (weight,) if bias is None else (weight, bias)
     check_types(operation, x, *params)
     if (x.ndim == 0 or weight.ndim != 2 or x.shape[-1] != weight.shape[1]
@@ -119,14 +121,14 @@ def _linear_size(operation: str, x: Any, weight: Any, bias: Any) -> int:
     return _elements(x) * int(weight.shape[0])
 
 
-def _matmul_size(operation: str, a: Any, b: Any) -> int:
+def full_matmul_size(operation: str, a: Any, b: Any) -> int:
     check_types(operation, a, b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or 0 in (*a.shape, *b.shape):
         raise _shape_error(operation, "non-empty 2-D arrays (m, k) and (k, n)", (a, b))
     return int(a.shape[0]) * int(a.shape[1]) * int(b.shape[1])
 
 
-def _conv1d_size(operation: str, x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
+def full_conv1d_size(operation: str, x: Any, w: Any, bias: Any = None, padding: Any = 0) -> int:
     check_types(operation, x, w, *(() if bias is None else (bias,)))
     if x.ndim == 3 and w.ndim == 3:
         if isinstance(padding, bool) or not isinstance(padding, int | np.integer) or padding < 0:

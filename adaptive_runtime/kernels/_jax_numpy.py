@@ -15,7 +15,7 @@ from typing import Any
 from . import backward
 from .layer_norm import EPS
 
-__all__ = ["PLAIN"]
+__all__ = ["PLAIN", "jax_compilations", "jax_libraries"]
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -36,7 +36,7 @@ def _load() -> list[Any]:
     return _libs
 
 
-def _jax() -> list[Any]:
+def jax_libraries() -> list[Any]:
     return _libs or _load()
 
 
@@ -44,7 +44,7 @@ def _jax() -> list[Any]:
 
 # Compilations JAX reported in this process (jaxpr traces and XLA compiles), and calls whose
 # arms met a tracer (see ``jax_arms``' docstring): a call during which this grows is not learned.
-_compilations = [0]
+jax_compilations = [0]
 _COMPILE_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
                              "/jax/core/compile/backend_compile_duration"})
 
@@ -56,7 +56,7 @@ def _listen_for_compilations(jax: Any) -> None:
 
     def counted(event: str, _duration_s: float, **_kwargs: Any) -> None:
         if event in _COMPILE_EVENTS:
-            _compilations[0] += 1
+            jax_compilations[0] += 1
 
     try:
         from jax import monitoring
@@ -71,42 +71,42 @@ def _listen_for_compilations(jax: Any) -> None:
 
 def _up(x: Any) -> Any:
     """float16/bfloat16 computed in float32 (as ATen does), rounded once at the end."""
-    jnp = _jax()[1]
+    jnp = jax_libraries()[1]
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
 
 
 def jnp_dot(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
+    _j, jnp, _lax, highest, _t = jax_libraries()
     return jnp.dot(a, b, precision=highest)
 
 
 def jnp_add(a: Any, b: Any) -> Any:
-    return _jax()[1].add(a, b)
+    return jax_libraries()[1].add(a, b)
 
 
 def jnp_scale(alpha: Any, x: Any, y: Any) -> Any:
-    jnp = _jax()[1]
+    jnp = jax_libraries()[1]
     return jnp.asarray(alpha, dtype=x.dtype) * x + y  # (alpha in the arrays' dtype first)
 
 
 def jnp_sum(x: Any) -> Any:
-    return _jax()[1].sum(x)
+    return jax_libraries()[1].sum(x)
 
 
 def jnp_relu(x: Any) -> Any:
-    return _jax()[0].nn.relu(x)
+    return jax_libraries()[0].nn.relu(x)
 
 
 def jnp_gelu(x: Any) -> Any:
-    return _jax()[0].nn.gelu(x, approximate=False)
+    return jax_libraries()[0].nn.gelu(x, approximate=False)
 
 
 def jnp_softmax(x: Any) -> Any:
-    return _jax()[0].nn.softmax(x, axis=-1)
+    return jax_libraries()[0].nn.softmax(x, axis=-1)
 
 
 def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    jnp = _jax()[1]
+    jnp = jax_libraries()[1]
     xf = _up(x)
     centred = xf - xf.mean(axis=-1, keepdims=True)
     y = centred / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
@@ -118,18 +118,18 @@ def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EP
 
 
 def jnp_matmul(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
+    _j, jnp, _lax, highest, _t = jax_libraries()
     return jnp.matmul(a, b, precision=highest)
 
 
 def jnp_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
+    _j, jnp, _lax, highest, _t = jax_libraries()
     y = jnp.matmul(x, weight.T, precision=highest)
     return y if bias is None else y + bias
 
 
 def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    _j, _jnp, lax, highest, _t = _jax()
+    _j, _jnp, lax, highest, _t = jax_libraries()
     if x.ndim == 3:  # (batch, channels, n) with (out, channels, k): cross-correlation, as torch
         y = lax.conv_general_dilated(x, w, (1,), [(padding, padding)],
                                      dimension_numbers=("NCH", "OIH", "NCH"), precision=highest)
@@ -149,12 +149,12 @@ def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
 
 
 def jnp_relu_backward(g: Any, x: Any) -> Any:
-    jnp = _jax()[1]
+    jnp = jax_libraries()[1]
     return jnp.where(x > 0, g, jnp.zeros((), dtype=g.dtype))
 
 
 def jnp_gelu_backward(g: Any, x: Any) -> Any:
-    _j, jnp, lax, _h, _t = _jax()
+    _j, jnp, lax, _h, _t = jax_libraries()
     xf = _up(x)
     slope = 0.5 * lax.erfc(xf * -_SQRT1_2) + xf * _INV_SQRT_2PI * jnp.exp(-0.5 * xf * xf)
     return (_up(g) * slope).astype(x.dtype)
@@ -166,7 +166,7 @@ def jnp_softmax_backward(g: Any, y: Any) -> Any:
 
 
 def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-    jnp = _jax()[1]
+    jnp = jax_libraries()[1]
     gf, xf = _up(g), _up(x)
     centred = xf - xf.mean(axis=-1, keepdims=True)
     inv = 1.0 / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)

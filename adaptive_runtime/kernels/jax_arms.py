@@ -102,7 +102,7 @@ from ..backend import Backend
 from . import backward
 from ._arrays import is_jax, jax_host, to_jax
 from ._families import JAX, JAX_TRACED, jax_families, numba_arms
-from ._jax_numpy import PLAIN, _compilations, _jax
+from ._jax_numpy import PLAIN, jax_compilations, jax_libraries
 from .layer_norm import EPS
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class _Jit:
     def get(self) -> Any:
         fn = self.fn
         if fn is None:
-            fn = self.fn = _jax()[0].jit(self.plain, static_argnums=self.static)
+            fn = self.fn = jax_libraries()[0].jit(self.plain, static_argnums=self.static)
         return fn
 
     def compiled(self) -> int:
@@ -136,7 +136,7 @@ class _Jit:
         that met a tracer): what the runtime compares before and after a call."""
         fn = self.fn
         size = getattr(fn, "_cache_size", None) if fn is not None else None
-        return _compilations[0] + (size() if size is not None else 0)
+        return jax_compilations[0] + (size() if size is not None else 0)
 
 
 # the argument whose dtype and device a SCALAR result takes (default: the first)
@@ -147,7 +147,7 @@ _TEMPLATE = {"scale": 1, backward.LAYER_NORM: 1}
 
 
 def _tracer_in(args: tuple[Any, ...]) -> bool:
-    tracer = _jax()[4]
+    tracer = jax_libraries()[4]
     for a in args:  # noqa: SIM110 (a loop: no generator object per call)
         if isinstance(a, tracer):
             return True
@@ -157,7 +157,7 @@ def _tracer_in(args: tuple[Any, ...]) -> bool:
 def _traced(plain: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """A call whose family is concrete but which holds a tracer: recorded into the trace like
     a ``jax:traced`` call, and counted as a compilation so its timing is not learned."""
-    _compilations[0] += 1
+    jax_compilations[0] += 1
     return plain(*args)
 
 
@@ -245,7 +245,7 @@ _gpu: list[Any] = []  # [JAX's first GPU device, or None], probed once
 def _gpu_device() -> Any:
     if not _gpu:
         try:
-            devices = _jax()[0].devices("gpu")
+            devices = jax_libraries()[0].devices("gpu")
         except RuntimeError:  # "Unknown backend: 'gpu' requested, but no platforms ..."
             devices = []
         _gpu[:] = [devices[0] if devices else None]
@@ -253,7 +253,7 @@ def _gpu_device() -> Any:
 
 
 def _cpu_device() -> Any:
-    return _jax()[0].devices("cpu")[0]
+    return jax_libraries()[0].devices("cpu")[0]
 
 
 def _placed(call: Callable[..., Any], device: Callable[[], Any]) -> Callable[..., Any]:
@@ -266,7 +266,7 @@ def _placed(call: Callable[..., Any], device: Callable[[], Any]) -> Callable[...
         target = device()
         if target is None:
             raise RuntimeError("JAX has no GPU device here")
-        jax = _jax()[0]
+        jax = jax_libraries()[0]
         home = next(a for a in args if is_jax(a)).devices()
         if home == {target}:
             return call(*args)
@@ -317,6 +317,6 @@ def register(rt: Registrar) -> None:
                 op.add_implementation(
                     arm, _numba_arm(name, impl.fn), name=variant, family=family, warm_up=True,
                     threads=impl.threads,
-                    compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
-                    else (lambda: _compilations[0]))
+                    compile_count=(lambda c=count: jax_compilations[0] + c()) if count is not None
+                    else (lambda: jax_compilations[0]))
         op.add_untimed(JAX_TRACED, plain)

@@ -50,31 +50,32 @@ arm is quarantined.
 
 One module per phase, each function given the configuration and what it reads; a module
 imports only those above it in this list, so :mod:`.policy`, last, is the one that knows them
-all:
+all. What one phase reads of another has a public name in it; what a module keeps to itself
+starts with an underscore (no private name crosses a module border: ``tools/check_sizes.py``):
 
 - :class:`PolicyConfig`, the knobs every module reads, is declared in
   :mod:`adaptive_runtime.knobs` (at the bottom layer: ``RuntimeConfig`` has the same fields).
 - :mod:`.heuristics` — cold start: Trueno's order (:func:`heuristic_preference`,
   :func:`heuristic_order`).
-- :mod:`.state` — :class:`KeyState`, ``_Round`` (what one evaluation works from), and the
-  transitions more than one phase makes: ``_commit_to``, ``_next_recheck_turn``,
-  ``_start_epoch``, ``_uncommit``, ``_disarm``; the drift statistic's baseline (``_follow``)
+- :mod:`.state` — :class:`KeyState`, ``Round`` (what one evaluation works from), and the
+  transitions more than one phase makes: ``commit_to``, ``next_recheck_turn``,
+  ``start_epoch``, ``uncommit``, ``disarm``; the drift statistic's baseline (``follow``)
   and parameters.
-- :mod:`.compare` — what the estimates say: :func:`best_arm`, ``_two_fastest``,
-  ``_p_faster``, ``_confidence`` (read by exploration, the commit rule, drift, the floors and
+- :mod:`.compare` — what the estimates say: :func:`best_arm`, ``two_fastest``,
+  ``p_faster``, ``confidence_in`` (read by exploration, the commit rule, drift, the floors and
   the explained decisions alike).
-- :mod:`.explain` — decisions and what they were based on (``_explained``,
-  ``_explained_exploit``, ``_fill_in``), and those nobody looks at, built once
+- :mod:`.explain` — decisions and what they were based on (``explained_decision``,
+  ``explained_exploit``, ``fill_in``), and those nobody looks at, built once
   (:func:`heuristic_decision`, :func:`explore_decision`).
-- :mod:`.explore` — explore: ``_round``, ``_explore``, ``_owed_round``, ``_checkpoints_pay``,
-  ``_unsure_plan``, ``_prior_plan``, ``_schedule``, :func:`plan_steps`, and the exploration
-  allowance (``_explore_budget``, ``_affordable``).
+- :mod:`.explore` — explore: ``evaluation_round``, ``exploration_decision``, ``_owed_round``,
+  ``_checkpoints_pay``, ``_unsure_plan``, ``_prior_plan``, ``_schedule``, :func:`plan_steps`,
+  and the exploration allowance (``explore_budget``, ``_affordable``).
 - :mod:`.floors` — what the neighbouring size buckets say (:class:`Neighbours`):
-  ``_look_around``, ``_raise_floors``, ``_neighbours_measured``.
-- :mod:`.commit` — commit, exploit and re-check: ``_commit``, ``_clearly_better``,
-  ``_before_switch``, ``_left_on_first_timings``, ``_recheck_target``, ``_first_recheck``.
-- :mod:`.drift` — drift: ``_drift``, the Page-Hinkley statistic (``_observe_drift``), the
-  memo (``_reusable_memo``).
+  ``look_around``, ``_raise_floors``, ``_neighbours_measured``.
+- :mod:`.commit` — commit, exploit and re-check: ``commit_decision``, ``_clearly_better``,
+  ``_before_switch``, ``_left_on_first_timings``, ``_recheck_target``, ``first_recheck_turn``.
+- :mod:`.drift` — drift: ``drift_decision``, the Page-Hinkley statistic (``observe_drift``),
+  the memo (``reusable_memo``).
 - :mod:`.policy` — :class:`Policy`, the transitions and the decision over the phases, and
   fallback (``_all_quarantined``, :meth:`Policy.fallback`); :class:`Step`.
 - :mod:`.learner` — :class:`Learner`: each key's :class:`KeyState`, and learning a timing or a

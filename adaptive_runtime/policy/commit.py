@@ -1,7 +1,7 @@
 """The commit rule: commit to the fastest arm, keep the committed one unless a challenger is
 clearly better (``switch_margin``: hysteresis), re-time or re-measure a challenger before it
 takes over (``_before_switch``), re-check other arms when due (``_recheck_target``), and when
-the first re-check comes after committing (``_first_recheck``: soon when the commitment was
+the first re-check comes after committing (``first_recheck_turn``: soon when the commitment was
 not clear)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
 from ..knobs import PolicyConfig
-from .compare import _p_faster, _two_fastest, best_arm
-from .explain import _UNEXPLAINED_EXPLOIT, _explained, _explained_exploit
-from .explore import _explore_budget, priced_again_us
-from .state import KeyState, _Round
+from .compare import best_arm, p_faster, two_fastest
+from .explain import UNEXPLAINED_EXPLOIT, explained_decision, explained_exploit
+from .explore import explore_budget, priced_again_us
+from .state import KeyState, Round
 
 _EXPLOIT = Reason.EXPLOIT
 
@@ -35,7 +35,7 @@ _CONFIRM_SAMPLES = 3
 _IMPLAUSIBLE_LAG = 4.0
 
 
-def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
+def commit_decision(cfg: PolicyConfig, r: Round, explain: bool) -> Decision:
     """Commit to the fastest (or keep the committed arm: hysteresis), re-time or
     re-measure a challenger before it takes over, re-check when due, else exploit."""
     state, key, usable = r.state, r.key, r.usable
@@ -48,7 +48,7 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
     best = state.prior if r.confirmed else best_arm(usable, arms)
     if best is None or math.isinf(arms[best].estimate_us):
         # every usable arm failed last time and is out of quarantine: try one again
-        return _explained(usable[0], Reason.EXPLORE, key, state)
+        return explained_decision(usable[0], Reason.EXPLORE, key, state)
     chosen = best
     if (incumbent is not None and incumbent is not best and incumbent in usable
             and arms[incumbent].epoch_samples
@@ -61,13 +61,13 @@ def _commit(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision:
     if incumbent is chosen and state.decisions >= state.next_recheck:
         target = _recheck_target(cfg, state, key, usable)
         if target is not None:
-            return _explained(target, Reason.RECHECK, key, state)
+            return explained_decision(target, Reason.RECHECK, key, state)
     if not explain:
-        decision = _UNEXPLAINED_EXPLOIT.get(chosen)
+        decision = UNEXPLAINED_EXPLOIT.get(chosen)
         if decision is None:  # (a variant's: built once)
-            decision = _UNEXPLAINED_EXPLOIT[chosen] = Decision(chosen, _EXPLOIT)
+            decision = UNEXPLAINED_EXPLOIT[chosen] = Decision(chosen, _EXPLOIT)
         return decision
-    return _explained_exploit(chosen, usable, key, state, cfg.noise_floor)
+    return explained_exploit(chosen, usable, key, state, cfg.noise_floor)
 
 
 def _clearly_better(cfg: PolicyConfig, challenger: ArmStats, incumbent: ArmStats) -> bool:
@@ -92,14 +92,14 @@ def _left_on_first_timings(cfg: PolicyConfig, rival: ArmStats, chosen: ArmStats)
             and rival.mean_us > _IMPLAUSIBLE_LAG * chosen.mean_us)
 
 
-def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Choice) -> Decision | None:
+def _before_switch(cfg: PolicyConfig, r: Round, chosen: Choice) -> Decision | None:
     """What comes before ``chosen`` takes over from the committed arm: a re-check of a
     challenger timed fewer than ``min_samples_per_arm`` (at least three) times in this epoch (one
     lucky timing is not enough to leave the committed arm), or a re-measurement of both
     when the challenger's estimate is stale."""
     state, key = r.state, r.key
-    if key.arms[chosen].epoch_samples < _confirm_samples(cfg):
-        return _explained(chosen, Reason.RECHECK, key, state)
+    if key.arms[chosen].epoch_samples < confirm_samples(cfg):
+        return explained_decision(chosen, Reason.RECHECK, key, state)
     if state.decisions - state.epoch_start > cfg.stale_after_decisions:
         # The challenger's estimate dates from this epoch's exploration, the committed
         # arm's from its latest timings: a burst of load on the machine makes the
@@ -109,23 +109,23 @@ def _before_switch(cfg: PolicyConfig, r: _Round, chosen: Choice) -> Decision | N
         # 40 synthetic near-tie logs with load bursts, 200/205/300 us, switches 1.10 mean
         # and 4 at most with it, 7.97 and 13 without, regret +0.89 % / +0.96 %; eight
         # decision_quality recordings, switches 327 / 407, regret +16.03 % / +16.11 %.)
-        return _explained(chosen, Reason.DRIFT, key, state)
+        return explained_decision(chosen, Reason.DRIFT, key, state)
     return None
 
 
-def _first_recheck(cfg: PolicyConfig, key: KeyHistory, chosen: Choice,
-                   candidates: Sequence[Choice]) -> int:
+def first_recheck_turn(cfg: PolicyConfig, key: KeyHistory, chosen: Choice,
+                       candidates: Sequence[Choice]) -> int:
     """Decisions until the first re-check after committing ``key`` to ``chosen``
     (:meth:`Policy.first_recheck`): ``recheck_interval`` when the choice is clear,
     ``min_samples_per_arm`` when it is not."""
     arms = key.arms
     interval = cfg.recheck_interval
-    rival, _third = _two_fastest(arms, [b for b in candidates if b is not chosen])
+    rival, _third = two_fastest(arms, [b for b in candidates if b is not chosen])
     if rival is None:
         return interval
     if _left_on_first_timings(cfg, arms[rival], arms[chosen]):
         return min(cfg.min_samples_per_arm, interval)
-    if _p_faster(arms[chosen], arms[rival], cfg.noise_floor) >= cfg.clear_confidence:
+    if p_faster(arms[chosen], arms[rival], cfg.noise_floor) >= cfg.clear_confidence:
         return interval
     return min(cfg.min_samples_per_arm, interval)
 
@@ -141,7 +141,7 @@ def _recheck_target(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
     full = (state.rechecks + 1) % cfg.full_recheck_every == 0
     # (within the exploration budget: a re-check of an arm far slower on a key of large
     # calls waits until the key has run long enough to pay for it)
-    budget = _explore_budget(cfg, state, arms, incumbent_us)
+    budget = explore_budget(cfg, state, arms, incumbent_us)
     floors = state.floors
     others = []
     for b in usable:
@@ -174,7 +174,7 @@ def _expected_us(stats: ArmStats, floors: Mapping[Choice, float] | None,
     return estimate
 
 
-def _confirm_samples(cfg: PolicyConfig) -> int:
+def confirm_samples(cfg: PolicyConfig) -> int:
     """Timings of a challenger in the epoch before it may replace the committed arm."""
     wanted = cfg.min_samples_per_arm
     return wanted if wanted > _CONFIRM_SAMPLES else _CONFIRM_SAMPLES

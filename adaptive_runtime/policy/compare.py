@@ -1,6 +1,6 @@
 """What a key's measured estimates say about its arms: the fastest (:func:`best_arm`), the
-two fastest, and how sure it is that one arm is faster than another (``_p_faster``,
-``_confidence``). Pure functions of :class:`~adaptive_runtime.history.ArmStats`: exploration,
+two fastest, and how sure it is that one arm is faster than another (``p_faster``,
+``confidence_in``). Pure functions of :class:`~adaptive_runtime.history.ArmStats`: exploration,
 the commit rule, the drift test, the floors and the explained decisions all read them."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def best_arm(backends: Sequence[Choice], arms: Mapping[Choice, ArmStats]) -> Cho
     return best
 
 
-def _two_fastest(arms: Mapping[Choice, ArmStats],
-                 backends: Sequence[Choice]) -> tuple[Choice | None, Choice | None]:
+def two_fastest(arms: Mapping[Choice, ArmStats],
+                backends: Sequence[Choice]) -> tuple[Choice | None, Choice | None]:
     """The fastest and second-fastest of ``backends`` timed in this epoch and not failing."""
     best = runner = None
     best_us = runner_us = math.inf
@@ -43,10 +43,10 @@ def _two_fastest(arms: Mapping[Choice, ArmStats],
             runner, runner_us = b, us
     return best, runner
 
-def _confidence(chosen: Choice, usable: Sequence[Choice],
-                arms: Mapping[Choice, ArmStats], noise_floor: float) -> float:
+def confidence_in(chosen: Choice, usable: Sequence[Choice],
+                  arms: Mapping[Choice, ArmStats], noise_floor: float) -> float:
     """P(chosen is faster than the runner-up: the fastest other of ``usable`` measured in
-    this epoch, the first one on a tie), as ``_p_faster`` reads it."""
+    this epoch, the first one on a tie), as ``p_faster`` reads it."""
     runner = None
     runner_us = math.inf
     for b in usable:
@@ -56,10 +56,10 @@ def _confidence(chosen: Choice, usable: Sequence[Choice],
         us = stats.estimate_us
         if runner is None or us < runner_us:
             runner, runner_us = stats, us
-    return 1.0 if runner is None else _p_faster(arms[chosen], runner, noise_floor)
+    return 1.0 if runner is None else p_faster(arms[chosen], runner, noise_floor)
 
 
-def _p_faster(mine: ArmStats, theirs: ArmStats, noise_floor: float) -> float:
+def p_faster(mine: ArmStats, theirs: ArmStats, noise_floor: float) -> float:
     """P(``mine`` is faster than ``theirs``), normal approximation of the two estimates,
     each timing's variance at least ``(noise_floor x estimate)^2``."""
     theirs_us = theirs.estimate_us

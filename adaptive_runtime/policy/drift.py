@@ -1,7 +1,7 @@
-"""Drift: the committed arm's Page-Hinkley statistic (``_observe_drift``, on each of its
-timings; its parameters, ``_PH_SLACK`` and ``_PH_RATIO_CAP``, are kept with the state it
-moves), the drift test of a full evaluation (``_drift``), and the memoised exploit decision,
-reused while the arm neither drifts nor fails (``_reusable_memo``)."""
+"""Drift: the committed arm's Page-Hinkley statistic (``observe_drift``, on each of its
+timings; its parameters, ``_PH_SLACK`` and ``PH_RATIO_CAP``, are kept with the state it
+moves), the drift test of a full evaluation (``drift_decision``), and the memoised exploit decision,
+reused while the arm neither drifts nor fails (``reusable_memo``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
 from ..knobs import PolicyConfig
 from .compare import best_arm
-from .explain import _explained
-from .explore import _explore_budget
-from .state import _PH_RATIO_CAP, KeyState, _follow
+from .explain import explained_decision
+from .explore import explore_budget
+from .state import PH_RATIO_CAP, KeyState, follow
 
 
-def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
-           usable: Sequence[Choice]) -> Decision | None:
+def drift_decision(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
+                   usable: Sequence[Choice]) -> Decision | None:
     """Drift: the committed arm's Page-Hinkley statistic passed ``drift_threshold`` (it
     got slower than when it was chosen): re-explore, starting with the best other arm whose
     timing fits the exploration budget (its estimate over what the slowed arm takes now),
@@ -36,33 +36,33 @@ def _drift(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
         return None
     arms = key.arms
     slowed_us = arms[incumbent].mean_us
-    budget = _explore_budget(cfg, state, arms, slowed_us)
+    budget = explore_budget(cfg, state, arms, slowed_us)
     others = [b for b in usable if b is not incumbent and b in arms
               and arms[b].estimate_us - slowed_us <= budget]  # (NaN: not measured, left out)
-    return _explained(best_arm(others, arms) or incumbent, Reason.DRIFT, key, state)
+    return explained_decision(best_arm(others, arms) or incumbent, Reason.DRIFT, key, state)
 
 
-def _observe_drift(state: KeyState, duration_us: float, stats: ArmStats | None) -> None:
+def observe_drift(state: KeyState, duration_us: float, stats: ArmStats | None) -> None:
     """A timing of the committed arm was learned (:meth:`Policy.observe`; ``stats``, the arm's
     statistics after it): its Page-Hinkley statistic moves, and its baseline follows."""
     baseline = state.drift_baseline_us
     if baseline > 0.0:
         # Each timing adds (ratio - 1 - slack), the ratio to the arm's estimate before it
-        # capped at _PH_RATIO_CAP, so a stall or a slow mode cannot raise an alarm alone:
+        # capped at PH_RATIO_CAP, so a stall or a slow mode cannot raise an alarm alone:
         # with the default alarm level 4 a sustained 3x slowdown alarms on its 6th timing,
         # and an isolated spike decays away at 0.2 or more per normal timing.
         ratio = duration_us / baseline
-        if ratio > _PH_RATIO_CAP:
-            ratio = _PH_RATIO_CAP
+        if ratio > PH_RATIO_CAP:
+            ratio = PH_RATIO_CAP
         state.drift_sum += ratio - 1.0 - state.drift_slack
         at_zero = state.drift_sum <= state.drift_min
         if at_zero:
             state.drift_min = state.drift_sum
         if stats is not None:
-            _follow(state, stats, at_zero)
+            follow(state, stats, at_zero)
 
 
-def _reusable_memo(state: KeyState, key: KeyHistory, drift_threshold: float) -> Decision | None:
+def reusable_memo(state: KeyState, key: KeyHistory, drift_threshold: float) -> Decision | None:
     """The memoised exploit decision while it still stands — fewer than ``memo_until``
     decisions made (never past the next re-check), the committed arm neither drifting past
     ``drift_threshold`` nor failing — else ``None``."""

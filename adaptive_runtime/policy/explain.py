@@ -1,5 +1,5 @@
-"""Decisions and what they were based on: ``_explained`` (a decision with the key's estimates,
-samples and floors), ``_explained_exploit`` (and the exploit's confidence), ``_fill_in`` (a
+"""Decisions and what they were based on: ``explained_decision`` (a decision with the key's
+estimates, samples and floors), ``explained_exploit`` (and the exploit's confidence), ``fill_in`` (a
 decision made with ``explain=False``, explained when someone asks: :meth:`Policy.explained`,
 with each estimate's timings and standard deviation),
 and the decisions nobody will look at, built once: the cold start's (:func:`heuristic_decision`),
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ..backend import Backend, Choice
-from ..decision import _NO_TIMINGS, EMPTY_ESTIMATES, Decision, Reason
+from ..decision import EMPTY_ESTIMATES, NO_TIMINGS, Decision, Reason
 from ..history import KeyHistory
-from .compare import _confidence
+from .compare import confidence_in
 from .state import KeyState
 
 __all__ = ["explore_decision", "heuristic_decision"]
@@ -22,7 +22,7 @@ __all__ = ["explore_decision", "heuristic_decision"]
 # Decisions nobody will look at, built once: with no span sink, the runtime needs only the arm
 # and the reason (``Policy.explained`` fills in the rest when someone asks).
 _UNEXPLAINED_EXPLORE: dict[tuple[Choice, tuple[Choice, ...]], Decision] = {}
-_UNEXPLAINED_EXPLOIT: dict[Choice, Decision] = {
+UNEXPLAINED_EXPLOIT: dict[Choice, Decision] = {
     b: Decision(b, Reason.EXPLOIT) for b in Backend}
 _EXPLOIT = Reason.EXPLOIT
 _HEURISTIC: dict[tuple[Choice, tuple[Choice, ...]], Decision] = {}  # no data: nothing to explain
@@ -50,7 +50,7 @@ def _trust(key: KeyHistory, estimates: Mapping[Choice, float],
             n = timings[b] = s.epoch_samples
             if n > 1 and not s.consecutive_failures:
                 stdevs[b] = math.sqrt(s.var_us2)
-    return (MappingProxyType(timings) if timings else _NO_TIMINGS,
+    return (MappingProxyType(timings) if timings else NO_TIMINGS,
             MappingProxyType(stdevs) if stdevs else EMPTY_ESTIMATES)
 
 
@@ -72,7 +72,7 @@ def _estimates_and_trust(key: KeyHistory) -> tuple[
             if n > 1:
                 stdevs[b] = math.sqrt(s.var_us2)
     if not estimates:
-        return EMPTY_ESTIMATES, _NO_TIMINGS, EMPTY_ESTIMATES
+        return EMPTY_ESTIMATES, NO_TIMINGS, EMPTY_ESTIMATES
     return (MappingProxyType(estimates), MappingProxyType(timings),
             MappingProxyType(stdevs) if stdevs else EMPTY_ESTIMATES)
 
@@ -81,8 +81,8 @@ def _floors_of(state: KeyState) -> Mapping[Choice, float]:
     return MappingProxyType(state.floors) if state.floors else EMPTY_ESTIMATES
 
 
-def _explained(backend: Choice, reason: Reason, key: KeyHistory, state: KeyState,
-               plan: tuple[Choice, ...] = ()) -> Decision:
+def explained_decision(backend: Choice, reason: Reason, key: KeyHistory, state: KeyState,
+                       plan: tuple[Choice, ...] = ()) -> Decision:
     """A decision with what it was based on: the key's estimates, samples and floors."""
     return Decision(backend, reason, 0.0, _estimates(key), key.samples, plan,
                     _floors_of(state))
@@ -100,7 +100,7 @@ def explore_decision(backend: Choice, plan: tuple[Choice, ...], key: KeyHistory,
                      explain: bool, state: KeyState) -> Decision:
     """An exploring decision for ``backend``, with the rest of its round in ``plan``."""
     if explain:
-        return _explained(backend, Reason.EXPLORE, key, state, plan=plan)
+        return explained_decision(backend, Reason.EXPLORE, key, state, plan=plan)
     decision = _UNEXPLAINED_EXPLORE.get((backend, plan))
     if decision is None:  # a handful of combinations of three arms: built once each
         decision = _UNEXPLAINED_EXPLORE[(backend, plan)] = Decision(
@@ -108,15 +108,15 @@ def explore_decision(backend: Choice, plan: tuple[Choice, ...], key: KeyHistory,
     return decision
 
 
-def _explained_exploit(chosen: Choice, usable: Sequence[Choice], key: KeyHistory,
-                       state: KeyState, noise_floor: float) -> Decision:
+def explained_exploit(chosen: Choice, usable: Sequence[Choice], key: KeyHistory,
+                      state: KeyState, noise_floor: float) -> Decision:
     # (built for every exploit span: one pass, no generator, positional fields)
-    return Decision(chosen, _EXPLOIT, _confidence(chosen, usable, key.arms, noise_floor),
+    return Decision(chosen, _EXPLOIT, confidence_in(chosen, usable, key.arms, noise_floor),
                     _estimates(key), key.samples, (), _floors_of(state))
 
 
-def _fill_in(decision: Decision, state: KeyState, key: KeyHistory,
-             candidates: Sequence[Choice], noise_floor: float) -> Decision:
+def fill_in(decision: Decision, state: KeyState, key: KeyHistory,
+            candidates: Sequence[Choice], noise_floor: float) -> Decision:
     """``decision`` with its estimates (and an exploit's confidence) filled in from ``key``, if
     it was made with ``explain=False``, and each estimate's timings and standard deviation
     (:meth:`Policy.explained`)."""
@@ -129,7 +129,7 @@ def _fill_in(decision: Decision, state: KeyState, key: KeyHistory,
     else:
         estimates, timings, stdevs = _estimates_and_trust(key)
         samples, floors = key.samples, _floors_of(state)
-        confidence = (_confidence(decision.choice, candidates, key.arms, noise_floor)
+        confidence = (confidence_in(decision.choice, candidates, key.arms, noise_floor)
                       if decision.reason is _EXPLOIT else decision.confidence)
     # (one construction, positional: this runs for every exported span, on the caller's thread)
     return Decision(decision.choice, decision.reason, confidence, estimates, samples,

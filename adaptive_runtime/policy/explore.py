@@ -1,9 +1,9 @@
-"""Exploration: the arms one evaluation considers (``_round``: floors and the exploration
-budget rule arms out), the prior's plan after a drift alarm (``_prior_plan``), rounds of
-timings of the arms still owed them (``_owed_round``, in the order ``_schedule`` gives,
-planned through where looking again cannot pay: ``_checkpoints_pay``), the two fastest timed
-again while they are not told apart (``_unsure_plan``), and the key's exploration allowance
-(``_explore_budget``, ``_affordable``, what an arm never timed is expected to take)."""
+"""Exploration: the arms one evaluation considers (``evaluation_round``: floors and the
+exploration budget rule arms out), the prior's plan after a drift alarm (``_prior_plan``),
+rounds of timings of the arms still owed them (``_owed_round``, in the order ``_schedule``
+gives, planned through where looking again cannot pay: ``_checkpoints_pay``), the two fastest
+timed again while they are not told apart (``_unsure_plan``), and the key's exploration
+allowance (``explore_budget``, ``_affordable``, what an arm never timed is expected to take)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
 from ..knobs import PolicyConfig
-from .compare import _p_faster, _two_fastest
+from .compare import p_faster, two_fastest
 from .explain import explore_decision, heuristic_decision
-from .state import KeyState, _Round
+from .state import KeyState, Round
 
 __all__ = ["plan_steps"]
 
@@ -27,7 +27,7 @@ __all__ = ["plan_steps"]
 _CLEAR_MARGIN = 1.25
 # What one full evaluation of the policy adds to a timed call (4-9 us measured on the
 # development machine): a look between timings that cannot save more is not taken.
-_EVALUATION_US = 5.0
+EVALUATION_US = 5.0
 # An arm never timed on a key whose neighbouring sizes measured it this many times slower than
 # their fastest waits for the key's exploration allowance before its trial (_affordable).
 _BEHIND = 2.0
@@ -54,8 +54,8 @@ def priced_again_us(stats: ArmStats, best_us: float) -> float:
     return fastest
 
 
-def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
-           usable: Sequence[Choice]) -> _Round:
+def evaluation_round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
+                     usable: Sequence[Choice]) -> Round:
     """The arms this evaluation considers: ``usable`` without those a floor or the
     exploration budget rules out, against the best estimate measured so far."""
     arms = key.arms
@@ -97,10 +97,10 @@ def _round(cfg: PolicyConfig, state: KeyState, key: KeyHistory,
     # Once committed, an arm timed at all in this epoch is left to re-checks (a prior's
     # plan commits with the others timed once); only an arm never timed is still owed.
     min_samples = cfg.min_samples_per_arm if state.incumbent is None else 1
-    return _Round(state, key, usable, best_seen, waiting, min_samples)
+    return Round(state, key, usable, best_seen, waiting, min_samples)
 
 
-def _explore(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
+def exploration_decision(cfg: PolicyConfig, r: Round, explain: bool) -> Decision | None:
     """Explore: the prior's plan, else the arms still owed timings in this epoch, else
     (nothing committed yet) the two fastest while they are not told apart."""
     state, key = r.state, r.key
@@ -126,7 +126,7 @@ def _explore(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     return None
 
 
-def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
+def _owed_round(cfg: PolicyConfig, r: Round, explain: bool) -> Decision | None:
     """The next timing of a round over the arms still owed timings in this epoch, fewest
     timings first (ties keep the heuristic order). An arm whose estimate is over
     ``prune_ratio`` x the best so far after two timings is owed nothing more: it is
@@ -173,9 +173,9 @@ def _owed_round(cfg: PolicyConfig, r: _Round, explain: bool) -> Decision | None:
     return explore_decision(pick, plan, key, explain, r.state)
 
 
-def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Choice]]) -> bool:
+def _checkpoints_pay(cfg: PolicyConfig, r: Round, round_: list[tuple[int, Choice]]) -> bool:
     """Whether looking again between a round's timings can pay for itself: a look is a full
-    evaluation (``_EVALUATION_US``), and it can save at most what the rest of the round
+    evaluation (``EVALUATION_US``), and it can save at most what the rest of the round
     costs (an arm never timed here counted at what ``_affordable`` expects of it). Where
     that is under one evaluation (calls of a few microseconds), the round is planned
     through to ``min_samples_per_arm`` instead."""
@@ -187,7 +187,7 @@ def _checkpoints_pay(cfg: PolicyConfig, r: _Round, round_: list[tuple[int, Choic
     for n, b in round_:
         expected = arms[b].mean_us if n else _untried_us(cfg, floors, b, best_seen)
         rest_us += expected * (min_samples - n)
-    return rest_us > _EVALUATION_US
+    return rest_us > EVALUATION_US
 
 
 def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Sequence[Choice],
@@ -233,7 +233,7 @@ def _affordable(cfg: PolicyConfig, state: KeyState, key: KeyHistory, usable: Seq
             kept.append(b)
             continue
         if budget < 0.0:
-            budget = _explore_budget(cfg, state, arms, best_seen)
+            budget = explore_budget(cfg, state, arms, best_seen)
         if guess - best_seen <= budget or (never and _owed(cfg, state, guess)):
             kept.append(b)
     return kept
@@ -278,8 +278,8 @@ def _untried_us(cfg: PolicyConfig, floors: Mapping[Choice, float] | None, backen
     return 2.0 * floor if floor is not None else cfg.unknown_arm_ratio * best_us
 
 
-def _explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Choice, ArmStats],
-                    best_us: float) -> float:
+def explore_budget(cfg: PolicyConfig, state: KeyState, arms: Mapping[Choice, ArmStats],
+                   best_us: float) -> float:
     """What a timing of another arm may still cost over ``best_us`` on a key: its
     exploration allowance — ``explore_free_us``, or ``explore_share`` of the time the key's
     calls have taken so far (an arm's timings before this epoch counted at ``best_us``) —
@@ -312,7 +312,7 @@ def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
     commitment has its runner-up re-checked on the next decision: replayed over three
     recordings of ``benchmarks/decision_quality.py``, timing both again first read +6.4 %
     regret against +4.7 %.)"""
-    best, runner = _two_fastest(key.arms, usable)
+    best, runner = two_fastest(key.arms, usable)
     if best is None or runner is None:
         return ()
     arms = key.arms
@@ -323,12 +323,12 @@ def _unsure_plan(cfg: PolicyConfig, key: KeyHistory,
     best_owed = limit - arms[best].epoch_samples
     if runner_owed <= 0 and best_owed <= 0:
         return ()
-    if _p_faster(arms[best], arms[runner], cfg.noise_floor) >= cfg.clear_confidence:
+    if p_faster(arms[best], arms[runner], cfg.noise_floor) >= cfg.clear_confidence:
         return ()
     return _alternate(runner, runner_owed, best, best_owed)
 
 
-def _prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choice]) -> bool:
+def prior_contradicted(key: KeyHistory, prior: Choice, backends: Sequence[Choice]) -> bool:
     """Whether another of ``backends`` beat ``prior`` clearly in this epoch — by
     ``_CLEAR_MARGIN`` (the prior is wrong here)."""
     arms = key.arms
@@ -351,7 +351,7 @@ def _prior_plan(key: KeyHistory, usable: Sequence[Choice], prior: Choice,
     :meth:`Policy.apply` drops the prior). A closer result is within what one timing's noise
     does (a shared machine's timings of one call vary by 20-40%): the prior is committed to,
     unsure, and so re-checked soon."""
-    if _prior_contradicted(key, prior, usable):
+    if prior_contradicted(key, prior, usable):
         return None
     arms = key.arms
     timed = arms[prior].epoch_samples if prior in arms else 0

@@ -2,7 +2,7 @@
 size buckets): the floors, what each arm takes at least on the key, raised to what it takes on
 a smaller bucket (``_raise_floors``), and the arm the nearest buckets measured fastest, with
 how far each arm was behind it there (``_neighbours_measured``); when to look
-(``_look_around``)."""
+(``look_around``)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class Neighbours(Protocol):
     def find(self, operation: str, bucket: int) -> KeyHistory | None: ...
 
 
-def _look_around(state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
-                 neighbours: Neighbours) -> None:
+def look_around(state: KeyState, key: KeyHistory, candidates: Sequence[Choice],
+                neighbours: Neighbours) -> None:
     """Raise the floors to what the smaller buckets measured: at the checkpoints after
     the first and second round of timings, not only when the key is created (a workload
     creates its keys together, long before any of them has converged), and at every full

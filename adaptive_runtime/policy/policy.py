@@ -14,18 +14,24 @@ from ..backend import Choice
 from ..decision import Decision, Reason
 from ..history import ArmStats, KeyHistory
 from ..knobs import PolicyConfig
-from .commit import _commit, _confirm_samples, _first_recheck
-from .drift import _drift, _observe_drift, _reusable_memo
-from .explain import _explained, _fill_in, heuristic_decision
-from .explore import _EVALUATION_US, _explore, _prior_contradicted, _round, plan_steps
-from .floors import Neighbours, _look_around
+from .commit import commit_decision, confirm_samples, first_recheck_turn
+from .drift import drift_decision, observe_drift, reusable_memo
+from .explain import explained_decision, fill_in, heuristic_decision
+from .explore import (
+    EVALUATION_US,
+    evaluation_round,
+    exploration_decision,
+    plan_steps,
+    prior_contradicted,
+)
+from .floors import Neighbours, look_around
 from .state import (
     KeyState,
-    _commit_to,
-    _disarm,
-    _next_recheck_turn,
-    _start_epoch,
-    _uncommit,
+    commit_to,
+    disarm,
+    next_recheck_turn,
+    start_epoch,
+    uncommit,
 )
 
 __all__ = ["Policy", "Step"]
@@ -75,7 +81,7 @@ class Policy:
             state.decisions += 1
             return (self.explained(steps[0], state, key, candidates) if explain
                     else steps[0]), Step.PLANNED
-        memo = _reusable_memo(state, key, self.config.drift_threshold)
+        memo = reusable_memo(state, key, self.config.drift_threshold)
         if memo is not None:
             state.decisions += 1
             return memo, Step.REPEATED
@@ -90,10 +96,10 @@ class Policy:
         :meth:`decide`, then :meth:`apply`. Where it returns a ``drift`` decision
         the caller starts a new epoch of the key's estimates (``key.start_epoch()``)."""
         if state.merges != key.merges:  # estimates merged in: commit again from them
-            _uncommit(state, key.merges)
+            uncommit(state, key.merges)
         state.restarts = key.restarts
         if neighbours is not None:
-            _look_around(state, key, candidates, neighbours)
+            look_around(state, key, candidates, neighbours)
         decision = self.decide(state, key, candidates, now_s, explain)
         self.apply(state, key, decision, candidates)
         return decision
@@ -107,7 +113,7 @@ class Policy:
         memoised = decision is state.memo and state.decisions < state.memo_until
         prior = state.prior
         if (prior is not None and not key.failures and prior in candidates
-                and _prior_contradicted(key, prior, candidates)):
+                and prior_contradicted(key, prior, candidates)):
             # decide() saw this and explored in full: the prior is wrong here
             state.prior = None
         recheck_due = state.decisions >= state.next_recheck
@@ -115,8 +121,8 @@ class Policy:
         reason = decision.reason
         if reason is _EXPLOIT:
             if state.incumbent is not decision.choice:
-                _commit_to(state, key, decision.choice,
-                           self.first_recheck(key, decision.choice, candidates))
+                commit_to(state, key, decision.choice,
+                          self.first_recheck(key, decision.choice, candidates))
             elif recheck_due:
                 # A re-check came due and decide() found no arm to look at (none plausible,
                 # or none within the exploration budget yet): the turn passes as if it had
@@ -124,7 +130,7 @@ class Policy:
                 # re-check), so every timed call evaluated the policy in full, and with the
                 # turns not counted the full re-check of every arm never came: an arm whose
                 # only timing was a cold first call's was never timed again.
-                _next_recheck_turn(cfg, state)
+                next_recheck_turn(cfg, state)
             if not memoised:
                 # (an unexplained exploit is one shared object per arm: the memo is renewed by
                 # every full evaluation, not only when the object changes)
@@ -133,7 +139,7 @@ class Policy:
                            else _MEMO_DECISIONS)
                 state.memo_until = min(state.decisions + horizon, state.next_recheck)
         elif reason is Reason.RECHECK:
-            _next_recheck_turn(cfg, state)
+            next_recheck_turn(cfg, state)
         elif reason is Reason.DRIFT:
             # re-measure the arm that slowed in full and the others once: a full exploration
             # only if one of them now beats it (a machine's stall alarms too, and must not
@@ -141,7 +147,7 @@ class Policy:
             slowed = state.incumbent
             state.previous_us = {b: s.mean_us for b, s in key.arms.items()
                                  if s.epoch_samples and not s.consecutive_failures}
-            _start_epoch(state)
+            start_epoch(state)
             state.prior = slowed
 
     def forced(self, state: KeyState, key: KeyHistory | None, backend: Choice) -> Decision:
@@ -161,9 +167,9 @@ class Policy:
         if backend is not state.incumbent:
             state.memo = None
             if state.incumbent is not None:
-                state.explored_us += duration_us + _EVALUATION_US
+                state.explored_us += duration_us + EVALUATION_US
             return
-        _observe_drift(state, duration_us, stats)
+        observe_drift(state, duration_us, stats)
 
     def observe_failure(self, state: KeyState, backend: Choice) -> None:
         """``backend`` raised (or answered wrongly): the memo and plan end; a committed arm
@@ -172,7 +178,7 @@ class Policy:
         state.plan = ()  # the failure changes what is worth exploring
         if state.incumbent is backend:
             state.incumbent = None
-            _disarm(state)
+            disarm(state)
 
     def set_floors(self, state: KeyState, floors: dict[Choice, float] | None) -> None:
         """Take ``floors``: what arms take at least on the key's first call, e.g. the GPU arm's
@@ -191,12 +197,12 @@ class Policy:
         joining it (the caller starts the arm's epoch: ``ArmStats.start_epoch()``): a regular
         re-check. Why: the estimate dates from when the arm was explored, and a burst of load
         then can leave it far too high for the odd re-check timing to bring down. (An arm
-        timed fewer than ``_confirm_samples`` times keeps its timings: the re-check's joins
+        timed fewer than ``confirm_samples`` times keeps its timings: the re-check's joins
         them, and it is re-timed before it may take over.)"""
         if decision.reason is not _RECHECK:
             return False
         stats = key.arms.get(decision.choice)
-        return stats is not None and stats.epoch_samples >= _confirm_samples(self.config)
+        return stats is not None and stats.epoch_samples >= confirm_samples(self.config)
 
     # ------------------------------------------------------------------ the decision
 
@@ -212,34 +218,34 @@ class Policy:
             return heuristic_decision(candidates[0], ())  # cold start: nothing measured
         if state.merges != key.merges:
             state = replace(state)
-            _uncommit(state, key.merges)
-        memo = _reusable_memo(state, key, self.config.drift_threshold)
+            uncommit(state, key.merges)
+        memo = reusable_memo(state, key, self.config.drift_threshold)
         if memo is not None:
             return memo  # committed and nothing due
         usable = _out_of_quarantine(key, candidates, now_s)
         if not usable:
             return _all_quarantined(state, key, candidates)
         cfg = self.config
-        drift = _drift(cfg, state, key, usable)
+        drift = drift_decision(cfg, state, key, usable)
         if drift is not None:
             return drift
-        round_ = _round(cfg, state, key, usable)
-        explored = _explore(cfg, round_, explain)
+        round_ = evaluation_round(cfg, state, key, usable)
+        explored = exploration_decision(cfg, round_, explain)
         if explored is not None:
             return explored
-        return _commit(cfg, round_, explain)
+        return commit_decision(cfg, round_, explain)
 
     def explained(self, decision: Decision, state: KeyState, key: KeyHistory,
                   candidates: Sequence[Choice]) -> Decision:
         """``decision`` with its estimates (and an exploit's confidence) filled in from
         ``key``, if it was made with ``explain=False``."""
-        return _fill_in(decision, state, key, candidates, self.config.noise_floor)
+        return fill_in(decision, state, key, candidates, self.config.noise_floor)
 
     def first_recheck(self, key: KeyHistory, chosen: Choice,
                       candidates: Sequence[Choice]) -> int:
         """Decisions until the first re-check after committing ``key`` to ``chosen``:
         ``recheck_interval`` when the choice is clear, ``min_samples_per_arm`` when it is not."""
-        return _first_recheck(self.config, key, chosen, candidates)
+        return first_recheck_turn(self.config, key, chosen, candidates)
 
     def fallback(self, key: KeyHistory, candidates: Sequence[Choice],
                  tried: Container[Choice]) -> Choice | None:
@@ -270,7 +276,7 @@ def _all_quarantined(state: KeyState, key: KeyHistory,
     """Fallback: every arm is quarantined, yet something must run — the one released
     soonest."""
     soonest = min(candidates, key=lambda b: key.arms[b].quarantined_until_s)
-    return _explained(soonest, Reason.FALLBACK, key, state)
+    return explained_decision(soonest, Reason.FALLBACK, key, state)
 
 
 def _never_timed(key: KeyHistory, candidates: Sequence[Choice]) -> bool:

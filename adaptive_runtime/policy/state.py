@@ -1,8 +1,8 @@
 """The policy's own state of one key (:class:`KeyState`), what one full evaluation works from
-(``_Round``), and the transitions of the state that more than one phase makes: commit to an
-arm (``_commit_to``, which arms the drift watch: ``_follow``), pass a re-check turn
-(``_next_recheck_turn``), start an epoch after a drift alarm (``_start_epoch``), commit no
-more after a merge (``_uncommit``) or a failure (``_disarm``)."""
+(``Round``), and the transitions of the state that more than one phase makes: commit to an
+arm (``commit_to``, which arms the drift watch: ``follow``), pass a re-check turn
+(``next_recheck_turn``), start an epoch after a drift alarm (``start_epoch``), commit no
+more after a merge (``uncommit``) or a failure (``disarm``)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class KeyState:
         return "explore" if self.incumbent is None else "exploit"
 
 
-class _Round:
+class Round:
     """What one full evaluation of a key works from (built once per evaluation)."""
 
     __slots__ = ("best_seen", "confirmed", "key", "min_samples", "state", "usable", "waiting")
@@ -109,7 +109,7 @@ class _Round:
         self.confirmed = False  # a prior's plan is done and nothing contradicted it
 
 
-def _commit_to(state: KeyState, key: KeyHistory, backend: Choice, first_recheck: int) -> None:
+def commit_to(state: KeyState, key: KeyHistory, backend: Choice, first_recheck: int) -> None:
     """Make ``backend`` the committed arm and watch it for drift (a prior has served)."""
     state.prior = None
     if state.incumbent is not None and state.incumbent is not backend:
@@ -120,12 +120,12 @@ def _commit_to(state: KeyState, key: KeyHistory, backend: Choice, first_recheck:
     state.drift_baseline_us = 0.0
     state.drift_sum = state.drift_min = 0.0
     if stats is not None and stats.epoch_samples:
-        _follow(state, stats)
+        follow(state, stats)
     state.recheck_interval = first_recheck
     state.next_recheck = state.decisions + first_recheck
 
 
-def _next_recheck_turn(cfg: PolicyConfig, state: KeyState) -> None:
+def next_recheck_turn(cfg: PolicyConfig, state: KeyState) -> None:
     """A re-check turn is over (taken, or passed with no arm to look at): the choice held
     until now, so look again later, then later still."""
     state.rechecks += 1
@@ -133,7 +133,7 @@ def _next_recheck_turn(cfg: PolicyConfig, state: KeyState) -> None:
     state.next_recheck = state.decisions + state.recheck_interval
 
 
-def _follow(state: KeyState, stats: ArmStats, spread: bool = True) -> None:
+def follow(state: KeyState, stats: ArmStats, spread: bool = True) -> None:
     """The drift test's baseline from the committed arm's estimate now and, where
     ``spread``, its slack from the arm's relative spread."""
     mean = stats.mean_us
@@ -145,28 +145,28 @@ def _follow(state: KeyState, stats: ArmStats, spread: bool = True) -> None:
         state.drift_slack = slack
 
 
-def _disarm(state: KeyState) -> None:
+def disarm(state: KeyState) -> None:
     state.drift_baseline_us = state.drift_sum = state.drift_min = 0.0
 
 
-def _start_epoch(state: KeyState) -> None:
+def start_epoch(state: KeyState) -> None:
     """Re-explore from scratch (after drift): the caller measures every arm afresh too."""
     state.epoch += 1
     state.epoch_start = state.decisions
     state.incumbent = None
     state.memo = None
-    _disarm(state)
+    disarm(state)
 
 
-def _uncommit(state: KeyState, merges: int) -> None:
+def uncommit(state: KeyState, merges: int) -> None:
     """Estimates were merged in from elsewhere: commit again from the merged numbers."""
     state.merges = merges
     state.incumbent = None
     state.memo = None
-    _disarm(state)
+    disarm(state)
 
 
-# Page-Hinkley on the ratio timing/baseline (see drift._observe_drift). The baseline is the
+# Page-Hinkley on the ratio timing/baseline (see drift.observe_drift). The baseline is the
 # committed arm's estimate before each timing, so a slow mode the arm has always had is in
 # it; the slack is the arm's relative spread, taken while the statistic is at zero (no sign of
 # a change), so a change cannot widen it as it comes in. (Against the estimate at commitment,
@@ -175,4 +175,4 @@ def _uncommit(state: KeyState, merges: int) -> None:
 # call in four (250 against 60 us) raised the statistic faster than the fast calls lowered
 # it, and alarmed.
 _PH_SLACK = 0.2
-_PH_RATIO_CAP = 2.0
+PH_RATIO_CAP = 2.0

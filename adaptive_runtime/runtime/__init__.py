@@ -1,6 +1,6 @@
 """The runtime: ``AdaptiveRuntime`` and the process's default one.
 
-- ``facade``: :class:`AdaptiveRuntime`, the public methods (and ``_unpickle_runtime``, which
+- ``facade``: :class:`AdaptiveRuntime`, the public methods (and ``unpickle_runtime``, which
   makes one from a pickle);
 - ``_wiring``: its parts built from the :class:`~adaptive_runtime.RuntimeConfig` (the one
   place ``RuntimeConfig`` becomes ``PolicyConfig``), the telemetry sinks switched on and off,
@@ -14,10 +14,10 @@
 
 from .._dispatch.call_site import CallSite
 from .default import get_runtime
-from .facade import AdaptiveRuntime
-
-# (the import path every pickled runtime names: see facade._unpickle_runtime)
-from .facade import _unpickle_runtime as _unpickle_runtime
+from .facade import AdaptiveRuntime, unpickle_runtime
 from .stats import RuntimeStats
+
+# (the import path every pickled runtime names: see facade.unpickle_runtime)
+_unpickle_runtime = unpickle_runtime
 
 __all__ = ["AdaptiveRuntime", "CallSite", "RuntimeStats", "get_runtime"]

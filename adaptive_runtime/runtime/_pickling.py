@@ -1,7 +1,7 @@
 """Pickling a runtime: the recipe each user-registered operation travels as, and registering
 the operations again from their recipes where the runtime is unpickled.
 
-(The function that unpickles a runtime, ``_unpickle_runtime``, makes an ``AdaptiveRuntime``,
+(The function that unpickles a runtime, ``unpickle_runtime``, makes an ``AdaptiveRuntime``,
 so it lives with the class in :mod:`.facade`; its import path is part of every pickle.)
 """
 

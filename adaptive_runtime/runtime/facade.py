@@ -94,9 +94,9 @@ class AdaptiveRuntime(RuntimeParts):
             records = self._history.snapshot()
         operations = [operation_recipe(op) for op in self._registry
                       if op.name not in self._builtin_names]
-        return (_unpickle_runtime, (self.config, self._builtin_ops, self._devices, self._clock,
-                                    self._timer, [record_to_json(r) for r in records],
-                                    operations))
+        return (unpickle_runtime, (self.config, self._builtin_ops, self._devices, self._clock,
+                                   self._timer, [record_to_json(r) for r in records],
+                                   operations))
 
     # ------------------------------------------------------------------ operations
 
@@ -372,10 +372,10 @@ def _duration(duration_us: object) -> float:
     return duration
 
 
-def _unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe,
-                      clock: Callable[[], float], timer: Callable[[], int],
-                      history: list[dict[str, object]],
-                      operations: list[OperationRecipe]) -> AdaptiveRuntime:
+def unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe,
+                     clock: Callable[[], float], timer: Callable[[], int],
+                     history: list[dict[str, object]],
+                     operations: list[OperationRecipe]) -> AdaptiveRuntime:
     """A pickled runtime, made afresh in this process (see ``AdaptiveRuntime``)."""
     rt = AdaptiveRuntime.__new__(AdaptiveRuntime)
     rt._build(config, builtin_ops, devices, clock, timer)
@@ -385,7 +385,8 @@ def _unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceP
     return rt
 
 
-# Every pickled runtime names this function by its import path: the one it had before the
-# runtime became a package, where the package re-exports it (pickles made by earlier versions
-# name it so too).
-_unpickle_runtime.__module__ = "adaptive_runtime.runtime"
+# Every pickled runtime names this function by one import path,
+# ``adaptive_runtime.runtime._unpickle_runtime``: the one it had before the runtime became a
+# package, where the package binds it (pickles made by earlier versions name it so too).
+unpickle_runtime.__module__ = "adaptive_runtime.runtime"
+unpickle_runtime.__qualname__ = "_unpickle_runtime"

@@ -26,9 +26,9 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from .metric_sources import _attributes, _label
+from .metric_sources import label_of, series_attributes
 
-__all__ = ["DURATION_BUCKETS_S", "DurationHistogram"]
+__all__ = ["DURATION_BUCKETS_S", "MARK", "DurationHistogram"]
 
 # Kernel times span from sub-microsecond vector ops to multi-second GPU batches: 1-2.5-5 steps
 # per decade from 1 µs to 10 s (23 buckets). In seconds, as OpenTelemetry and Prometheus
@@ -47,7 +47,7 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
 _DURATION_LABELS = ("adaptive.operation", "adaptive.backend")
 
 # Marks the end of what a drain took from ``pending``; see DurationHistogram.drain.
-_MARK: Any = object()
+MARK: Any = object()
 # In a traced call's sample: it waited one collection for its span (see DurationHistogram.drain).
 _WAITED: Any = object()
 
@@ -97,7 +97,7 @@ class DurationHistogram:
                 item = pending.popleft()
             except IndexError:
                 break
-            if item is _MARK:
+            if item is MARK:
                 saw_mark = True
                 continue
             try:
@@ -106,7 +106,7 @@ class DurationHistogram:
                 self._log_once("record", "adaptive_runtime metrics: could not record a "
                                "duration (%r)", item)
         pending.extend(waiting)
-        pending.append(_MARK)
+        pending.append(MARK)
         return saw_mark
 
     def _record(self, item: Any, wait: bool, waiting: list[Any]) -> None:
@@ -119,8 +119,8 @@ class DurationHistogram:
         if labels is None:
             if len(attrs) >= _MAX_DURATION_ATTRS:
                 attrs.clear()
-            labels = attrs[key] = _attributes(_DURATION_LABELS,
-                                              (str(operation), _label(backend)))
+            labels = attrs[key] = series_attributes(_DURATION_LABELS,
+                                                    (str(operation), label_of(backend)))
         span_context = item[3] if len(item) == 4 else None
         if span_context is None and len(item) == 4 and wait:
             # a traced call whose span is not made yet (the span worker batches

@@ -22,9 +22,9 @@ from typing import Any
 
 from .._concurrency.forks import renew_after_fork
 from ..keys import reference_size
-from .metric_sources import KeySource, MetricsSource, _label
+from .metric_sources import KeySource, MetricsSource, label_of
 
-__all__ = ["MAX_REPORTED_KEYS", "OTHER_OPERATION", "KeyReader"]
+__all__ = ["KEY_LABELS", "MAX_REPORTED_KEYS", "OTHER_OPERATION", "KeyReader", "KeyView"]
 
 #: Keys (operation, size bucket) reported by the learned-latency, committed and quarantined
 #: gauges: the most recently learned from. With three arms that is at most 768 series per
@@ -41,14 +41,14 @@ _VIEW_MAX_AGE_S = 1.0
 _COMMITTED_REASONS = frozenset({"exploit", "forced"})
 _RECHECK = "recheck"
 # Attribute keys of the key gauges, in the order of their (operation, bucket, arm) labels.
-_KEY_LABELS = ("adaptive.operation", "adaptive.size_bucket", "adaptive.backend")
+KEY_LABELS = ("adaptive.operation", "adaptive.size_bucket", "adaptive.backend")
 
 # (operation, bucket) -> (latest update, its runtime, {arm: learned mean_us})
 _Keys = dict[tuple[str, int], tuple[float, KeySource, dict[str, float]]]
 _Values = dict[tuple[str, int, str], float]
 
 
-class _KeyView:
+class KeyView:
     """One reading of the key gauges: ``(operation, size bucket, arm) -> value`` each."""
 
     __slots__ = ("committed", "latency", "made_s", "quarantined")
@@ -77,7 +77,7 @@ class KeyReader:
         self._log_once = log_once
         self._reported_keys = reported_keys
         self._view_lock = threading.Lock()
-        self._view: _KeyView | None = None
+        self._view: KeyView | None = None
         self._committed_before: dict[tuple[str, int], str] = {}
         renew_after_fork(self, KeyReader._after_fork)
 
@@ -85,7 +85,7 @@ class KeyReader:
         # The parent's metric reader or Prometheus scrape may have held it at the fork.
         self._view_lock = threading.Lock()
 
-    def view(self, fresh: bool) -> _KeyView:
+    def view(self, fresh: bool) -> KeyView:
         """This collection's reading of the runtimes' keys: made afresh when ``fresh`` (or when
         the last one is too old to be this collection's), else the last one."""
         with self._view_lock:
@@ -98,7 +98,7 @@ class KeyReader:
                 self._committed_before = after
             return view
 
-    def last_reading(self, source: MetricsSource) -> _KeyView:
+    def last_reading(self, source: MetricsSource) -> KeyView:
         """A reading of ``source``'s keys alone: its last, taken as its metrics close, which
         the hub reports from then on (the final export at exit included)."""
         with self._view_lock:
@@ -106,7 +106,7 @@ class KeyReader:
 
     def _read_keys(self, now: float, sources: list[MetricsSource],
                    before: dict[tuple[str, int], str],
-                   after: dict[tuple[str, int], str]) -> _KeyView:
+                   after: dict[tuple[str, int], str]) -> KeyView:
         """Read the runtimes' histories and their keys' decisions (``before``: the arm each
         key was reported committed to last; ``after`` gets this reading's). View lock held
         (not the hub's: ``decide()`` takes each runtime's lock once per key, and attaching
@@ -123,7 +123,7 @@ class KeyReader:
                     latency[(op, bucket, arm)] = mean_us / 1e6
             self._decided(op, bucket, source, arms, before, after, committed, quarantined)
         _fold(ranked[cap:], latency)
-        return _KeyView(now, latency, committed, quarantined)
+        return KeyView(now, latency, committed, quarantined)
 
     def _latest_keys(self, sources: list[Any]) -> _Keys:
         """Every key the sources learned on, with the source that learned on it last."""
@@ -143,7 +143,7 @@ class KeyReader:
                     row = mine[(r.operation, r.size_bucket)] = [r.last_update, {}]
                 elif r.last_update > row[0]:
                     row[0] = r.last_update
-                row[1][_label(r.choice)] = r.mean_us
+                row[1][label_of(r.choice)] = r.mean_us
             for key, (stamp, arms) in mine.items():
                 held = keys.get(key)
                 # a key two runtimes share: the one that learned on it last speaks for it
@@ -160,9 +160,9 @@ class KeyReader:
         except Exception:
             self._log_once("decide", "adaptive_runtime metrics: decide(%r, ...) failed", op)
             return
-        reason = _label(decision.reason)
+        reason = label_of(decision.reason)
         if reason in _COMMITTED_REASONS:
-            chosen: str | None = _label(decision.choice)
+            chosen: str | None = label_of(decision.choice)
         elif reason == _RECHECK:
             # A re-check times another arm while the commitment holds; which arm is
             # committed, the decision does not say: the one reported before, if any.
@@ -171,7 +171,7 @@ class KeyReader:
             chosen = None  # exploring (or re-measuring after a drift alarm)
         if chosen is not None:
             after[(op, bucket)] = chosen
-        estimates = {_label(b): us for b, us in decision.estimates_us.items()}
+        estimates = {label_of(b): us for b, us in decision.estimates_us.items()}
         for arm in arms.keys() | estimates.keys() | ({chosen} if chosen else set()):
             committed[(op, bucket, arm)] = int(arm == chosen)
             # (an infinite estimate: the arm's last attempt here raised)

@@ -2,7 +2,7 @@
 
 :class:`MetricsSource` and :class:`KeySource` are what a runtime provides to the metrics
 (``AdaptiveRuntime`` does); the counter readers turn its cumulative counts into label tuples,
-and :func:`_attributes` turns a label tuple into the attributes of one series.
+and :func:`series_attributes` turns a label tuple into the attributes of one series.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from ..history import HistoryRecord
     from ..records import SelectionKey
 
-__all__ = ["KeySource", "MetricsSource"]
+__all__ = ["COUNTERS", "KeySource", "LabelCounts", "MetricsSource", "ReadCounts", "label_of",
+           "series_attributes"]
 
 # Attribute keys of each counter, in the order of the label tuples the readers below build.
 _SELECTION = ("adaptive.operation", "adaptive.backend", "adaptive.decision")
@@ -51,13 +52,13 @@ class KeySource(Protocol):
     def decide(self, operation: str, input_size: int) -> Decision: ...
 
 
-def _label(value: object) -> str:
+def label_of(value: object) -> str:
     # Backend, Variant and Reason have a ``value``: the bounded label ("simd:numpy" for a
-    # variant, split into two attributes by _attributes).
+    # variant, split into two attributes by series_attributes).
     return str(getattr(value, "value", value))
 
 
-def _attributes(keys: tuple[str, ...], labels: tuple[Any, ...]) -> dict[str, Any]:
+def series_attributes(keys: tuple[str, ...], labels: tuple[Any, ...]) -> dict[str, Any]:
     """The attributes of one series: ``keys`` and ``labels`` paired, an arm's variant
     ("<arm>:<variant>") split into ``adaptive.backend`` and ``adaptive.variant``."""
     attrs = dict(zip(keys, labels, strict=True))
@@ -68,27 +69,27 @@ def _attributes(keys: tuple[str, ...], labels: tuple[Any, ...]) -> dict[str, Any
     return attrs
 
 
-def _selections(source: MetricsSource) -> _Counts:
-    return {(key.operation, _label(choice_of(key.backend, key.variant)), _label(key.reason)): n
+def _selections(source: MetricsSource) -> LabelCounts:
+    return {(key.operation, label_of(choice_of(key.backend, key.variant)), label_of(key.reason)): n
             for key, n in source.selection_counts().items()}
 
 
-def _fallbacks(source: MetricsSource) -> _Counts:
-    return {(op, _label(failed), _label(to)): n
+def _fallbacks(source: MetricsSource) -> LabelCounts:
+    return {(op, label_of(failed), label_of(to)): n
             for (op, failed, to), n in source.fallback_counts().items()}
 
 
-def _exported(source: MetricsSource) -> _Counts:
+def _exported(source: MetricsSource) -> LabelCounts:
     return {(reason,): n for reason, n in source.trace_counts().get("exported", {}).items()}
 
 
-def _suppressed(source: MetricsSource) -> _Counts:
+def _suppressed(source: MetricsSource) -> LabelCounts:
     return {(reason,): n for reason, n in source.trace_counts().get("suppressed", {}).items()}
 
 
-_Counts = dict[tuple[str, ...], int]  # label values (in attribute-key order) -> count
-_Read = Callable[[MetricsSource], _Counts]
-_COUNTERS: Mapping[str, tuple[tuple[str, ...], _Read]] = {
+LabelCounts = dict[tuple[str, ...], int]  # label values (in attribute-key order) -> count
+ReadCounts = Callable[[MetricsSource], LabelCounts]
+COUNTERS: Mapping[str, tuple[tuple[str, ...], ReadCounts]] = {
     "selection": (_SELECTION, _selections),
     "fallback": (_FALLBACK, _fallbacks),
     "exported": (_REASON, _exported),

@@ -78,11 +78,11 @@ from opentelemetry import metrics
 
 from .._concurrency.forks import after_fork_in_child
 from .._version import __version__
-from .durations import _MARK, DURATION_BUCKETS_S
+from .durations import DURATION_BUCKETS_S, MARK
 from .instrumentation import records_metrics
 from .key_gauges import MAX_REPORTED_KEYS, OTHER_OPERATION
 from .metric_sources import KeySource, MetricsSource
-from .metrics_hub import _OVERFLOWS, _Hub
+from .metrics_hub import OVERFLOWS, Hub
 
 __all__ = ["DURATION_BUCKETS_S", "MAX_REPORTED_KEYS", "METER_NAME", "OTHER_OPERATION",
            "KeySource", "MetricsSource", "RuntimeMetrics"]
@@ -127,7 +127,7 @@ class RuntimeMetrics:
         #: ``(operation, backend, duration_us)`` of timed calls, appended by the runtime and
         #: drained at collection. Also holds one private marker object (overflow detection),
         #: hence the one extra place.
-        self.pending: deque[Any] = deque((_MARK,), maxlen=max_pending + 1)
+        self.pending: deque[Any] = deque((MARK,), maxlen=max_pending + 1)
         self._closed = False
         self._hub = _hub_for(meter_provider)
         self._slot = self._hub.attach(self)
@@ -147,7 +147,7 @@ class RuntimeMetrics:
     @property
     def overflows(self) -> int:
         """Collections that found durations lost because :attr:`pending` was full."""
-        return self._slot.counts[_OVERFLOWS].get((), 0)
+        return self._slot.counts[OVERFLOWS].get((), 0)
 
     def close(self) -> None:
         """Stop observing the runtime (idempotent).
@@ -169,8 +169,8 @@ class RuntimeMetrics:
 # One hub per meter provider (weakly keyed, so a dropped provider takes its hub along), and
 # one for the global provider, whatever it is when the first runtime asks.
 _hubs_lock = threading.Lock()
-_hubs: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()
-_global: tuple[metrics.MeterProvider, _Hub] | None = None  # (provider it was built on, hub)
+_hubs: weakref.WeakKeyDictionary[Any, Hub] = weakref.WeakKeyDictionary()
+_global: tuple[metrics.MeterProvider, Hub] | None = None  # (provider it was built on, hub)
 
 
 def _renew_hubs_lock() -> None:
@@ -181,7 +181,7 @@ def _renew_hubs_lock() -> None:
 after_fork_in_child(_renew_hubs_lock)
 
 
-def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:
+def _hub_for(meter_provider: metrics.MeterProvider | None) -> Hub:
     global _global
     with _hubs_lock:
         current = metrics.get_meter_provider()
@@ -203,8 +203,8 @@ def _hub_for(meter_provider: metrics.MeterProvider | None) -> _Hub:
         return hub
 
 
-def _new_hub(meter_provider: metrics.MeterProvider) -> _Hub:
-    return _Hub(meter_provider.get_meter(METER_NAME, __version__), _reported_keys)
+def _new_hub(meter_provider: metrics.MeterProvider) -> Hub:
+    return Hub(meter_provider.get_meter(METER_NAME, __version__), _reported_keys)
 
 
 def _reported_keys() -> int:

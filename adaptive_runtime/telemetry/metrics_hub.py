@@ -25,17 +25,17 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from .._concurrency.forks import renew_after_fork
 from .._concurrency.thread_faults import record_fault
 from ..threads import torch_threads
-from .durations import _MARK, DurationHistogram
-from .key_gauges import _KEY_LABELS, KeyReader, _KeyView
-from .metric_sources import _COUNTERS, MetricsSource, _attributes, _Counts, _Read
+from .durations import MARK, DurationHistogram
+from .key_gauges import KEY_LABELS, KeyReader, KeyView
+from .metric_sources import COUNTERS, LabelCounts, MetricsSource, ReadCounts, series_attributes
 from .stats import export_losses
 
-__all__: list[str] = []
+__all__: list[str] = ["OVERFLOWS", "Hub"]
 
 # (the metrics' logger is named for the module users know them by)
 _log = logging.getLogger(__package__ + ".metrics")
 
-_OVERFLOWS = "overflows"  # counted by the hub itself, not read from the source
+OVERFLOWS = "overflows"  # counted by the hub itself, not read from the source
 
 
 class _Member(Protocol):
@@ -61,12 +61,12 @@ class _Slot:
     def __init__(self, ref: weakref.ref[MetricsSource] | None) -> None:
         self.ref = ref  # None: the hub's totals of garbage-collected runtimes
         self.member: _Member | None = None
-        self.counts: dict[str, _Counts] = {
-            name: {} for name in (*_COUNTERS, _OVERFLOWS)}
+        self.counts: dict[str, LabelCounts] = {
+            name: {} for name in (*COUNTERS, OVERFLOWS)}
         # (hot path by operation, the key gauges' reading) as the metrics closed: reported
         # from then on, as the counters' last totals are — a closed runtime's gauges are in
         # every later export, the final one at exit included
-        self.gauges: tuple[dict[str, int], _KeyView] | None = None
+        self.gauges: tuple[dict[str, int], KeyView] | None = None
 
     def update(self, name: str, fresh: Mapping[tuple[str, ...], int]) -> None:
         # Clamp to the previous reading: the runtime may briefly take back a call it counted
@@ -77,7 +77,7 @@ class _Slot:
                 counts[labels] = n
 
 
-class _Hub:
+class Hub:
     """The instruments of one meter provider and the runtimes they observe.
 
     Silent in a forked child (a DataLoader worker): the child's counters start as a copy of
@@ -89,7 +89,7 @@ class _Hub:
     def __init__(self, meter: metrics.Meter, reported_keys: Callable[[], int]) -> None:
         self._lock = threading.Lock()
         self._silent = False
-        renew_after_fork(self, _Hub._after_fork)
+        renew_after_fork(self, Hub._after_fork)
         self._slots: list[_Slot] = []
         self._retired = _Slot(None)
         self._logged: set[str] = set()
@@ -158,7 +158,7 @@ class _Hub:
                 self._retire_member(slot)
                 slot.gauges = gauges
 
-    def _last_gauges(self, source: MetricsSource) -> tuple[dict[str, int], _KeyView] | None:
+    def _last_gauges(self, source: MetricsSource) -> tuple[dict[str, int], KeyView] | None:
         try:
             hot = set(source.hot_operations())
             return ({op: int(op in hot) for op in source.operations},
@@ -174,7 +174,7 @@ class _Hub:
         self._drain(slot, member, wait=False)
         source = member.source()
         if source is not None:
-            for name, (_keys, read) in _COUNTERS.items():
+            for name, (_keys, read) in COUNTERS.items():
                 self._read(slot, name, read, source)
         member._closed = True
         slot.member = None
@@ -182,7 +182,7 @@ class _Hub:
     # ---------------------------------------------------------------- callbacks
 
     def _observer(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        keys, read = _COUNTERS[name]
+        keys, read = COUNTERS[name]
 
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             if self._silent:
@@ -194,16 +194,16 @@ class _Hub:
                     for reason, lost in export_losses().items():
                         if lost:
                             totals[(reason,)] += lost
-                return [Observation(n, _attributes(keys, labels))
+                return [Observation(n, series_attributes(keys, labels))
                         for labels, n in totals.items()]
             except Exception as exc:  # never let observability break a collection
                 record_fault("metrics", f"{name} callback", exc)
                 return []
 
-        observe.__qualname__ = f"_Hub.observe_{name}"
+        observe.__qualname__ = f"Hub.observe_{name}"
         return observe
 
-    def _totals(self, name: str, read: _Read) -> Counter[tuple[str, ...]]:
+    def _totals(self, name: str, read: ReadCounts) -> Counter[tuple[str, ...]]:
         """Sum of every slot's (fresh or frozen) counts, retired ones included. Lock held."""
         totals: Counter[tuple[str, ...]] = Counter(self._retired.counts[name])
         dead = []
@@ -224,7 +224,7 @@ class _Hub:
             totals.update(slot.counts[name])
         return totals
 
-    def _read(self, slot: _Slot, name: str, read: _Read, source: MetricsSource) -> None:
+    def _read(self, slot: _Slot, name: str, read: ReadCounts, source: MetricsSource) -> None:
         try:
             fresh = read(source)
         except Exception as exc:  # the runtime's counters failed: report what we had
@@ -294,13 +294,13 @@ class _Hub:
                     for view in last:
                         for key, v in getattr(view, name).items():
                             values.setdefault(key, v)
-                return [Observation(v, _attributes(_KEY_LABELS, key))
+                return [Observation(v, series_attributes(KEY_LABELS, key))
                         for key, v in values.items()]
             except Exception as exc:
                 record_fault("metrics", f"{name} callback", exc)
                 return []
 
-        observe.__qualname__ = f"_Hub.observe_{name}"
+        observe.__qualname__ = f"Hub.observe_{name}"
         return observe
 
     def _sources(self) -> list[MetricsSource]:
@@ -317,7 +317,7 @@ class _Hub:
                 for slot in list(self._slots):
                     if slot.member is not None:
                         self._drain(slot, slot.member)
-                totals = self._totals(_OVERFLOWS, lambda _source: {})
+                totals = self._totals(OVERFLOWS, lambda _source: {})
             # reported even at 0, so an alert on it has a series from the start
             return [Observation(totals.get((), 0))]
         except Exception as exc:
@@ -334,10 +334,10 @@ class _Hub:
             # (a forked child: recording would take SDK locks the parent's reader may have
             # held at the fork, and nothing in the child exports them)
             pending.clear()
-            pending.append(_MARK)
+            pending.append(MARK)
             return
         if not self._durations.drain(pending, wait):
-            overflows = slot.counts[_OVERFLOWS]
+            overflows = slot.counts[OVERFLOWS]
             overflows[()] = overflows.get((), 0) + 1
             self._log_once("overflow", "adaptive_runtime metrics: more than %d timed-call "
                            "durations queued between two collections; the oldest were "

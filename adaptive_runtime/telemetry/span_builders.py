@@ -33,8 +33,8 @@ from .thread_spans import trial_attributes
 if TYPE_CHECKING:
     from ..records import CallRecord, HotPathTransition
 
-__all__ = ["EVIDENCE_KEYS", "INSTRUMENTATION_NAME", "STEPS_INSTRUMENTATION_NAME",
-           "SpanBuilder", "StandInSpan", "StepRecord", "is_runtime_span"]
+__all__ = ["EVIDENCE_KEYS", "INSTRUMENTATION_NAME", "STEPS_INSTRUMENTATION_NAME", "SpanBuilder",
+           "StandInSpan", "StepRecord", "is_runtime_span", "take"]
 
 INSTRUMENTATION_NAME = "adaptive_runtime"
 STEPS_INSTRUMENTATION_NAME = "adaptive_runtime.steps"
@@ -319,7 +319,7 @@ class StandInSpan(trace.NonRecordingSpan):
         return context
 
 
-def _take(context: otel_context.Context) -> None:
+def take(context: otel_context.Context) -> None:
     """Mark the stand-in current in ``context``, if one is, as taken: a record holds it."""
     span = trace.get_current_span(context)
     if type(span) is StandInSpan:

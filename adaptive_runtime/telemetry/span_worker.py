@@ -34,7 +34,8 @@ from .app_providers import flush_first
 from .deadline import exit_deadline, remaining
 from .span_builders import SpanBuilder
 
-__all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "recorder_counts"]
+__all__ = ["DEFAULT_CAPACITY", "SpanWorker", "flush_all", "process_counts", "recorder_counts",
+           "track"]
 
 DEFAULT_CAPACITY = 8192
 # Spans a queued record becomes: a call's select and execute; a step's or a hot-path change's one.
@@ -60,7 +61,7 @@ class _ProcessCounts:
             next(counter)
 
 
-_counts = _ProcessCounts()
+process_counts = _ProcessCounts()
 
 
 def recorder_counts() -> dict[str, int]:
@@ -71,9 +72,9 @@ def recorder_counts() -> dict[str, int]:
     for recorder in list(_recorders):
         if recorder._pid == os.getpid():
             pending += sum(_SPANS_PER_ITEM[item[0]] for item in list(recorder._buffer))
-    return {"admitted": 2 * issued(_counts.calls) + issued(_counts.singles),
-            "made": issued(_counts.made), "pending": pending,
-            **{reason: issued(counter) for reason, counter in _counts.lost.items()}}
+    return {"admitted": 2 * issued(process_counts.calls) + issued(process_counts.singles),
+            "made": issued(process_counts.made), "pending": pending,
+            **{reason: issued(counter) for reason, counter in process_counts.lost.items()}}
 
 
 class SpanWorker:
@@ -118,12 +119,12 @@ class SpanWorker:
     def _enqueue(self, item: tuple[Any, ...]) -> None:
         if self._stop:
             next(self._dropped)
-            _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
+            process_counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
             return
         buffer = self._buffer
         if len(buffer) >= self.capacity:
             next(self._dropped)  # full: drop and count, never block the loop
-            _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
+            process_counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
             return
         # Look again under a lock: look-then-append is not atomic, and producers on other
         # threads overtaking each other between the two took the buffer past its bound (by
@@ -133,7 +134,7 @@ class SpanWorker:
         with self._append_lock:
             if len(buffer) >= self.capacity:
                 next(self._dropped)
-                _counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
+                process_counts.lose("buffer_full", _SPANS_PER_ITEM[item[0]])
                 return
             buffer.append(item)
         thread = self._thread
@@ -263,7 +264,7 @@ class SpanWorker:
                     else:
                         builder.transition_span(tracer, item[1], item[2], item[3])
                 except BaseException as exc:  # observability never breaks the caller
-                    _counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
+                    process_counts.lose("error", _SPANS_PER_ITEM[item[0]] - self._item_spans)
                     next(self._errors)
                     if not isinstance(exc, Exception):
                         raise  # (counted lost; _run counts the fault, the thread ends)
@@ -276,9 +277,9 @@ class SpanWorker:
         self._item_spans += 1
         next(self._spans)
         if recording:
-            next(_counts.made)
+            next(process_counts.made)
         else:
-            _counts.lose("not_recorded", 1)
+            process_counts.lose("not_recorded", 1)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -323,14 +324,14 @@ class SpanWorker:
                     break
                 flushed = False
                 next(self._dropped)
-                _counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
+                process_counts.lose("shutdown", _SPANS_PER_ITEM[item[0]])
         return flushed
 
 
 _recorders: weakref.WeakSet[SpanWorker] = weakref.WeakSet()
 
 
-def _track(recorder: SpanWorker) -> None:
+def track(recorder: SpanWorker) -> None:
     _recorders.add(recorder)
     # Flush at exit. Registered per recorder, when it is made: atexit runs handlers last-in
     # first-out, so this runs before the shutdown of a tracer provider made earlier (the SDK

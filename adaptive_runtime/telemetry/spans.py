@@ -41,8 +41,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .app_providers import flush_first
-from .span_builders import SpanBuilder, StepRecord, _take, is_runtime_span
-from .span_worker import DEFAULT_CAPACITY, SpanWorker, _counts, _track, flush_all, recorder_counts
+from .span_builders import SpanBuilder, StepRecord, is_runtime_span, take
+from .span_worker import (
+    DEFAULT_CAPACITY,
+    SpanWorker,
+    flush_all,
+    process_counts,
+    recorder_counts,
+    track,
+)
 
 if TYPE_CHECKING:
     from ..records import CallRecord, HotPathTransition, PoolTrial
@@ -75,7 +82,7 @@ class SpanRecorder(SpanWorker):
         self.timer = timer  # the clock of the records' times (the runtime's, in ns)
         self._builder = SpanBuilder(tracer_provider, wall_offset_ns=time.time_ns() - timer(),
                                     ended=self._ended, on_materialized=on_materialized)
-        _track(self)
+        track(self)
         # (the provider's own flush and shutdown make the queued records' spans first, from
         # the start; a global provider the application replaces later is hooked by the
         # worker, as it makes spans into it: see app_providers)
@@ -85,24 +92,24 @@ class SpanRecorder(SpanWorker):
 
     def submit(self, record: CallRecord) -> None:
         """Queue one timed call's spans (called right after the call, in its thread)."""
-        next(_counts.calls)
+        next(process_counts.calls)
         context = otel_context.get_current()
-        _take(context)
+        take(context)
         self._enqueue(("call", record, context))
 
     def submit_step(self, step: StepRecord) -> None:
         """Queue a training step's span (see ``steps``): made later with the span id its
         children were recorded under."""
-        next(_counts.singles)
-        _take(step.parent)  # (a step in a step: the outer one's span is its parent)
+        next(process_counts.singles)
+        take(step.parent)  # (a step in a step: the outer one's span is its parent)
         self._enqueue(("step", step))
 
     def submit_transition(self, transition: HotPathTransition | PoolTrial) -> None:
         """Queue an ``adaptive.hot_path`` span for an operation entering or leaving it, or an
         ``adaptive.threads`` span for a trial of a pool's thread count that ended."""
-        next(_counts.singles)
+        next(process_counts.singles)
         context = otel_context.get_current()
-        _take(context)
+        take(context)
         self._enqueue(("hot", transition, context, self.timer()))
 
     @property

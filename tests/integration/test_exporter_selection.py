@@ -72,7 +72,7 @@ def test_a_traces_only_endpoint_gets_one_line_about_metrics_then_silence(
         from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        exporter = providers._process.metric_exporter
+        exporter = providers.installed.metric_exporter
         # run until the periodic reader's first export was refused and export turned off
         deadline = time.monotonic() + 30
         while exporter.target is not None and time.monotonic() < deadline:
@@ -120,7 +120,7 @@ def test_a_traces_only_endpoint_does_not_silence_a_later_span_outage(
         from adaptive_runtime.telemetry.sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
-        exporter = providers._process.metric_exporter
+        exporter = providers.installed.metric_exporter
         deadline = time.monotonic() + 30
         while exporter.target is not None and time.monotonic() < deadline:
             loop(rt, calls=20)

@@ -102,12 +102,12 @@ SCRIPT = textwrap.dedent('''
             time.sleep(0.05)
     exported_phase = len(records)
 
-    objects = {"Telemetry": tel, "process providers": providers._process,
+    objects = {"Telemetry": tel, "process providers": providers.installed,
                "config": ar.RuntimeConfig.from_env(), "runtime config": rt.config,
-               "span exporter guard": providers._process.span_exporter,
-               "span exporter": providers._process.span_exporter.target,
-               "metric exporter guard": providers._process.metric_exporter,
-               "metric exporter": getattr(providers._process.metric_exporter, "target", None),
+               "span exporter guard": providers.installed.span_exporter,
+               "span exporter": providers.installed.span_exporter.target,
+               "metric exporter guard": providers.installed.metric_exporter,
+               "metric exporter": getattr(providers.installed.metric_exporter, "target", None),
                "tracer provider": tel.tracer_provider, "meter provider": tel.meter_provider}
     reprs = {f"{kind}({name})": show(value) for name, value in objects.items()
              for kind, show in (("repr", repr), ("str", str))}

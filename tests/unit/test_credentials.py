@@ -84,9 +84,10 @@ def test_a_user_name_or_password_in_an_endpoint_is_never_shown(url: str, shown: 
 def test_the_destinations_telemetry_shows_carry_no_password(tmp_path, protocol: str) -> None:
     # (what the shutdown warning, Telemetry.traces_destination and the CLI print)
     url = "http://user:s3cret@127.0.0.1:4318"
-    spans, traces_shown = providers._span_exporter("otlp", url, protocol, None, str(tmp_path), {})
-    metrics, metrics_shown = providers._metric_exporter("otlp", url, protocol, None,
-                                                    str(tmp_path), {})
+    spans, traces_shown = providers.make_span_exporter("otlp", url, protocol, None,
+                                                       str(tmp_path), {})
+    metrics, metrics_shown = providers.make_metric_exporter("otlp", url, protocol, None,
+                                                            str(tmp_path), {})
     try:
         for shown in (traces_shown, metrics_shown):
             assert shown.startswith("http://***@127.0.0.1:4318"), shown

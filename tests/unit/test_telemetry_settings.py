@@ -6,7 +6,7 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.telemetry.defaults import DEFAULT_PROMETHEUS_PORT
-from adaptive_runtime.telemetry.sdk.configure import _prometheus_port
+from adaptive_runtime.telemetry.sdk.configure import resolve_prometheus_port
 
 
 @pytest.mark.parametrize(("argument", "env", "port"), [
@@ -18,7 +18,7 @@ from adaptive_runtime.telemetry.sdk.configure import _prometheus_port
     (9200, {"ADAPTIVE_RUNTIME_PROMETHEUS_PORT": "9100"}, 9200),  # the argument wins
 ])
 def test_prometheus_port_from_argument_or_environment(argument, env, port) -> None:
-    assert _prometheus_port(argument, env) == port
+    assert resolve_prometheus_port(argument, env) == port
     assert DEFAULT_PROMETHEUS_PORT == 9464
 
 
@@ -31,4 +31,4 @@ def test_prometheus_port_from_argument_or_environment(argument, env, port) -> No
 ])
 def test_a_bad_prometheus_port_names_where_it_came_from(argument, env, named) -> None:
     with pytest.raises(ar.ConfigError, match=named):
-        _prometheus_port(argument, env)
+        resolve_prometheus_port(argument, env)

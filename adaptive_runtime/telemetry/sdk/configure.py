@@ -79,17 +79,17 @@ from .exporters import (
 from .handle import Telemetry
 from .otlp_json_file import OtlpJsonFileSpanExporter
 from .providers import (
-    _metric_exporter,
-    _serve_prometheus,
-    _span_exporter,
     app_has_meter_provider,
     app_has_tracer_provider,
     install_meter_provider,
     install_tracer_provider,
+    make_metric_exporter,
+    make_span_exporter,
+    serve_prometheus,
 )
 from .resource import make_resource
 
-__all__ = ["configure"]
+__all__ = ["configure", "resolve_prometheus_port"]
 
 _log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def _resolve(endpoint: str | None, prometheus_port: int | bool | None, protocol:
     metric_protocol = _protocol("METRICS", protocol, env)
     traces_choice = _exporter_choice("TRACES", traces_exporter, env)
     metrics_choice = _exporter_choice("METRICS", metrics_exporter, env)
-    port = _prometheus_port(prometheus_port, env)
+    port = resolve_prometheus_port(prometheus_port, env)
     if port is None and metrics_choice == "prometheus":
         port = _otel_prometheus_port(env)
     host = prometheus_host or env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() \
@@ -215,7 +215,7 @@ def _install(settings: _Settings, batch: tuple[int, int, float],
     # no endpoint, decided before any provider is installed.
     port, server = settings.port, None
     if port is not None and not app_has_meter_provider():
-        server = _serve_prometheus(port, settings.host)
+        server = serve_prometheus(port, settings.host)
         if server is None:
             port = None
     folder = directory or settings.env.get("ADAPTIVE_RUNTIME_TELEMETRY_DIR") or DEFAULT_DIRECTORY
@@ -239,7 +239,7 @@ def _set_up_traces(telemetry: Telemetry, settings: _Settings, batch: tuple[int, 
     elif choice == "none":
         return False  # (no provider: runtimes make no spans only to have them dropped)
     else:
-        make = functools.partial(_span_exporter, choice, settings.endpoint,
+        make = functools.partial(make_span_exporter, choice, settings.endpoint,
                                  settings.trace_protocol, settings.headers, folder, settings.env)
         exporter, telemetry.traces_destination = make()
         # (the file and console exporters serve a forked child as they are; a network
@@ -260,7 +260,7 @@ def _set_up_metrics(telemetry: Telemetry, settings: _Settings, folder: str, prom
         return server
     metric_exporter = None
     if settings.metrics_choice not in ("none", "prometheus"):
-        target, telemetry.metrics_destination = _metric_exporter(
+        target, telemetry.metrics_destination = make_metric_exporter(
             settings.metrics_choice, settings.endpoint, settings.metric_protocol,
             settings.headers, folder, settings.env)
         metric_exporter = GuardedMetricExporter(target, telemetry.metrics_destination)
@@ -337,7 +337,7 @@ def _protocol(signal: str, protocol: str | None, env: Any) -> str:
     return "http/protobuf"
 
 
-def _prometheus_port(port: int | bool | None, env: Any) -> int | None:
+def resolve_prometheus_port(port: int | bool | None, env: Any) -> int | None:
     source = "prometheus_port"
     if port is None:
         raw = env.get("ADAPTIVE_RUNTIME_PROMETHEUS_PORT", "").strip()

@@ -20,7 +20,7 @@ from ..deadline import flush_deadline, remaining
 from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
 from ..spans import flush_all
 from ..stats import TelemetryStats, stats
-from .providers import _Bounded, _process
+from .providers import Bounded, installed
 
 __all__ = ["Telemetry", "shutdown"]
 
@@ -70,13 +70,13 @@ class Telemetry:
         # Metrics and spans flush side by side, each on a thread of its own (the SDK's metric
         # flush exports on the calling thread and may retry for the exporter's whole timeout)
         metric_flush = None
-        if self.meter_provider is not None and _process.metric_exporter is not None and not (
-                self.meter_provider is _process.meter_provider and _process.metrics_stopped):
+        if self.meter_provider is not None and installed.metric_exporter is not None and not (
+                self.meter_provider is installed.meter_provider and installed.metrics_stopped):
             # (a forked child's metric export is off, and collecting could wait on SDK locks
             # the parent's reader held at the fork)
-            metric_flush = _Bounded(self.meter_provider.force_flush, deadline)
+            metric_flush = Bounded(self.meter_provider.force_flush, deadline)
         spans_unsent = 0
-        processor = _process.span_processor
+        processor = installed.span_processor
         if self.tracer_provider is not None and processor is not None:
             processor.close()  # (spans the application ends from now on: dropped, counted)
             if not processor.flush(remaining(deadline)):
@@ -84,8 +84,8 @@ class Telemetry:
         metrics_unsent = metric_flush is not None and not metric_flush.finished(deadline)
         # Stopping the exporters cuts short an export still retrying (its back-off wait, a
         # gRPC call); later exports (the application's own spans) are dropped.
-        for provider, exporter in ((self.tracer_provider, _process.span_exporter),
-                                   (self.meter_provider, _process.metric_exporter)):
+        for provider, exporter in ((self.tracer_provider, installed.span_exporter),
+                                   (self.meter_provider, installed.metric_exporter)):
             if provider is not None and exporter is not None:
                 try:
                     # (an export in progress, to a live collector, ends first: a moment)

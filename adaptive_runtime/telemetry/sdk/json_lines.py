@@ -41,7 +41,7 @@ from ..._concurrency.forks import renew_after_fork
 _logger = logging.getLogger(__name__)
 
 
-class _JsonLinesFile:
+class JsonLinesFile:
     """Append-only JSON Lines file with rotation, one lock, and logged-once failure handling.
 
     In a forked child it becomes a *shared* appender (see the module docstring): each line is
@@ -63,7 +63,7 @@ class _JsonLinesFile:
         self._closed = False
         self._warned = False
         self._shared = False  # a forked child's: appends beside its parent, never rotates
-        renew_after_fork(self, _JsonLinesFile._after_fork)
+        renew_after_fork(self, JsonLinesFile._after_fork)
 
     def _after_fork(self) -> None:
         # The parent's export thread may have held the lock at the fork. The inherited handle

@@ -43,7 +43,7 @@ from .. import instrumentation
 from ..deadline import exit_deadline, remaining
 from ..spans import flush_all
 from . import handle
-from .providers import _inherited, _process, _ProcessProviders
+from .providers import ProcessProviders, inherited_from_parent, installed
 
 __all__ = ["WORKER_EXIT_FLUSH_S"]
 
@@ -65,7 +65,7 @@ def _at_exit() -> None:
         explicit = handle._current is None
         handle.shutdown(remaining(deadline))
         with handle._lock:
-            _process.shutdown(0.0 if explicit else remaining(deadline))
+            installed.shutdown(0.0 if explicit else remaining(deadline))
     except Exception as exc:  # never turn a clean exit into a traceback
         _log.warning("adaptive_runtime telemetry shutdown at exit: %r", exc)
 
@@ -82,13 +82,13 @@ atexit.register(_at_exit)
 def _after_fork_in_child() -> None:
     """Right after a fork, in the child (registered at import, see ``_concurrency.forks``)."""
     handle._lock = threading.Lock()  # (another thread may have been configuring at the fork)
-    exporter = _process.span_exporter
+    exporter = installed.span_exporter
     if exporter is not None and exporter.remake is not None and exporter.target is not None:
         # The inherited OTLP exporter's pooled connection (or gRPC channel) is the parent's:
         # two processes writing requests into one connection read each other's answers.
         # Kept referenced, never closed or finalised here; the child's own is made on its
         # first export, on the SDK's export thread rather than inside the fork.
-        _inherited.append(exporter.replace(_MadeOnFirstUse(exporter.remake)))
+        inherited_from_parent.append(exporter.replace(_MadeOnFirstUse(exporter.remake)))
     current = handle._current
     if current is not None and current._prometheus_server is not None:
         # No thread serves it here: shutdown() would wait for one forever. Close this
@@ -102,13 +102,13 @@ def _after_fork_in_child() -> None:
     if mp_util is not None:
         # A multiprocessing child (a DataLoader worker) clears its finalizers as it starts,
         # then runs the after-fork hooks registered for it: ours registers the exit flush.
-        mp_util.register_after_fork(_process, _at_worker_start)
+        mp_util.register_after_fork(installed, _at_worker_start)
 
 
 after_fork_in_child(_after_fork_in_child)
 
 
-def _at_worker_start(_process_providers: _ProcessProviders) -> None:
+def _at_worker_start(_process_providers: ProcessProviders) -> None:
     from multiprocessing.util import Finalize
 
     # exitpriority >= 0: run by the worker's exit, before its queues are closed (10)
@@ -125,7 +125,7 @@ def _flush_at_worker_exit(timeout_s: float = WORKER_EXIT_FLUSH_S) -> None:
         deadline = time.monotonic() + timeout_s
         try:
             flush_all(timeout_s)
-            provider = _process.tracer_provider or trace.get_tracer_provider()
+            provider = installed.tracer_provider or trace.get_tracer_provider()
             force_flush = getattr(provider, "force_flush", None)
             if force_flush is not None:
                 force_flush(max(int((deadline - time.monotonic()) * 1000), 0))

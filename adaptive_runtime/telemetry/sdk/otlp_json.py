@@ -27,7 +27,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-__all__ = ["to_otlp_json"]
+__all__ = ["dumps_line", "to_otlp_json"]
 
 # The OTLP/JSON fields that carry trace/span ids. They only ever occur as real message fields:
 # attribute keys are *values* (``{"key": "traceId", ...}``), never dict keys, so rewriting these
@@ -69,7 +69,7 @@ def _ids_to_hex(node: Any) -> None:
             stack.extend(v for v in item if isinstance(v, (dict, list)))
 
 
-def _dumps_line(tree: dict[str, Any]) -> bytes:
+def dumps_line(tree: dict[str, Any]) -> bytes:
     # Compact separators: the files are for machines, and size is what triggers rotation.
     # ensure_ascii=False keeps non-ASCII span names readable; the bytes are UTF-8 either way.
     return (json.dumps(tree, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")

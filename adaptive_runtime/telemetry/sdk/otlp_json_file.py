@@ -44,8 +44,8 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .json_lines import _JsonLinesFile
-from .otlp_json import _dumps_line, to_otlp_json
+from .json_lines import JsonLinesFile
+from .otlp_json import dumps_line, to_otlp_json
 
 __all__ = ["DEFAULT_MAX_BYTES", "OtlpJsonFileMetricExporter", "OtlpJsonFileSpanExporter"]
 
@@ -56,7 +56,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 class _OtlpJsonFileMixin:
     """Shared plumbing of the two exporters: the file, its counters and the export step."""
 
-    _writer: _JsonLinesFile
+    _writer: JsonLinesFile
 
     @property
     def path(self) -> Path:
@@ -94,7 +94,7 @@ class _OtlpJsonFileMixin:
         try:
             request = encode(data)
             tree = to_otlp_json(request)
-            line = _dumps_line(tree) if tree else None
+            line = dumps_line(tree) if tree else None
         except Exception as exc:  # telemetry must never raise into the instrumented code
             self._writer.record_failure("encoding", exc)
             return False
@@ -119,7 +119,7 @@ class OtlpJsonFileSpanExporter(_OtlpJsonFileMixin, SpanExporter):
     def __init__(
         self, path: str | os.PathLike[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES
     ) -> None:
-        self._writer = _JsonLinesFile(path, max_bytes)
+        self._writer = JsonLinesFile(path, max_bytes)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Append the spans as one line; ``FAILURE`` (never an exception) if that fails."""
@@ -187,7 +187,7 @@ class OtlpJsonFileMetricExporter(_OtlpJsonFileMixin, MetricExporter):
             ),
             preferred_aggregation=preferred_aggregation,
         )
-        self._writer = _JsonLinesFile(path, max_bytes)
+        self._writer = JsonLinesFile(path, max_bytes)
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any

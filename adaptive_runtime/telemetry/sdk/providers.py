@@ -1,7 +1,7 @@
 """The global providers ``configure()`` installs — made by its first call, kept until exit (the
 OpenTelemetry API sets each once per process) — and the exporters it makes: OTLP over gRPC or
 HTTP, the OTLP/JSON files, the console; the Prometheus scrape endpoint. Also how they are
-stopped within a bound (:class:`_Bounded`) and what a forked child does to the meter provider
+stopped within a bound (:class:`Bounded`) and what a forked child does to the meter provider
 (see ``lifecycle``).
 """
 
@@ -37,7 +37,10 @@ from .export import BoundedSpanProcessor
 from .exporters import GuardedMetricExporter, GuardedSpanExporter, note_http_status
 from .otlp_json_file import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 
-__all__ = ["GRPC_RECONNECT"]
+__all__ = ["GRPC_RECONNECT", "Bounded", "ProcessProviders", "app_has_meter_provider",
+           "app_has_tracer_provider", "inherited_from_parent", "install_meter_provider",
+           "install_tracer_provider", "installed", "make_metric_exporter", "make_span_exporter",
+           "serve_prometheus"]
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ _DEFAULT_OTLP_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "ht
 _CHILD_READER_STOP_MS = 500.0
 
 
-class _Bounded:
+class Bounded:
     """``call(timeout_millis)`` on a daemon thread of its own, waited for until ``deadline``
     at most (the SDK's flushes take a timeout they do not always keep)."""
 
@@ -81,7 +84,7 @@ class _Bounded:
 
 
 @dataclass
-class _ProcessProviders:
+class ProcessProviders:
     """The global providers configure() installed: made once, kept until exit."""
 
     tracer_provider: TracerProvider | None = None
@@ -102,25 +105,25 @@ class _ProcessProviders:
         if self.meter_provider is not None and not self.metrics_stopped:
             # (the reader joins its thread, which may still be in an export that ends only
             # with the exporter's own timeout: waited for until the deadline, no longer)
-            _Bounded(lambda millis: self.meter_provider.shutdown(timeout_millis=millis),
+            Bounded(lambda millis: self.meter_provider.shutdown(timeout_millis=millis),
                      deadline).finished(deadline)
 
 
-_process = _ProcessProviders()
+installed = ProcessProviders()
 # what a forked child inherited and must never close or finalise: its connections, threads and
 # files are the parent's
-_inherited: list[Any] = []
+inherited_from_parent: list[Any] = []
 
 
 def _stop_metric_export_in_child() -> None:
     """A forked child exports no metrics (see ``lifecycle``); registered once the periodic
     reader exists."""
-    _process.metrics_stopped = True
-    exporter = _process.metric_exporter
+    installed.metrics_stopped = True
+    exporter = installed.metric_exporter
     if exporter is not None:
         # (the inherited exporter's connection or file is the parent's: dropped, not closed)
-        _inherited.append(exporter.replace(None))
-    reader = _process.periodic_reader
+        inherited_from_parent.append(exporter.replace(None))
+    reader = installed.periodic_reader
     if reader is not None:
         try:
             # Public API only: the SDK restarted the reader's thread in this child; this
@@ -143,9 +146,9 @@ def install_tracer_provider(resource: Resource, exporter: GuardedSpanExporter,
                                      schedule_delay_s=delay_s, is_runtime_span=is_runtime_span)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
-    _process.tracer_provider, _process.span_exporter = provider, exporter
-    _process.span_processor = processor
-    report_exports(processor, _process.metric_exporter)
+    installed.tracer_provider, installed.span_exporter = provider, exporter
+    installed.span_processor = processor
+    report_exports(processor, installed.metric_exporter)
     return provider
 
 
@@ -167,9 +170,9 @@ def install_meter_provider(resource: Resource, exporter: GuardedMetricExporter |
         return None
     provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
     metrics.set_meter_provider(provider)
-    _process.meter_provider, _process.metric_exporter = provider, exporter
-    _process.periodic_reader, _process.prometheus = periodic, prometheus
-    report_exports(_process.span_processor, exporter)
+    installed.meter_provider, installed.metric_exporter = provider, exporter
+    installed.periodic_reader, installed.prometheus = periodic, prometheus
+    report_exports(installed.span_processor, exporter)
     # Registered after the SDK's own fork hooks of the reader and the provider (made just
     # now), so it runs after them: the reader's thread the SDK restarts in a child is there
     # to be stopped.
@@ -177,7 +180,7 @@ def install_meter_provider(resource: Resource, exporter: GuardedMetricExporter |
     return provider
 
 
-def _serve_prometheus(port: int, host: str) -> Any:
+def serve_prometheus(port: int, host: str) -> Any:
     """The scrape endpoint's HTTP server on ``host:port``, or ``None`` (one warning line)
     where it cannot listen there: the port taken (several ranks on one machine, each asking
     for the same port), the host not this machine's. Training goes on either way."""
@@ -226,7 +229,7 @@ GRPC_RECONNECT: Any = (("grpc.initial_reconnect_backoff_ms", 250),
                        ("grpc.max_reconnect_backoff_ms", 2000))
 
 
-def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
+def make_span_exporter(choice: str | None, endpoint: str | None, protocol: str,
                    headers: dict[str, str] | None, folder: str,
                    env: Any) -> tuple[SpanExporter, str]:
     if choice == "console":
@@ -256,7 +259,7 @@ def _span_exporter(choice: str | None, endpoint: str | None, protocol: str,
     return HttpSpanExporter(endpoint=full, headers=headers, session=session), shown_url(full)
 
 
-def _metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
+def make_metric_exporter(choice: str | None, endpoint: str | None, protocol: str,
                      headers: dict[str, str] | None, folder: str,
                      env: Any) -> tuple[MetricExporter, str]:
     if choice == "console":
