@@ -109,7 +109,7 @@ class Pipeline:
         collects: this benchmark is about tracing)."""
         ar.telemetry.instrument(rt, tracer_provider=self.provider,
                                 meter_provider=self.meter_provider)
-        recorder = rt._spans
+        recorder = rt._parts.spans
         assert recorder.recording
         self.recorders.append((rt, recorder))
         return recorder

@@ -389,7 +389,7 @@ def mixed_loop(receiver: Receiver, traced_call_ns: float
     pipe.flush()
 
     def tracing(on: bool) -> None:
-        rt._dispatcher.attach(recorder if on else NO_SPANS, rt._metrics)
+        rt._dispatcher.attach(recorder if on else NO_SPANS, rt._parts.metrics)
 
     kinds = len(schedule)
     cases = ("on", "off", "off2")  # off2: tracing off again, the A/A noise floor

@@ -73,7 +73,7 @@ def registry_lock(rt: ar.AdaptiveRuntime) -> Any:
 
 def telemetry_lock(rt: ar.AdaptiveRuntime) -> threading.Lock:
     """The lock switching the runtime's telemetry on and off takes."""
-    return rt._telemetry_lock
+    return rt._parts.telemetry_lock
 
 
 # ---------------------------------------------------------------------------- bounded state
@@ -127,8 +127,8 @@ def attach_sinks(rt: ar.AdaptiveRuntime, *, spans: Any = None, metrics: Any = No
     """Hand the dispatcher these sinks in place of the runtime's own (each kept where
     ``None``). The runtime still holds its own: ``rt.flush_telemetry()``, ``rt.trace_counts()``
     and switching telemetry off see those, not these."""
-    rt._dispatcher.attach(rt._spans if spans is None else spans,
-                          rt._metrics if metrics is None else metrics)
+    rt._dispatcher.attach(rt._parts.spans if spans is None else spans,
+                          rt._parts.metrics if metrics is None else metrics)
 
 
 def attach_span_recorder(rt: ar.AdaptiveRuntime, tracer_provider: TracerProvider,
@@ -138,10 +138,11 @@ def attach_span_recorder(rt: ar.AdaptiveRuntime, tracer_provider: TracerProvider
     ``config.tracing`` says: what ``ar.telemetry.instrument`` does otherwise. The runtime's
     metrics sink is kept. ``rt.flush_telemetry()``, ``rt.trace_counts()`` and
     ``ar.telemetry.uninstrument(rt)`` see it, as they see one ``instrument`` made."""
-    recorder = SpanRecorder(timer=rt._timer, tracer_provider=tracer_provider, **recorder_args)
-    with rt._telemetry_lock:
-        rt._spans = recorder
-        rt._dispatcher.attach(recorder, rt._metrics)
+    parts = rt._parts
+    recorder = SpanRecorder(timer=parts.timer, tracer_provider=tracer_provider, **recorder_args)
+    with parts.telemetry_lock:
+        parts.spans = recorder
+        parts.dispatcher.attach(recorder, parts.metrics)
     return recorder
 
 

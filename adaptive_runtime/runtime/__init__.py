@@ -2,9 +2,9 @@
 
 - ``facade``: :class:`AdaptiveRuntime`, the public methods (and ``unpickle_runtime``, which
   makes one from a pickle);
-- ``_wiring``: its parts built from the :class:`~adaptive_runtime.RuntimeConfig` (the one
-  place ``RuntimeConfig`` becomes ``PolicyConfig``), the telemetry sinks switched on and off,
-  the parts' callbacks;
+- ``_wiring``: ``RuntimeParts``, the parts a runtime has, built from the
+  :class:`~adaptive_runtime.RuntimeConfig` (the one place ``RuntimeConfig`` becomes
+  ``PolicyConfig``), the telemetry sinks switched on and off, a sync's two ends;
 - ``_history_file``: the ``history_path`` file, read at start-up and saved periodically and at
   exit;
 - ``_pickling``: the recipes a pickled runtime's operations travel as;

@@ -1,15 +1,15 @@
 """A runtime's parts and their wiring: :class:`RuntimeParts` builds them from the
 :class:`RuntimeConfig` (the devices check, the policy's settings — ``RuntimeConfig`` →
 ``PolicyConfig``, here only —, the trace gate and the dispatcher that holds them), switches
-the telemetry sinks on and off, and takes the parts' callbacks. ``AdaptiveRuntime`` (in
-:mod:`.facade`) is its public face."""
+the telemetry sinks on and off, and is a sync's two ends. ``AdaptiveRuntime`` (in
+:mod:`.facade`) has one: the public face, it hands each method to the part that does it."""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .._concurrency.forks import renew_after_fork
 from .._dispatch import Dispatcher
@@ -126,97 +126,113 @@ def call_recorder(dispatcher: Dispatcher, path: str | os.PathLike[str],
 
 
 class RuntimeParts:
-    """The parts of a runtime, built from its config, the telemetry sinks (the no-ops until
-    telemetry is switched on) and the callbacks the parts make; the base of
-    ``AdaptiveRuntime``, which adds the public methods."""
+    """The parts one runtime is made of, built from its config: the devices it runs on, the
+    operation registry, the measured history, the hot-path detector and the dispatcher that
+    holds them (with the policy and the trace gate); and its telemetry sinks, the no-ops until
+    telemetry is switched on (:meth:`telemetry_on`, :meth:`telemetry_off`). An
+    ``AdaptiveRuntime`` has one, and holds the parts its public methods use directly."""
 
-    def _wire(self, cfg: RuntimeConfig, devices: DeviceProbe | None,
-              clock: Callable[[], float], timer: Callable[[], int]) -> None:
+    def __init__(self, cfg: RuntimeConfig, devices: DeviceProbe | None,
+                 clock: Callable[[], float], timer: Callable[[], int]) -> None:
         """The parts; :class:`BackendUnavailableError` when a forced arm cannot run here."""
         if cfg.import_frameworks:  # (asked for: now, never inside a call)
             import_frameworks()
         self.config = cfg
-        self._devices = checked_devices(cfg, devices)
-        self._clock = clock
-        self._timer = timer
+        self.devices = checked_devices(cfg, devices)
+        self.clock = clock
+        self.timer = timer
         # Telemetry behind a seam: no-op sinks until telemetry is switched on (see sinks)
-        self._spans: SpanSink = NO_SPANS
-        self._metrics: MetricsSink = NO_METRICS
-        self._telemetry_lock = threading.Lock()
+        self.spans: SpanSink = NO_SPANS
+        self.metrics: MetricsSink = NO_METRICS
+        self.telemetry_lock = threading.Lock()
         # (a thread configuring telemetry may hold it at a fork: see _concurrency.forks)
         renew_after_fork(self, RuntimeParts._renew_lock)
-        self._registry = OperationRegistry()
-        self._history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
-        self._hot = HotPathDetector(cfg.hot_path_calls_per_sec,
-                                    max_operations=cfg.max_history_keys)
-        self._dispatcher = dispatcher(cfg, self._registry, self._history, self._hot,
-                                      self._devices, clock, timer)
+        self.registry = OperationRegistry()
+        self.history = HistoryStore(cfg.max_history_keys, on_evict=self._evicted)
+        self.hot = HotPathDetector(cfg.hot_path_calls_per_sec,
+                                   max_operations=cfg.max_history_keys)
+        self.dispatcher = dispatcher(cfg, self.registry, self.history, self.hot,
+                                     self.devices, clock, timer)
 
     def _renew_lock(self) -> None:
-        self._telemetry_lock = threading.Lock()
+        self.telemetry_lock = threading.Lock()
 
-    def __repr__(self) -> str:
-        return (f"<AdaptiveRuntime ops={len(self._registry)} keys={len(self._history)} "
-                f"tracing={'on' if self.config.tracing else 'off'}>")
+    # ------------------------------------------------------------------ telemetry
 
-    # ------------------------------------------------------------------ telemetry hooks
-
-    def _telemetry_on(self, tracer_provider: TracerProvider | None = None,
-                      meter_provider: MeterProvider | None = None) -> None:
-        """Export spans (when ``config.tracing``) and metrics; called by ``ar.telemetry``.
+    def telemetry_on(self, source: MetricsSource, tracer_provider: TracerProvider | None = None,
+                     meter_provider: MeterProvider | None = None) -> None:
+        """Export spans (when ``config.tracing``) and metrics read from ``source`` (the
+        runtime); what ``AdaptiveRuntime._telemetry_on`` does for ``ar.telemetry``.
 
         Into the given providers, else the global ones. Already exporting: kept as it is,
         unless a provider is given (then what was admitted is flushed and export moves).
         No spans while ``configure()`` exports no traces (``OTEL_TRACES_EXPORTER=none``).
         """
         if tracer_provider is not None or meter_provider is not None:
-            self._telemetry_off(timeout_s=5.0)
-        with self._telemetry_lock:
-            if not self._spans.recording:
-                self._spans = span_sink(
+            self.telemetry_off(timeout_s=5.0)
+        with self.telemetry_lock:
+            if not self.spans.recording:
+                self.spans = span_sink(
                     enabled=self.config.tracing and instrumentation.records_spans(
                         tracer_provider),
-                    timer=self._timer, tracer_provider=tracer_provider)
-            if not self._metrics.recording:  # metrics whatever config.tracing says
-                # (the counters are the public face's: AdaptiveRuntime is a MetricsSource)
-                self._metrics = metrics_sink(cast("MetricsSource", self),
-                                             meter_provider=meter_provider)
+                    timer=self.timer, tracer_provider=tracer_provider)
+            if not self.metrics.recording:  # metrics whatever config.tracing says
+                self.metrics = metrics_sink(source, meter_provider=meter_provider)
             self._hook_dispatcher()
 
     def _hook_dispatcher(self) -> None:
         """Hand the dispatcher the sinks (the no-ops while telemetry is off). Telemetry lock
         held."""
-        self._dispatcher.attach(self._spans, self._metrics)
+        self.dispatcher.attach(self.spans, self.metrics)
 
-    def _telemetry_off(self, timeout_s: float) -> None:
+    def telemetry_off(self, timeout_s: float) -> None:
         """Stop exporting; what was admitted before is flushed first."""
-        with self._telemetry_lock:
-            spans, self._spans = self._spans, NO_SPANS
-            metrics, self._metrics = self._metrics, NO_METRICS
+        with self.telemetry_lock:
+            spans, self.spans = self.spans, NO_SPANS
+            metrics, self.metrics = self.metrics, NO_METRICS
             self._hook_dispatcher()
         spans.shutdown(timeout_s)
         metrics.close()  # a last reading, so the shutdown export holds every call
 
-    # ------------------------------------------------------------------ callbacks of the parts
-
-    def _implementations_changed(self, name: str) -> None:
-        self._dispatcher.reset_route(name)
+    # ------------------------------------------------------------------ the history's callback
 
     def _evicted(self, operation: str, bucket: int) -> None:
-        self._dispatcher.forget(operation, bucket)
+        self.dispatcher.forget(operation, bucket)
+
+    # ------------------------------------------------------------------ the history
+
+    def history_snapshot(self) -> list[HistoryRecord]:
+        """Frozen records of every key and arm with data (under the dispatcher's lock)."""
+        with self.dispatcher.lock:
+            return self.history.snapshot()
+
+    def merge_history(self, records: list[HistoryRecord]) -> None:
+        """Merge ``records`` into the history; every fast-path entry dropped."""
+        with self.dispatcher.lock:
+            self.history.merge(records)
+        self._reset_routes()
+
+    def clear_history(self) -> None:
+        """Forget all learned history and hot-path state (counters are kept)."""
+        with self.dispatcher.lock:
+            self.history.clear()
+            self.hot.clear()
+
+    def _reset_routes(self) -> None:
+        for op in self.registry:
+            self.dispatcher.reset_route(op.name)
 
     # ------------------------------------------------------------------ a sync's two ends
 
-    def _rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
+    def rank_rows(self, rank: int) -> list[tuple[HistoryRecord, Origins]]:
         """What this runtime sends in a sync as ``rank`` (see ``HistoryStore.rank_rows``)."""
-        with self._dispatcher.lock:
-            return self._history.rank_rows(rank)
+        with self.dispatcher.lock:
+            return self.history.rank_rows(rank)
 
-    def _replace_history(self, rows: list[tuple[HistoryRecord, Origins]]) -> None:
+    def replace_history(self, rows: list[tuple[HistoryRecord, Origins]]) -> None:
         """Forget this runtime's history and hold ``rows`` instead (a sync's merge), every
         key's policy state started afresh (what a sync needs: the same state on every rank)
         and every fast-path entry dropped."""
-        with self._dispatcher.lock:
-            self._history.replace(rows)
-        for op in self._registry:
-            self._dispatcher.reset_route(op.name)
+        with self.dispatcher.lock:
+            self.history.replace(rows)
+        self._reset_routes()

@@ -1,6 +1,7 @@
-"""``AdaptiveRuntime``: the public face of a runtime. It holds the parts (registry, history,
-policy, gates, dispatch; built by :mod:`._wiring`) and hands each method to the part that does
-it; the history file is :mod:`._history_file`'s, pickling :mod:`._pickling`'s."""
+"""``AdaptiveRuntime``: the public face of a runtime. It has its parts (registry, history,
+policy, gates, dispatch, the telemetry sinks: a :class:`~._wiring.RuntimeParts`) and hands each
+method to the part that does it; the history file is :mod:`._history_file`'s, pickling
+:mod:`._pickling`'s."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import numbers
 import os
 import time
 from collections.abc import Callable
-from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._dispatch.call_site import CallSite
 from ..backend import Backend, parse_choice
@@ -35,12 +35,16 @@ from ..telemetry.sinks import SpanSink
 from ._history_file import apply_history_file, start_history
 from ._pickling import OperationRecipe, operation_recipe, register_recipes
 from ._wiring import RuntimeParts, call_recorder
-from .stats import RuntimeStats, trace_counts
+from .stats import RuntimeStats, read_stats, trace_counts
 
-__all__ = ["AdaptiveRuntime"]
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+__all__ = ["AdaptiveRuntime", "unpickle_runtime"]
 
 
-class AdaptiveRuntime(RuntimeParts):
+class AdaptiveRuntime:
     """Chooses GPU, SIMD or SCALAR per call from measured history, and learns from every call.
 
     ``config`` defaults to :meth:`RuntimeConfig.from_env`. ``builtin_ops`` registers the
@@ -76,9 +80,12 @@ class AdaptiveRuntime(RuntimeParts):
     def _build(self, cfg: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe | None,
                clock: Callable[[], float], timer: Callable[[], int]) -> None:
         """Everything but the history file and telemetry (an unpickled copy has no file)."""
-        self._wire(cfg, devices, clock, timer)
-        # Why an instance attribute: ``rt.run`` is the per-call hot path, and binding the
-        # dispatcher's method here saves one Python frame (~0.1 us) on every call.
+        parts = self._parts = RuntimeParts(cfg, devices, clock, timer)
+        self.config, self._registry, self._history = cfg, parts.registry, parts.history
+        # The parts the methods use are held here (no second look-up in a call); and ``rt.run``,
+        # the per-call hot path, is an instance attribute: the dispatcher's method bound here
+        # saves one Python frame (~0.1 us) on every call.
+        self._dispatcher = parts.dispatcher
         self.run = self._dispatcher.run  # type: ignore[method-assign]
         self._builtin_ops = builtin_ops
         if builtin_ops:
@@ -90,13 +97,15 @@ class AdaptiveRuntime(RuntimeParts):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a recipe for a fresh runtime (see the class docstring)."""
-        with self._dispatcher.lock:
-            records = self._history.snapshot()
+        parts, rows = self._parts, [record_to_json(r) for r in self.history_snapshot()]
         operations = [operation_recipe(op) for op in self._registry
                       if op.name not in self._builtin_names]
-        return (unpickle_runtime, (self.config, self._builtin_ops, self._devices, self._clock,
-                                   self._timer, [record_to_json(r) for r in records],
-                                   operations))
+        return (unpickle_runtime, (self.config, self._builtin_ops, parts.devices, parts.clock,
+                                   parts.timer, rows, operations))
+
+    def __repr__(self) -> str:
+        return (f"<AdaptiveRuntime ops={len(self._registry)} keys={len(self._history)} "
+                f"tracing={'on' if self.config.tracing else 'off'}>")
 
     # ------------------------------------------------------------------ operations
 
@@ -123,6 +132,9 @@ class AdaptiveRuntime(RuntimeParts):
         self._dispatcher.add_route(op)
         return op
 
+    def _implementations_changed(self, name: str) -> None:  # (an operation's owner is told)
+        self._dispatcher.reset_route(name)
+
     def operation(self, name: str) -> Operation:
         """The registered operation ``name`` (:class:`UnknownOperationError` if none)."""
         return self._registry.get(name)
@@ -144,7 +156,14 @@ class AdaptiveRuntime(RuntimeParts):
         """
         return self._dispatcher.run(operation, *args)  # replaced per instance
 
-    # ------------------------------------------------------------------ telemetry hooks
+    # ------------------------------------------------------------------ telemetry
+
+    def _telemetry_on(self, tracer_provider: TracerProvider | None = None,
+                      meter_provider: MeterProvider | None = None) -> None:  # (ar.telemetry's)
+        self._parts.telemetry_on(self, tracer_provider, meter_provider)
+
+    def _telemetry_off(self, timeout_s: float) -> None:  # (ar.telemetry's: see RuntimeParts)
+        self._parts.telemetry_off(timeout_s)
 
     def flush_telemetry(self, timeout_s: float = 5.0) -> bool:
         """Turn every span admitted so far into spans handed to the SDK (``False``: timed
@@ -152,7 +171,7 @@ class AdaptiveRuntime(RuntimeParts):
         Spans of GPU calls timed with events whose events have completed by now go too; the
         others wait for a later flush or timed call (nothing waits for the device)."""
         self._dispatcher.learn_device_timings()
-        return self._spans.flush(timeout_s)
+        return self._parts.spans.flush(timeout_s)
 
     def wait_compiled(self, timeout_s: float | None = None) -> bool:
         """Compile now the candidates left out of their keys until compiled off the callers'
@@ -218,16 +237,13 @@ class AdaptiveRuntime(RuntimeParts):
 
     def reset_history(self) -> None:
         """Forget all learned history and hot-path state (counters are kept)."""
-        with self._dispatcher.lock:
-            self._history.clear()
-            self._hot.clear()
+        self._parts.clear_history()
 
     # ------------------------------------------------------------------ history
 
     def history_snapshot(self) -> list[HistoryRecord]:
         """Frozen records of every (operation, size bucket, arm) with data."""
-        with self._dispatcher.lock:
-            return self._history.snapshot()
+        return self._parts.history_snapshot()
 
     def record_calls(self, path: str | os.PathLike[str],
                      max_calls: int = DEFAULT_MAX_CALLS) -> CallRecorder:
@@ -242,17 +258,13 @@ class AdaptiveRuntime(RuntimeParts):
         this process's hardware fingerprint, written atomically and durably (a temporary file
         in the same directory, fsync'ed, renamed over ``path``, the directory fsync'ed): a
         crash leaves the previous file or the new one, never a mix."""
-        with self._dispatcher.lock:
-            records = self._history.snapshot()
-        write_history_file(path, records)
+        write_history_file(path, self.history_snapshot())
 
     def history_document(self) -> bytes:
         """The history as a history file holds it (JSON with this process's fingerprint), for
         keeping elsewhere — inside a training checkpoint, say: :meth:`load_history_document`
         reads it back."""
-        with self._dispatcher.lock:
-            records = self._history.snapshot()
-        return history_document(records)
+        return history_document(self.history_snapshot())
 
     def load_history_document(self, document: bytes | str, *, source: str,
                               force: bool = False) -> bool:
@@ -285,16 +297,13 @@ class AdaptiveRuntime(RuntimeParts):
 
     def merge_history(self, records: list[HistoryRecord]) -> None:
         """Merge records (another process, rank or file) into this runtime's history."""
-        with self._dispatcher.lock:
-            self._history.merge(records)
-        for name in self.operations:
-            self._dispatcher.reset_route(name)
+        self._parts.merge_history(records)
 
     def step_hooks(self) -> tuple[SpanSink, TraceGate]:
         """The span sink and trace gate a training step's span goes through
         (:func:`adaptive_runtime.train_step`): it is made and budgeted as this runtime's own
         spans are."""
-        return self._spans, self._dispatcher.trace_gate
+        return self._parts.spans, self._dispatcher.trace_gate
 
     def sync_history(self, group: Any = None) -> None:
         """Merge every rank's history over ``torch.distributed`` (``group``, default the
@@ -306,9 +315,9 @@ class AdaptiveRuntime(RuntimeParts):
         ``RuntimeError`` without torch or an initialised process group."""
         from ..history.distributed import merged_history
 
-        merged = merged_history(self._rank_rows, group)
+        merged = merged_history(self._parts.rank_rows, group)
         if merged is not None:  # (None: a group of one)
-            self._replace_history(merged)
+            self._parts.replace_history(merged)
 
     # ------------------------------------------------------------------ counters
 
@@ -316,12 +325,7 @@ class AdaptiveRuntime(RuntimeParts):
         """One frozen reading of this runtime's per-call counters (every call, traced or
         not): selections by (operation, arm, reason), fallbacks, hot operations, the trace
         gate's verdicts, whether it records spans, torch's thread count and its trials."""
-        traces, frozen, parts = self.trace_counts(), MappingProxyType, self._dispatcher
-        return RuntimeStats(
-            frozen(self.selection_counts()), frozen(self.fallback_counts()),
-            tuple(self.hot_operations()), parts.spans_admitted(),
-            frozen(dict(traces["exported"])), frozen(dict(traces["suppressed"])),
-            parts.tracing, frozen(parts.torch_trials()))
+        return read_stats(self, self._dispatcher)
 
     def selection_counts(self) -> dict[SelectionKey, int]:
         """Every call so far, counted by (operation, arm, reason), traced or not."""
@@ -339,7 +343,7 @@ class AdaptiveRuntime(RuntimeParts):
         """Measured calls whose spans the trace gate admitted / suppressed, by reason, and
         (``"steps"``, once there were any) the ``ar.train_step`` spans it exported /
         suppressed."""
-        return trace_counts(self._dispatcher.trace_gate, self._dispatcher.lock, self._spans)
+        return trace_counts(self._dispatcher.trace_gate, self._dispatcher.lock, self._parts.spans)
 
 
 def _name(operation: object) -> str:
@@ -353,8 +357,6 @@ def _name(operation: object) -> str:
     if too_long is not None:
         raise ValueError(too_long)
     return operation
-
-
 
 
 def _duration(duration_us: object) -> float:

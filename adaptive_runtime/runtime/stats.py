@@ -7,6 +7,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from ..backend import Backend
 from ..decision import Reason
@@ -14,7 +15,11 @@ from ..gating import TraceGate
 from ..records import SelectionKey
 from ..telemetry.sinks import SpanSink
 
-__all__ = ["RuntimeStats", "trace_counts"]
+if TYPE_CHECKING:
+    from .._dispatch import Dispatcher
+    from ..telemetry.metric_sources import MetricsSource
+
+__all__ = ["RuntimeStats", "read_stats", "trace_counts"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,17 @@ class RuntimeStats:
                    if (operation is None or key.operation == operation)
                    and (arm is None or key.backend is arm)
                    and (why is None or key.reason is why))
+
+
+def read_stats(source: MetricsSource, dispatcher: Dispatcher) -> RuntimeStats:
+    """:meth:`AdaptiveRuntime.stats <adaptive_runtime.AdaptiveRuntime.stats>`: the counters
+    ``source`` (the runtime) reports and what its ``dispatcher`` knows besides."""
+    traces, frozen = source.trace_counts(), MappingProxyType
+    return RuntimeStats(
+        frozen(source.selection_counts()), frozen(source.fallback_counts()),
+        tuple(source.hot_operations()), dispatcher.spans_admitted(),
+        frozen(dict(traces["exported"])), frozen(dict(traces["suppressed"])),
+        dispatcher.tracing, frozen(dispatcher.torch_trials()))
 
 
 def trace_counts(gate: TraceGate, lock: threading.Lock,
