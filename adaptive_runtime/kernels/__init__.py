@@ -12,6 +12,7 @@ tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import (
@@ -38,17 +39,17 @@ __all__ = ["BUILTIN_OPERATIONS", "register_builtins"]
 
 BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, softmax, layer_norm, matmul,
                       linear, conv1d, backward)
-# each adds one library's arms (its families) to the operations registered above
-LIBRARY_ARMS = (torch_arms, jax_arms)
 
 
-def register_builtins(rt: Registrar) -> None:
+def register_builtins(rt: Registrar, fallback: Callable[[], Registrar]) -> None:
     """Register every built-in operation on ``rt``, with the arms of every input family and
-    each threaded implementation's variants at fewer threads (``_thread_counts``)."""
+    each threaded implementation's variants at fewer threads (``_thread_counts``).
+    ``fallback()`` is the runtime a torch backward pass runs on once ``rt`` is gone (the
+    runtime hands in its process default: nothing here reaches up for it)."""
     for module in BUILTIN_OPERATIONS:
         module.register(rt)
-    for module in LIBRARY_ARMS:
-        module.register(rt)
+    torch_arms.register(rt, fallback)
+    jax_arms.register(rt)
     for module in BUILTIN_OPERATIONS:
         for name in getattr(module, "NAMES", None) or (module.NAME,):
             add_thread_variants(rt.operation(name))

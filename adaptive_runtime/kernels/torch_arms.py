@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._default import default_runtime
 from .._imported import imported
 from ..backend import Backend
 from ..operations import DEVICE_FAMILY
@@ -303,15 +302,16 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
             "conv1d": _conv1d_gradients(run)}
 
 
-def register(rt: Registrar) -> None:
+def register(rt: Registrar, fallback: Callable[[], Registrar]) -> None:
     """Add the torch families' arms to every built-in operation of ``rt`` (registered
-    already, numpy families included)."""
+    already, numpy families included). The backward arms hold ``rt`` weakly: a backward pass
+    that outlives it runs on ``fallback()`` (the process's default runtime)."""
     ref = weakref.ref(rt)
 
     def run(name: str, *args: Any) -> Any:
         live = ref()
-        if live is None:  # (a backward pass outliving its runtime: the default one serves)
-            live = default_runtime()
+        if live is None:  # (a backward pass outliving its runtime)
+            live = fallback()
         return live.run(name, *args)
 
     gradients = _gradients(run)

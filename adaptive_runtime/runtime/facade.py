@@ -5,13 +5,13 @@ method to the part that does it; the history file is :mod:`._history_file`'s, pi
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._concurrency.forks import after_fork_in_child
 from .._dispatch.call_site import CallSite
 from ..backend import Backend, parse_choice
 from ..config import RuntimeConfig
@@ -28,10 +28,11 @@ from ..history import (
 )
 from ..history.recording import DEFAULT_MAX_CALLS, CallRecorder
 from ..keys import size_bucket
-from ..operations import DeviceProbe, Kind, Operation, name_too_long, utf8_encodable
+from ..operations import DeviceProbe, Kind, Operation
 from ..records import SelectionKey
 from ..telemetry import instrumentation
 from ..telemetry.sinks import SpanSink
+from ._arguments import duration_us_of, operation_name
 from ._history_file import apply_history_file, start_history
 from ._pickling import OperationRecipe, operation_recipe, register_recipes
 from ._wiring import RuntimeParts, call_recorder
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["AdaptiveRuntime", "unpickle_runtime"]
+__all__ = ["AdaptiveRuntime", "get_runtime", "unpickle_runtime"]
 
 
 class AdaptiveRuntime:
@@ -91,7 +92,7 @@ class AdaptiveRuntime:
         if builtin_ops:
             from ..kernels import register_builtins
 
-            register_builtins(self)
+            register_builtins(self, fallback=get_runtime)  # (for a backward pass outliving us)
         # (what a pickled copy registers afresh rather than carrying along)
         self._builtin_names = frozenset(self.operations)
 
@@ -194,7 +195,7 @@ class AdaptiveRuntime:
         changes nothing. :meth:`decide`, :meth:`get_best_backend` and :meth:`is_hot_path`
         check their arguments alike.
         """
-        return self._dispatcher.select(_name(operation), input_size).backend
+        return self._dispatcher.select(operation_name(operation), input_size).backend
 
     def call_site(self, operation: str) -> CallSite:
         """A call site of ``operation`` for a caller that knows its inputs' signature (a
@@ -207,7 +208,7 @@ class AdaptiveRuntime:
         """What :meth:`select` would choose now, explained; changes nothing: its ``choice``
         (an arm, or a :class:`Variant` of one), each candidate's ``estimates_us``, the
         ``timings`` behind each and their standard deviation ``stdevs_us`` (:class:`Decision`)."""
-        return self._dispatcher.explain(_name(operation), input_size)
+        return self._dispatcher.explain(operation_name(operation), input_size)
 
     def record_performance(self, operation: str, input_size: int, backend: Backend | str,
                            duration_us: float) -> None:
@@ -220,20 +221,20 @@ class AdaptiveRuntime:
         size out of ``0 .. 2**64 - 1``, an unknown backend, or a negative, NaN, infinite (or
         too large for a float) duration. A rejected call changes nothing.
         """
-        operation = _name(operation)
+        operation = operation_name(operation)
         size_bucket(input_size)  # validates
         arm = parse_choice(backend)
-        self._dispatcher.record(operation, input_size, arm, _duration(duration_us))
+        self._dispatcher.record(operation, input_size, arm, duration_us_of(duration_us))
 
     def get_best_backend(self, operation: str, input_size: int) -> Backend | None:
         """The arm of the fastest measured implementation for this key, or ``None`` when it
         has no history yet."""
-        best = self._dispatcher.best(_name(operation), input_size)
+        best = self._dispatcher.best(operation_name(operation), input_size)
         return best.arm if best is not None else None
 
     def is_hot_path(self, operation: str) -> bool:
         """Whether ``operation`` is called above ``hot_path_calls_per_sec`` (tracing off)."""
-        return self._dispatcher.is_hot(_name(operation))
+        return self._dispatcher.is_hot(operation_name(operation))
 
     def reset_history(self) -> None:
         """Forget all learned history and hot-path state (counters are kept)."""
@@ -346,34 +347,6 @@ class AdaptiveRuntime:
         return trace_counts(self._dispatcher.trace_gate, self._dispatcher.lock, self._parts.spans)
 
 
-def _name(operation: object) -> str:
-    if not isinstance(operation, str) or not operation:
-        raise TypeError(f"operation must be a non-empty str, got {operation!r}")
-    if not (operation.isascii() or utf8_encodable(operation)):
-        # (a lone surrogate would make every later OTLP export of its metrics fail)
-        raise ValueError(f"operation must be valid Unicode text (encodable as UTF-8), "
-                         f"got {operation!r}")
-    too_long = name_too_long(operation)
-    if too_long is not None:
-        raise ValueError(too_long)
-    return operation
-
-
-def _duration(duration_us: object) -> float:
-    """``duration_us`` as a float, checked as :meth:`AdaptiveRuntime.record_performance`
-    says."""
-    if isinstance(duration_us, bool) or not isinstance(duration_us, numbers.Real):
-        raise TypeError(f"duration_us must be a number of microseconds, "
-                        f"got {type(duration_us).__name__}: {duration_us!r}")
-    try:
-        duration = float(duration_us)
-    except OverflowError:  # an int beyond a float's range: as infinite as it gets
-        duration = math.inf
-    if not (0.0 <= duration < math.inf):
-        raise ValueError(f"duration_us must be finite and >= 0, got {duration_us!r}")
-    return duration
-
-
 def unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DeviceProbe,
                      clock: Callable[[], float], timer: Callable[[], int],
                      history: list[dict[str, object]],
@@ -392,3 +365,25 @@ def unpickle_runtime(config: RuntimeConfig, builtin_ops: bool, devices: DevicePr
 # package, where the package binds it (pickles made by earlier versions name it so too).
 unpickle_runtime.__module__ = "adaptive_runtime.runtime"
 unpickle_runtime.__qualname__ = "_unpickle_runtime"
+
+
+_default: AdaptiveRuntime | None = None
+_default_lock = threading.Lock()
+
+
+def _renew_default_lock() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()  # (a forked child: see _concurrency.forks)
+
+
+after_fork_in_child(_renew_default_lock)
+
+
+def get_runtime() -> AdaptiveRuntime:
+    """The process-wide default runtime, configured from the environment on first use."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = AdaptiveRuntime()
+    return _default

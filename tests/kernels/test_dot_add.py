@@ -78,7 +78,7 @@ def test_builtin_operations_are_registered() -> None:
 
 
 def test_ops_functions_run_on_the_default_runtime(monkeypatch) -> None:
-    from adaptive_runtime.runtime import default as runtime_module
+    from adaptive_runtime.runtime import facade as runtime_module
 
     for var in [v for v in __import__("os").environ if v.startswith("ADAPTIVE_RUNTIME_")]:
         monkeypatch.delenv(var)
