@@ -137,3 +137,25 @@ def test_a_parametrized_weight_is_read_through_its_parametrization() -> None:
     torch.testing.assert_close(adapted(x), expected)
     adapted(x).sum().backward()
     assert adapted.parametrizations.weight.original.grad is not None
+
+
+def test_a_backward_pass_that_outlives_its_runtime_runs_on_the_default_one() -> None:
+    """The backward arms hold their runtime weakly; once it is gone, the runtime handed to the
+    kernels at registration (the process default) runs the backward, with the same gradient."""
+    import gc
+    import weakref
+
+    rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
+    x = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    y = rt.run("relu", x)
+    gone = weakref.ref(rt)
+    del rt
+    gc.collect()
+    assert gone() is None
+    before = sum(n for key, n in ar.get_runtime().selection_counts().items()
+                 if key.operation.startswith("relu.backward"))
+    y.sum().backward()
+    assert torch.equal(x.grad, (x > 0).double())
+    after = sum(n for key, n in ar.get_runtime().selection_counts().items()
+                if key.operation.startswith("relu.backward"))
+    assert after == before + 1
