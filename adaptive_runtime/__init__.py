@@ -14,7 +14,7 @@ from types import ModuleType
 
 from . import _moved, ops, telemetry
 from ._version import __version__
-from .backend import Backend, Variant
+from .backend import Backend, Kind, Variant
 from .config import RuntimeConfig
 from .decision import Decision, Reason
 from .errors import (
@@ -29,7 +29,7 @@ from .errors import (
 )
 from .history import HistoryRecord, HistoryWarning
 from .keys import size_bucket
-from .operations import Kind, Operation
+from .operations import Operation
 from .runtime import AdaptiveRuntime, RuntimeStats, get_runtime
 from .training import train_step
 

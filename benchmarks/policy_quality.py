@@ -70,9 +70,9 @@ from dataclasses import dataclass
 from _table import print_table, verdict
 
 import adaptive_runtime as ar
-from adaptive_runtime._dispatch import SelectionKey
 from adaptive_runtime.offline.replay import parse_config, read_calls, replay
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.records import SelectionKey
 
 OP = "synthetic"
 SIZE = 1 << 16  # a vector op of this size: cold-start heuristic says SIMD

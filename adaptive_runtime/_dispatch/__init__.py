@@ -29,9 +29,7 @@ arms a call may run on), ``fallback`` (fallback and quarantine), ``checks`` (wro
 Trueno-style API), ``dispatcher`` (the facade that wires them).
 """
 
-from ..records import CallRecord, SelectionKey
 from .counts import MAX_SELECT_LABELS, OTHER_LABEL, RETIRED_ENTRIES
 from .dispatcher import Dispatcher
 
-__all__ = ["MAX_SELECT_LABELS", "OTHER_LABEL", "RETIRED_ENTRIES", "CallRecord", "Dispatcher",
-           "SelectionKey"]
+__all__ = ["MAX_SELECT_LABELS", "OTHER_LABEL", "RETIRED_ENTRIES", "Dispatcher"]

@@ -14,10 +14,11 @@ from .._load import latest as latest_load
 from .._load import poll as poll_load
 from ..backend import Choice
 from ..decision import Decision, Reason
-from ..gating import KEY_TIMING_SHARE, OperationRate, TraceVerdict
+from ..gating import KEY_TIMING_SHARE, OperationRate
 from ..history import KeyHistory
 from ..operations import DeviceTiming, Operation
 from ..policy import KeyState, Step
+from ..records import TraceVerdict
 from ..telemetry.instrumentation import notice_providers
 from ..threads import ThreadWatch
 from .candidates import Candidates, floors

@@ -11,7 +11,6 @@ All three take the time as an argument (an injected clock upstream), so tests dr
 a fake clock and no sleeping.
 """
 
-from ..records import HotPathTransition, SamplingReason, TraceVerdict
 from .hot_path import HotPathDetector, OperationRate
 from .measure import (
     SLOW_CALL_MAX_PERIOD,
@@ -30,11 +29,8 @@ __all__ = [
     "TIMED_CALL_COST_US",
     "TIMING_SHARE",
     "HotPathDetector",
-    "HotPathTransition",
     "OperationRate",
-    "SamplingReason",
     "TokenBucket",
     "TraceGate",
-    "TraceVerdict",
     "measure_period",
 ]

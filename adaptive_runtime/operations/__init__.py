@@ -12,7 +12,6 @@ The registry is strict and says exactly what is wrong: a duplicate name, an impl
 an arm that does not exist, an operation with no implementation at all.
 """
 
-from ..backend import Kind, infer_kind
 from .devices import DeviceProbe, cuda_graph_capturing
 from .operation import (
     DEVICE_FAMILY,
@@ -39,13 +38,11 @@ __all__ = [
     "DeviceProbe",
     "DeviceTiming",
     "Implementation",
-    "Kind",
     "Operation",
     "OperationOwner",
     "OperationRegistry",
     "Registrar",
     "cuda_graph_capturing",
-    "infer_kind",
     "name_too_long",
     "utf8_encodable",
 ]

@@ -84,7 +84,6 @@ starts with an underscore (no private name crosses a module border: ``tools/chec
 
 from __future__ import annotations
 
-from ..decision import Decision, Reason
 from ..knobs import PolicyConfig
 from .compare import best_arm
 from .explain import explore_decision, heuristic_decision
@@ -98,13 +97,11 @@ from .policy import Policy, Step
 from .state import KeyState
 
 __all__ = [
-    "Decision",
     "KeyState",
     "Learner",
     "Neighbours",
     "Policy",
     "PolicyConfig",
-    "Reason",
     "Step",
     "best_arm",
     "explore_decision",

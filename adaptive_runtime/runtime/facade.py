@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._concurrency.forks import after_fork_in_child
 from .._dispatch.call_site import CallSite
-from ..backend import Backend, parse_choice
+from ..backend import Backend, Kind, parse_choice
 from ..config import RuntimeConfig
 from ..decision import Decision
 from ..gating import TraceGate
@@ -28,7 +28,7 @@ from ..history import (
 )
 from ..history.recording import DEFAULT_MAX_CALLS, CallRecorder
 from ..keys import size_bucket
-from ..operations import DeviceProbe, Kind, Operation
+from ..operations import DeviceProbe, Operation
 from ..records import SelectionKey
 from ..telemetry import instrumentation
 from ..telemetry.sinks import SpanSink

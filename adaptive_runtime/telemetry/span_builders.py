@@ -44,7 +44,7 @@ EVIDENCE_KEYS = 4096
 # Decisions (Reason values) that weigh measured arms against each other: their select spans
 # link the evidence.
 _LINKED = frozenset({"exploit", "drift", "fallback"})
-# the trace gate's sampling reason of a commitment's span (gating.SamplingReason.COMMIT, a
+# the trace gate's sampling reason of a commitment's span (records.SamplingReason.COMMIT, a
 # str enum: compared by value, as telemetry does not import the gate)
 _COMMIT = "commit"
 _DRIFT = "drift"

@@ -11,12 +11,11 @@ from adaptive_runtime.gating import (
     SLOW_CALL_MAX_PERIOD,
     TIMING_SHARE,
     HotPathDetector,
-    HotPathTransition,
-    SamplingReason,
     TraceGate,
     measure_period,
 )
 from adaptive_runtime.operations import DeviceProbe
+from adaptive_runtime.records import HotPathTransition, SamplingReason
 
 Backend = ar.Backend
 Reason = ar.Reason

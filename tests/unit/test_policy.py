@@ -14,16 +14,15 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 import adaptive_runtime as ar
-from adaptive_runtime.backend import Backend
+from adaptive_runtime.backend import Backend, Kind
+from adaptive_runtime.decision import Decision, Reason
 from adaptive_runtime.history import ArmStats, HistoryStore, KeyHistory
 from adaptive_runtime.keys import reference_size
-from adaptive_runtime.operations import DeviceProbe, Kind
+from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.policy import (
-    Decision,
     KeyState,
     Policy,
     PolicyConfig,
-    Reason,
     Step,
     heuristic_order,
 )

@@ -9,6 +9,7 @@ import random
 import pytest
 
 import adaptive_runtime as ar
+from adaptive_runtime.decision import Reason
 from adaptive_runtime.offline.replay import (
     CALLS_FORMAT,
     CallTiming,
@@ -17,7 +18,7 @@ from adaptive_runtime.offline.replay import (
     read_calls,
     replay,
 )
-from adaptive_runtime.policy import PolicyConfig, Reason
+from adaptive_runtime.policy import PolicyConfig
 
 GPU, SIMD, SCALAR = ar.Backend.GPU, ar.Backend.SIMD, ar.Backend.SCALAR
 SIZE = 1 << 12

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ARM_COLORS", "COMMIT_MARK", "REASON_MARKS", "render_figure", "save_png"]
 
 ARM_COLORS = {Backend.GPU: "#8e44ad", Backend.SIMD: "#1f77b4", Backend.SCALAR: "#e67e22"}
-# every reason the policy gives (policy.Reason), in the order a key usually meets them;
+# every reason the policy gives (decision.Reason), in the order a key usually meets them;
 # colour and marker both differ, so the timeline reads without colour vision too
 REASON_MARKS = {"heuristic": ("#9e9e9e", "s"), "explore": ("#f1c40f", "o"),
                 "exploit": ("#2ca02c", "."), "recheck": ("#17becf", "D"),
