@@ -3,16 +3,46 @@
 Each takes float32/float64 numpy arrays, torch tensors or JAX arrays (of those dtypes or
 float16/bfloat16) and returns the same type, dtype and device. On torch tensors that require
 grad the result keeps the autograd graph.
+
+The operations declared as records (``kernels.RECORDS``) are made from their records
+(:func:`_from_record`); the others are written out below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from .kernels import RECORDS, OperationRecord
 from .runtime import get_runtime
 
 __all__ = ["add", "conv1d", "dot", "gelu", "layer_norm", "linear", "matmul", "relu", "scale",
-           "softmax", "sum"]
+           "sum"]
+
+
+def _from_record(record: OperationRecord) -> Callable[..., Any]:
+    """``ar.ops.<name>``: the operation run on the default runtime (one, two or any number
+    of arguments, as its record says: no argument tuple where the count is known)."""
+    name = record.name
+    if record.arity == 1:
+        def op(x: Any) -> Any:
+            return get_runtime().run(name, x)
+    elif record.arity == 2:
+        def op(a: Any, b: Any) -> Any:  # type: ignore[misc]
+            return get_runtime().run(name, a, b)
+    else:
+        def op(*args: Any) -> Any:  # type: ignore[misc]
+            return get_runtime().run(name, *args)
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = __name__
+    op.__doc__ = record.doc
+    return op
+
+
+for _record in RECORDS:
+    globals()[_record.name] = _from_record(_record)
+    __all__.append(_record.name)
+__all__.sort()
 
 
 def dot(a: Any, b: Any) -> Any:
@@ -43,11 +73,6 @@ def relu(x: Any) -> Any:
 def gelu(x: Any) -> Any:
     """Elementwise exact (erf) GELU, like torch's default, on the default runtime."""
     return get_runtime().run("gelu", x)
-
-
-def softmax(x: Any) -> Any:
-    """Softmax over the last axis (max subtracted first), on the arm the default runtime picks."""
-    return get_runtime().run("softmax", x)
 
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:

@@ -8,6 +8,11 @@ Inputs: float32/float64 numpy arrays, torch tensors and JAX arrays (float16/bflo
 results come back in the caller's array type, dtype and device. Each input family (torch
 tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own library's call
 (``torch_arms``). ``register_builtins(rt)`` adds them all to a runtime.
+
+An operation declared as a record (``record.OperationRecord``: everything about it in its own
+module) is one entry of :data:`RECORDS`; the adapters (``record.register_host``, ``torch_arms``,
+``jax_arms``, and above the runtime ``ops``, ``torch``) read the records. The operations not
+yet declared so register through their module's ``register`` and the adapters' tables.
 """
 
 from __future__ import annotations
@@ -25,18 +30,21 @@ from . import (
     linear,
     matmul,
     scale,
-    softmax,
     torch_arms,
 )
 from . import sum as sum_op
 from ._thread_counts import add_thread_variants
+from .record import OperationRecord, register_host, with_backward
+from .softmax import SOFTMAX
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["BUILTIN_OPERATIONS", "register_builtins"]
+__all__ = ["BUILTIN_OPERATIONS", "RECORDS", "OperationRecord", "register_builtins"]
 
-BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, softmax, layer_norm, matmul,
+# the built-in operations declared as records, one module each (their backward within)
+RECORDS: tuple[OperationRecord, ...] = (SOFTMAX,)
+BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, layer_norm, matmul,
                       linear, conv1d, backward)
 # each adds one library's arms (its families) to the operations registered above
 LIBRARY_ARMS = (torch_arms, jax_arms)
@@ -47,8 +55,11 @@ def register_builtins(rt: Registrar) -> None:
     each threaded implementation's variants at fewer threads (``_thread_counts``)."""
     for module in BUILTIN_OPERATIONS:
         module.register(rt)
+    for record in with_backward(RECORDS):
+        register_host(rt, record)
     for module in LIBRARY_ARMS:
-        module.register(rt)
-    for module in BUILTIN_OPERATIONS:
-        for name in getattr(module, "NAMES", None) or (module.NAME,):
-            add_thread_variants(rt.operation(name))
+        module.register(rt, RECORDS)
+    names = [name for module in BUILTIN_OPERATIONS
+             for name in getattr(module, "NAMES", None) or (module.NAME,)]
+    for name in names + [record.name for record in with_backward(RECORDS)]:
+        add_thread_variants(rt.operation(name))

@@ -15,7 +15,7 @@ from typing import Any
 from . import backward
 from .layer_norm import EPS
 
-__all__ = ["PLAIN"]
+__all__ = ["PLAIN", "jax_modules", "upcast"]
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -37,6 +37,12 @@ def _load() -> list[Any]:
 
 
 def _jax() -> list[Any]:
+    return _libs or _load()
+
+
+def jax_modules() -> list[Any]:
+    """``[jax, jax.numpy, jax.lax, Precision.HIGHEST, jax.core.Tracer]``, jax loaded on the
+    first call (which comes with a JAX array: see the module docstring)."""
     return _libs or _load()
 
 
@@ -69,7 +75,7 @@ def _listen_for_compilations(jax: Any) -> None:
 # --------------------------------------------------------------------------- jax.numpy
 
 
-def _up(x: Any) -> Any:
+def upcast(x: Any) -> Any:
     """float16/bfloat16 computed in float32 (as ATen does), rounded once at the end."""
     jnp = _jax()[1]
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
@@ -101,13 +107,9 @@ def jnp_gelu(x: Any) -> Any:
     return _jax()[0].nn.gelu(x, approximate=False)
 
 
-def jnp_softmax(x: Any) -> Any:
-    return _jax()[0].nn.softmax(x, axis=-1)
-
-
 def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     jnp = _jax()[1]
-    xf = _up(x)
+    xf = upcast(x)
     centred = xf - xf.mean(axis=-1, keepdims=True)
     y = centred / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
     if weight is not None:
@@ -155,23 +157,18 @@ def jnp_relu_backward(g: Any, x: Any) -> Any:
 
 def jnp_gelu_backward(g: Any, x: Any) -> Any:
     _j, jnp, lax, _h, _t = _jax()
-    xf = _up(x)
+    xf = upcast(x)
     slope = 0.5 * lax.erfc(xf * -_SQRT1_2) + xf * _INV_SQRT_2PI * jnp.exp(-0.5 * xf * xf)
-    return (_up(g) * slope).astype(x.dtype)
-
-
-def jnp_softmax_backward(g: Any, y: Any) -> Any:
-    gf, yf = _up(g), _up(y)
-    return (yf * (gf - (gf * yf).sum(axis=-1, keepdims=True))).astype(y.dtype)
+    return (upcast(g) * slope).astype(x.dtype)
 
 
 def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
     jnp = _jax()[1]
-    gf, xf = _up(g), _up(x)
+    gf, xf = upcast(g), upcast(x)
     centred = xf - xf.mean(axis=-1, keepdims=True)
     inv = 1.0 / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
     xhat = centred * inv
-    gw = gf if weight is None else gf * _up(weight)
+    gw = gf if weight is None else gf * upcast(weight)
     dx = (inv * (gw - gw.mean(axis=-1, keepdims=True)
                  - xhat * (gw * xhat).mean(axis=-1, keepdims=True))).astype(x.dtype)
     if weight is None:
@@ -184,8 +181,8 @@ def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS
 # traced calls run it as it is.
 PLAIN: dict[str, Callable[..., Any]] = {
     "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum, "relu": jnp_relu,
-    "gelu": jnp_gelu, "softmax": jnp_softmax, "layer_norm": jnp_layer_norm,
+    "gelu": jnp_gelu, "layer_norm": jnp_layer_norm,
     "matmul": jnp_matmul, "linear": jnp_linear, "conv1d": jnp_conv1d,
     backward.RELU: jnp_relu_backward, backward.GELU: jnp_gelu_backward,
-    backward.SOFTMAX: jnp_softmax_backward, backward.LAYER_NORM: jnp_layer_norm_backward,
+    backward.LAYER_NORM: jnp_layer_norm_backward,
 }

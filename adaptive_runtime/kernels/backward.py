@@ -1,4 +1,5 @@
-"""Backward operations: the gradients of ``relu``, ``gelu``, ``softmax`` and ``layer_norm``.
+"""Backward operations: the gradients of ``relu``, ``gelu`` and ``layer_norm`` (the other
+operations' are declared beside their forward, in their records).
 
 Each is an adaptive operation of its own (``"gelu.backward"``, ...), chosen, timed and learned
 like any other: the backward pass of a numba forward arm under torch autograd runs through them
@@ -6,8 +7,6 @@ like any other: the backward pass of a numba forward arm under torch autograd ru
 
 - ``relu.backward(g, x)``: ``g`` where ``x > 0``, else 0;
 - ``gelu.backward(g, x)``: ``g * (Phi(x) + x * phi(x))`` (exact GELU's derivative);
-- ``softmax.backward(g, y)`` (``y`` the softmax over the last axis): ``y * (g - sum(g * y))``
-  per row;
 - ``layer_norm.backward(g, x[, weight[, eps]])``: the gradient of x, and with a weight the
   gradients of weight and bias too, as a tuple ``(dx, dweight, dbias)``.
 
@@ -34,9 +33,8 @@ if TYPE_CHECKING:
 
 RELU = "relu.backward"
 GELU = "gelu.backward"
-SOFTMAX = "softmax.backward"
 LAYER_NORM = "layer_norm.backward"
-NAMES = (RELU, GELU, SOFTMAX, LAYER_NORM)
+NAMES = (RELU, GELU, LAYER_NORM)
 
 _MINUS_SQRT1_2 = -1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -57,16 +55,6 @@ def _gelu_grad(g: Any, x: Any, out: Any) -> None:
 
 _gelu_loop = scalar_jit(_gelu_grad)
 _gelu_parallel = simd_jit(_gelu_grad)
-
-
-@scalar_jit
-def _softmax_rows(g: Any, y: Any, out: Any) -> None:
-    for r in range(y.shape[0]):
-        dot = 0.0
-        for j in range(y.shape[1]):
-            dot += g[r, j] * y[r, j]
-        for j in range(y.shape[1]):
-            out[r, j] = y[r, j] * (g[r, j] - dot)
 
 
 @scalar_jit
@@ -103,17 +91,6 @@ def _flat(kernel: Any) -> Any:
         return out
 
     return backward
-
-
-def _softmax_scalar(g: np.ndarray, y: np.ndarray) -> np.ndarray:
-    rows = np.ascontiguousarray(y).reshape(-1, y.shape[-1])
-    out = np.empty(rows.shape, dtype=y.dtype)
-    _softmax_rows(np.ascontiguousarray(g).reshape(rows.shape), rows, out)
-    return out.reshape(y.shape)
-
-
-def _softmax_simd(g: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return y * (g - (g * y).sum(axis=-1, keepdims=True))
 
 
 def _relu_simd(g: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -156,8 +133,6 @@ relu_scalar = host_arm(_flat(_relu_loop))
 relu_simd = host_arm(_relu_simd)
 gelu_scalar = host_arm(_flat(_gelu_loop))
 gelu_simd = host_arm(_flat(_gelu_parallel))
-softmax_scalar = host_arm(_softmax_scalar)
-softmax_simd = host_arm(_softmax_simd)
 layer_norm_scalar = host_arm(_layer_norm_scalar, template=1)
 layer_norm_simd = host_arm(_layer_norm_simd, template=1)
 
@@ -178,10 +153,9 @@ def register(rt: Registrar) -> None:
     for name, scalar, simd, kernels in (
             (RELU, relu_scalar, relu_simd, (_relu_loop, None)),
             (GELU, gelu_scalar, gelu_simd, (_gelu_loop, _gelu_parallel)),
-            (SOFTMAX, softmax_scalar, softmax_simd, (_softmax_rows, None)),
             (LAYER_NORM, layer_norm_scalar, layer_norm_simd, (_layer_norm_rows, None))):
         size = _layer_norm_size if name == LAYER_NORM else same_shape_size(name)
-        op = rt.register(name, size=size, kind="elementwise" if name != SOFTMAX else "vector",
+        op = rt.register(name, size=size, kind="elementwise",
                          family=input_family)
         scalar_kernel, simd_kernel = kernels
         op.add_implementation(Backend.SCALAR, scalar, compile_count=compile_count(scalar_kernel))

@@ -96,7 +96,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..backend import Backend
 from . import backward
@@ -104,6 +104,7 @@ from ._arrays import is_jax, jax_host, to_jax
 from ._families import JAX, JAX_TRACED, jax_families, numba_arms
 from ._jax_numpy import PLAIN, _compilations, _jax
 from .layer_norm import EPS
+from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
@@ -175,7 +176,7 @@ def block(value: Any) -> None:
         ready()
 
 
-def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
+def _jit_call(name: str, jit: _Jit, one_array: bool) -> Callable[..., Any]:
     """The SIMD arm: the jitted function (asynchronous; see the module docstring for how it
     is timed). Arguments that are numbers go in as
     Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
@@ -206,7 +207,7 @@ def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
             if _tracer_in((x, w, bias)):
                 return _traced(plain, (x, w, bias, padding))
             return (jit.fn or jit.get())(x, w, bias, int(padding))
-    elif name in ("sum", "relu", "gelu", "softmax"):  # one array: its family is its own
+    elif one_array:  # one array: its family is its own
         def call(x: Any) -> Any:
             return (jit.fn or jit.get())(x)
     else:  # two arrays
@@ -219,12 +220,11 @@ def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
     return call
 
 
-def _numba_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _numba_arm(name: str, fn: Callable[..., Any], plain: Callable[..., Any],
+               template: int) -> Callable[..., Any]:
     """A numba arm (the SCALAR loop, the threaded SIMD variant): the default family's numba
     kernel ``fn`` on numpy views of the arrays, its result (or results) handed back as JAX
-    arrays on the input's device."""
-    template = _TEMPLATE.get(name, 0)
-    plain = PLAIN[name]
+    arrays on the input's device (that of argument ``template``)."""
 
     def arm(*args: Any) -> Any:
         if _tracer_in(args):
@@ -291,17 +291,37 @@ def _jax_gpu_possible() -> bool:
 _jits: dict[str, _Jit] = {}
 
 
-def register(rt: Registrar) -> None:
+class _Entry(NamedTuple):
+    """What the JAX families of one operation are made of (from its record, or from the
+    tables for the operations not yet declared as records)."""
+
+    name: str
+    plain: Callable[..., Any]
+    static: tuple[int, ...]
+    template: int
+    one_array: bool
+
+
+def _entries(records: tuple[OperationRecord, ...]) -> list[_Entry]:
+    entries = [_Entry(name, plain, (3,) if name == "conv1d" else (), _TEMPLATE.get(name, 0),
+                      name in ("sum", "relu", "gelu")) for name, plain in PLAIN.items()]
+    entries += [_Entry(r.name, r.jnp, r.jax_static, r.jax_template, r.jax_one_array)
+                for r in with_backward(records) if r.jnp is not None]
+    return entries
+
+
+def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
     """Add the JAX families' arms, and the untimed implementation of traced calls, to every
-    built-in operation of ``rt`` (registered already). Imports nothing."""
+    operation of ``records`` and of the tables (registered already on ``rt``). Imports
+    nothing."""
     gpu = _jax_gpu_possible()
-    for name, plain in PLAIN.items():
+    for name, plain, static, template, one_array in _entries(records):
         op = rt.operation(name)
         shared = numba_arms(op)
         jit = _jits.get(name)
         if jit is None:  # (one per operation, shared by every runtime: compiled once)
-            jit = _jits[name] = _Jit(plain, static=(3,) if name == "conv1d" else ())
-        simd = _jit_call(name, jit)
+            jit = _jits[name] = _Jit(plain, static=static)
+        simd = _jit_call(name, jit, one_array)
         if gpu:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():
@@ -315,8 +335,8 @@ def register(rt: Registrar) -> None:
             for arm, variant, impl in shared:
                 count = impl.compile_count
                 op.add_implementation(
-                    arm, _numba_arm(name, impl.fn), name=variant, family=family, warm_up=True,
-                    threads=impl.threads,
+                    arm, _numba_arm(name, impl.fn, plain, template), name=variant,
+                    family=family, warm_up=True, threads=impl.threads,
                     compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
                     else (lambda: _compilations[0]))
         op.add_untimed(JAX_TRACED, plain)

@@ -28,7 +28,7 @@ import importlib.util
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -42,11 +42,12 @@ from ._families import GRAD, TORCH, numba_arms, torch_families
 from ._gpu import add_gpu_arm
 from ._host_round_trip import host_round_trip
 from .layer_norm import EPS
+from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed"]
+__all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed", "torch_modules"]
 
 _log = logging.getLogger(__name__)
 
@@ -95,6 +96,12 @@ def _functional() -> Any:
     return (_modules or _load())[1]
 
 
+def torch_modules() -> list[Any]:
+    """``[torch, torch.nn.functional]`` for an ATen arm of an operation's record (torch is
+    the program's, imported already: see ``_load``)."""
+    return _modules or _load()
+
+
 def aten_dot(a: Any, b: Any) -> Any:
     return _torch().dot(a, b)
 
@@ -117,10 +124,6 @@ def aten_relu(x: Any) -> Any:
 
 def aten_gelu(x: Any) -> Any:
     return _functional().gelu(x)
-
-
-def aten_softmax(x: Any) -> Any:
-    return _torch().softmax(x, -1)
 
 
 def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
@@ -147,10 +150,6 @@ def aten_relu_backward(g: Any, x: Any) -> Any:
 
 def aten_gelu_backward(g: Any, x: Any) -> Any:
     return _torch().ops.aten.gelu_backward(g, x)
-
-
-def aten_softmax_backward(g: Any, y: Any) -> Any:
-    return _torch().ops.aten._softmax_backward_data(g, y, -1, y.dtype)
 
 
 def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
@@ -190,11 +189,11 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
 # ATen's call for each operation (forward and backward), by name
 ATEN: dict[str, Callable[..., Any]] = {
     "dot": aten_dot, "add": aten_add, "scale": aten_scale, "sum": aten_sum,
-    "relu": aten_relu, "gelu": aten_gelu, "softmax": aten_softmax,
+    "relu": aten_relu, "gelu": aten_gelu,
     "layer_norm": aten_layer_norm, "matmul": aten_matmul, "linear": aten_linear,
     "conv1d": aten_conv1d,
     backward.RELU: aten_relu_backward, backward.GELU: aten_gelu_backward,
-    backward.SOFTMAX: aten_softmax_backward, backward.LAYER_NORM: aten_layer_norm_backward,
+    backward.LAYER_NORM: aten_layer_norm_backward,
 }
 
 def _builtin(name: str) -> Callable[..., Any] | None:
@@ -207,11 +206,6 @@ def _builtin(name: str) -> Callable[..., Any] | None:
     functional = torch.nn.functional
     return {"dot": torch.dot, "add": torch.add, "relu": torch.relu, "gelu": functional.gelu,
             "matmul": torch.mm, "linear": functional.linear}.get(name)
-
-
-# operations whose numba arm's autograd function saves its output (softmax's gradient is
-# written in terms of it)
-_SAVES_OUTPUT = frozenset({"softmax"})
 
 
 # The gradients that need no adaptive operation (see _gradients): one function for every runtime
@@ -266,9 +260,6 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
     def gelu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
         return (run(backward.GELU, g, inputs[0]),)
 
-    def softmax(_inputs: tuple[Any, ...], out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.SOFTMAX, g, out),)
-
     def layer_norm(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
         x = inputs[0]
         weight = inputs[1] if len(inputs) > 1 else None
@@ -298,14 +289,41 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
         return (dx, dweight, dbias)[:len(inputs)]
 
     return {"dot": _dot_gradients, "add": _add_gradients, "scale": _scale_gradients,
-            "sum": _sum_gradients, "relu": relu, "gelu": gelu, "softmax": softmax,
+            "sum": _sum_gradients, "relu": relu, "gelu": gelu,
             "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
             "conv1d": _conv1d_gradients(run)}
 
 
-def register(rt: Registrar) -> None:
+class _Entry(NamedTuple):
+    """What the torch families of one operation are made of (from its record, or from the
+    tables above for the operations not yet declared as records)."""
+
+    name: str
+    aten: Callable[..., Any]
+    gradients: Backward | None
+    save_output: bool
+    is_backward: bool
+
+
+def _entries(records: tuple[OperationRecord, ...], run: Callable[..., Any],
+             torch: Any) -> list[_Entry]:
+    gradients = _gradients(run)
+    entries = [_Entry(name, _builtin(name) or aten, gradients.get(name), False,
+                      name in backward.NAMES) for name, aten in ATEN.items()]
+    for record in with_backward(records):
+        if record.aten is None:
+            continue
+        builtin = (record.aten_builtin(torch) if record.aten_builtin is not None
+                   and torch is not None else None)
+        entries.append(_Entry(record.name, builtin or record.aten,
+                              record.gradients(run) if record.gradients is not None else None,
+                              record.backward_needs == "output", record.is_backward))
+    return entries
+
+
+def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
     """Add the torch families' arms to every built-in operation of ``rt`` (registered
-    already, numpy families included)."""
+    already, numpy families included): those of ``records`` and those of the tables above."""
     ref = weakref.ref(rt)
 
     def run(name: str, *args: Any) -> Any:
@@ -314,14 +332,12 @@ def register(rt: Registrar) -> None:
             live = default_runtime()
         return live.run(name, *args)
 
-    gradients = _gradients(run)
-    if imported("torch") is not None:  # ATen's own functions are the arms (_builtin): prime it now
+    torch = imported("torch")
+    if torch is not None:  # ATen's own functions are the arms (_builtin): prime it now
         _load()
-    for name, aten in ATEN.items():
-        aten = _builtin(name) or aten
+    for name, aten, gradients, save_output, is_backward in _entries(records, run, torch):
         op = rt.operation(name)
         gpu = op.implementation_for(Backend.GPU)
-        is_backward = name in backward.NAMES
         shared = numba_arms(op)
         for family in torch_families():
             grad = family.endswith(GRAD)
@@ -334,8 +350,8 @@ def register(rt: Registrar) -> None:
             for arm, variant, impl in shared:
                 fn, surcharge = impl.fn, None
                 if grad:
-                    fn = autograd_arm(name, fn, gradients[name],
-                                      save_output=name in _SAVES_OUTPUT)
+                    assert gradients is not None, name
+                    fn = autograd_arm(name, fn, gradients, save_output=save_output)
                     surcharge = fn.surcharge_us  # type: ignore[attr-defined]
                 op.add_implementation(arm, fn, name=variant, family=family,
                                       threads=impl.threads, compile_count=impl.compile_count,

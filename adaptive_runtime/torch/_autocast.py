@@ -28,21 +28,22 @@ from typing import Any
 
 import torch
 
-from ..kernels import torch_arms
+from ..kernels import RECORDS, torch_arms
 
 __all__ = ["autocast_on", "cast_like_autocast"]
 
-# operation -> its plain ATen call, taking the runtime operation's arguments
+# operation -> its plain ATen call, taking the runtime operation's arguments (the records'
+# where they say autocast applies, and these for the operations not yet declared as records)
 _PLAIN: dict[str, Callable[..., Any]] = {
     "linear": torch_arms.aten_linear,
     "matmul": torch_arms.aten_matmul,
     "add": torch_arms.aten_add,
     "relu": torch_arms.aten_relu,
     "gelu": torch_arms.aten_gelu,
-    "softmax": torch_arms.aten_softmax,
     "layer_norm": torch_arms.aten_layer_norm,
     "conv1d": torch_arms.aten_conv1d,
 }
+_PLAIN.update((r.name, r.aten) for r in RECORDS if r.autocast and r.aten is not None)
 
 _is_enabled = torch.is_autocast_enabled
 _Tensor = torch.Tensor

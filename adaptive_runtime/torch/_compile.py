@@ -7,15 +7,20 @@ a call in eager mode here, the runtime's own dispatch ~3 µs).
 
 Registered with torch when imported; :mod:`adaptive_runtime.torch` imports this module (it
 imports torch), and its functional ops and adapted modules call these operators while
-``torch.compile`` traces.
+``torch.compile`` traces. The operations declared as records (``kernels.RECORDS``) get theirs
+from their record (:func:`_register`: schema, fake, the record's gradients run through the
+custom operators); the others are written out below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ..kernels import RECORDS, OperationRecord
+from ..kernels.record import with_backward
 from ..runtime import get_runtime
 
 _Opt = torch.Tensor | None
@@ -46,11 +51,6 @@ def _op_gelu(x: torch.Tensor) -> torch.Tensor:
     return get_runtime().run("gelu", x)
 
 
-@torch.library.custom_op("adaptive_runtime::softmax", mutates_args=())
-def _op_softmax(x: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("softmax", x)
-
-
 @torch.library.custom_op("adaptive_runtime::layer_norm", mutates_args=())
 def _op_layer_norm(x: torch.Tensor, weight: _Opt, bias: _Opt, eps: float) -> torch.Tensor:
     return get_runtime().run("layer_norm", x, weight, bias, eps)
@@ -72,11 +72,6 @@ def _op_gelu_backward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return get_runtime().run("gelu.backward", g, x)
 
 
-@torch.library.custom_op("adaptive_runtime::softmax_backward", mutates_args=())
-def _op_softmax_backward(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("softmax.backward", g, y)
-
-
 @torch.library.custom_op("adaptive_runtime::layer_norm_backward", mutates_args=())
 def _op_layer_norm_backward(g: torch.Tensor, x: torch.Tensor, weight: _Opt,
                             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -92,8 +87,8 @@ def _same_as_first(x: torch.Tensor, *_rest: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-for _op in (_op_add, _op_relu, _op_gelu, _op_softmax, _op_layer_norm, _op_relu_backward,
-            _op_gelu_backward, _op_softmax_backward):
+for _op in (_op_add, _op_relu, _op_gelu, _op_layer_norm, _op_relu_backward,
+            _op_gelu_backward):
     _op.register_fake(_same_as_first)
 
 
@@ -166,11 +161,6 @@ def _save_output(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.save_for_backward(output)
 
 
-def _softmax_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-    (y,) = ctx.saved_tensors
-    return (torch.ops.adaptive_runtime.softmax_backward(g, y),)
-
-
 def _layer_norm_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
     x, weight, bias, eps = _inputs(ctx)
     dx, dweight, dbias = torch.ops.adaptive_runtime.layer_norm_backward(g, x, weight, eps)
@@ -202,6 +192,54 @@ _op_matmul.register_autograd(_matmul_backward, setup_context=_save_inputs)
 _op_add.register_autograd(_add_backward, setup_context=_save_inputs)
 _op_relu.register_autograd(_relu_backward, setup_context=_save_inputs)
 _op_gelu.register_autograd(_gelu_backward, setup_context=_save_inputs)
-_op_softmax.register_autograd(_softmax_backward, setup_context=_save_output)
 _op_layer_norm.register_autograd(_layer_norm_backward, setup_context=_save_inputs)
 _op_conv1d.register_autograd(_conv1d_backward, setup_context=_save_inputs)
+
+
+# --------------------------------------------------------------------------- from the records
+
+
+def _custom_run(name: str, *args: Any) -> Any:
+    """An adaptive operation's call as its custom operator (what a record's gradients run
+    under ``torch.compile``)."""
+    return getattr(torch.ops.adaptive_runtime, name.replace(".", "_"))(*args)
+
+
+def _runs(record: OperationRecord) -> Callable[..., Any]:
+    name = record.name
+
+    def run(*args: Any) -> Any:
+        return get_runtime().run(name, *args)
+
+    return run
+
+
+def _backward_from(record: OperationRecord) -> Callable[..., tuple[Any, ...]]:
+    assert record.gradients is not None
+    gradients = record.gradients(_custom_run)
+    if record.backward_needs == "output":
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+            (output,) = ctx.saved_tensors
+            return tuple(gradients((), output, g))
+    else:
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+            return tuple(gradients(_inputs(ctx), None, g))
+    return backward
+
+
+def _register(record: OperationRecord) -> None:
+    """``record``'s custom operator, with its fake and (a forward's) registered backward."""
+    spec = record.custom_op
+    if spec is None:
+        return
+    op = torch.library.custom_op(f"adaptive_runtime::{record.custom_op_name}", _runs(record),
+                                 mutates_args=(), schema=spec.schema)
+    op.register_fake(spec.fake or _same_as_first)
+    if record.gradients is not None:
+        op.register_autograd(_backward_from(record),
+                             setup_context=_save_output if record.backward_needs == "output"
+                             else _save_inputs)
+
+
+for _record in with_backward(RECORDS):
+    _register(_record)

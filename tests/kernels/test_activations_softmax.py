@@ -129,6 +129,7 @@ import torch  # (ATen's arms on numpy arrays are candidates once the program imp
 import adaptive_runtime as ar
 from adaptive_runtime.kernels._compile import SizeSplitKernel
 from adaptive_runtime.kernels import activations, softmax
+from adaptive_runtime.kernels.record import register_host
 
 def signatures(module):
     return sum(len(v.signatures) for v in vars(module).values()
@@ -139,7 +140,7 @@ seen = {}
 for arm in (ar.Backend.SCALAR, ar.Backend.SIMD):
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend=arm), builtin_ops=False)
     activations.register(rt)
-    softmax.register(rt)
+    register_host(rt, softmax.SOFTMAX)
     for module, name in ((activations, "relu"), (activations, "gelu"), (softmax, "softmax")):
         calls = []
         for _ in range(2):

@@ -16,7 +16,7 @@ import torch
 from harness import FAMILY_CPU_ARMS, forced_pairs
 
 import adaptive_runtime as ar
-from adaptive_runtime.kernels import backward, torch_arms
+from adaptive_runtime.kernels import RECORDS, backward, torch_arms
 
 Backend = ar.Backend
 
@@ -95,17 +95,26 @@ def _calls(rt: ar.AdaptiveRuntime, operation: str) -> int:
     return sum(n for k, n in rt.selection_counts().items() if k.operation == operation)
 
 
+# ATen's call of every backward operation: the tables' and the records'
+_ATEN_BACKWARD = {**{name: torch_arms.ATEN[name] for name in backward.NAMES},
+                  **{r.backward.name: r.backward.aten for r in RECORDS
+                     if r.backward is not None}}
+# (forward, output): the backward operations that take the forward's output
+_OF_OUTPUT = {r.backward.name: r.aten for r in RECORDS
+              if r.backward is not None and r.backward_needs == "output"}
+
+
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-@pytest.mark.parametrize(("name", "arm"), forced_pairs(list(backward.NAMES), "torch"))
+@pytest.mark.parametrize(("name", "arm"), forced_pairs(list(_ATEN_BACKWARD), "torch"))
 def test_every_backward_operation_equals_atens_on_every_arm(forced, name, kind, arm) -> None:
     g, x = _r(3, 7, seed=3), _r(3, 7, seed=4) * 2
-    if name == backward.SOFTMAX:
-        x = torch.softmax(x, -1)  # its backward takes the forward's output
+    if name in _OF_OUTPUT:
+        x = _OF_OUTPUT[name](x)  # its backward takes the forward's output
     args: tuple[Any, ...] = (g, x)
     weighted = name == backward.LAYER_NORM
     if weighted:
         args = (g, x, _r(7, seed=5), 1e-5)
-    expected = torch_arms.ATEN[name](*args)
+    expected = _ATEN_BACKWARD[name](*args)
     inputs = tuple(a.numpy() if kind == "numpy" and isinstance(a, torch.Tensor) else a
                    for a in args)
     got = forced[arm].run(name, *inputs)
