@@ -16,8 +16,7 @@ from typing import Any
 from .kernels import RECORDS, OperationRecord
 from .runtime import get_runtime
 
-__all__ = ["add", "conv1d", "dot", "gelu", "layer_norm", "linear", "matmul", "relu", "scale",
-           "sum"]
+__all__ = ["add", "conv1d", "dot", "layer_norm", "linear", "matmul", "scale", "sum"]
 
 
 def _from_record(record: OperationRecord) -> Callable[..., Any]:
@@ -63,16 +62,6 @@ def scale(alpha: Any, x: Any, y: Any) -> Any:
 def sum(x: Any) -> Any:  # (shadows the builtin in this module, which does not use it)
     """Sum of all elements (a scalar of x's dtype), on the arm the default runtime picks."""
     return get_runtime().run("sum", x)
-
-
-def relu(x: Any) -> Any:
-    """Elementwise ``max(x, 0)``, on the arm the default runtime picks."""
-    return get_runtime().run("relu", x)
-
-
-def gelu(x: Any) -> Any:
-    """Elementwise exact (erf) GELU, like torch's default, on the default runtime."""
-    return get_runtime().run("gelu", x)
 
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import (
-    activations,
     add,
     backward,
     conv1d,
@@ -34,7 +33,9 @@ from . import (
 )
 from . import sum as sum_op
 from ._thread_counts import add_thread_variants
+from .gelu import GELU
 from .record import OperationRecord, register_host, with_backward
+from .relu import RELU
 from .softmax import SOFTMAX
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN_OPERATIONS", "RECORDS", "OperationRecord", "register_builtins"]
 
 # the built-in operations declared as records, one module each (their backward within)
-RECORDS: tuple[OperationRecord, ...] = (SOFTMAX,)
-BUILTIN_OPERATIONS = (dot, add, scale, sum_op, activations, layer_norm, matmul,
+RECORDS: tuple[OperationRecord, ...] = (RELU, GELU, SOFTMAX)
+BUILTIN_OPERATIONS = (dot, add, scale, sum_op, layer_norm, matmul,
                       linear, conv1d, backward)
 # each adds one library's arms (its families) to the operations registered above
 LIBRARY_ARMS = (torch_arms, jax_arms)

@@ -8,7 +8,6 @@ such a call comes only with a JAX array, which can only exist where the caller i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +15,6 @@ from . import backward
 from .layer_norm import EPS
 
 __all__ = ["PLAIN", "jax_modules", "upcast"]
-
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 # the 1-D conv1d as a sum of shifted slices up to this many taps (unrolled when traced)
 _SHIFTED_TAPS = 64
@@ -99,14 +95,6 @@ def jnp_sum(x: Any) -> Any:
     return _jax()[1].sum(x)
 
 
-def jnp_relu(x: Any) -> Any:
-    return _jax()[0].nn.relu(x)
-
-
-def jnp_gelu(x: Any) -> Any:
-    return _jax()[0].nn.gelu(x, approximate=False)
-
-
 def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     jnp = _jax()[1]
     xf = upcast(x)
@@ -150,18 +138,6 @@ def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
     return y
 
 
-def jnp_relu_backward(g: Any, x: Any) -> Any:
-    jnp = _jax()[1]
-    return jnp.where(x > 0, g, jnp.zeros((), dtype=g.dtype))
-
-
-def jnp_gelu_backward(g: Any, x: Any) -> Any:
-    _j, jnp, lax, _h, _t = _jax()
-    xf = upcast(x)
-    slope = 0.5 * lax.erfc(xf * -_SQRT1_2) + xf * _INV_SQRT_2PI * jnp.exp(-0.5 * xf * xf)
-    return (upcast(g) * slope).astype(x.dtype)
-
-
 def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
     jnp = _jax()[1]
     gf, xf = upcast(g), upcast(x)
@@ -180,9 +156,8 @@ def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS
 # Each operation in jax.numpy (forward and backward), by name: the SIMD and GPU arms jit it,
 # traced calls run it as it is.
 PLAIN: dict[str, Callable[..., Any]] = {
-    "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum, "relu": jnp_relu,
-    "gelu": jnp_gelu, "layer_norm": jnp_layer_norm,
+    "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum,
+    "layer_norm": jnp_layer_norm,
     "matmul": jnp_matmul, "linear": jnp_linear, "conv1d": jnp_conv1d,
-    backward.RELU: jnp_relu_backward, backward.GELU: jnp_gelu_backward,
     backward.LAYER_NORM: jnp_layer_norm_backward,
 }

@@ -304,7 +304,7 @@ class _Entry(NamedTuple):
 
 def _entries(records: tuple[OperationRecord, ...]) -> list[_Entry]:
     entries = [_Entry(name, plain, (3,) if name == "conv1d" else (), _TEMPLATE.get(name, 0),
-                      name in ("sum", "relu", "gelu")) for name, plain in PLAIN.items()]
+                      name == "sum") for name, plain in PLAIN.items()]
     entries += [_Entry(r.name, r.jnp, r.jax_static, r.jax_template, r.jax_one_array)
                 for r in with_backward(records) if r.jnp is not None]
     return entries

@@ -118,14 +118,6 @@ def aten_sum(x: Any) -> Any:
     return x.sum()
 
 
-def aten_relu(x: Any) -> Any:
-    return _torch().relu(x)
-
-
-def aten_gelu(x: Any) -> Any:
-    return _functional().gelu(x)
-
-
 def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     return _functional().layer_norm(x, x.shape[-1:], weight, bias, eps)
 
@@ -142,14 +134,6 @@ def aten_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
     if x.ndim == 3:
         return _functional().conv1d(x, w, bias, padding=int(padding))
     return _functional().conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
-
-
-def aten_relu_backward(g: Any, x: Any) -> Any:
-    return _torch().ops.aten.threshold_backward(g, x, 0)
-
-
-def aten_gelu_backward(g: Any, x: Any) -> Any:
-    return _torch().ops.aten.gelu_backward(g, x)
 
 
 def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
@@ -189,10 +173,8 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
 # ATen's call for each operation (forward and backward), by name
 ATEN: dict[str, Callable[..., Any]] = {
     "dot": aten_dot, "add": aten_add, "scale": aten_scale, "sum": aten_sum,
-    "relu": aten_relu, "gelu": aten_gelu,
     "layer_norm": aten_layer_norm, "matmul": aten_matmul, "linear": aten_linear,
     "conv1d": aten_conv1d,
-    backward.RELU: aten_relu_backward, backward.GELU: aten_gelu_backward,
     backward.LAYER_NORM: aten_layer_norm_backward,
 }
 
@@ -204,7 +186,7 @@ def _builtin(name: str) -> Callable[..., Any] | None:
     if torch is None:
         return None
     functional = torch.nn.functional
-    return {"dot": torch.dot, "add": torch.add, "relu": torch.relu, "gelu": functional.gelu,
+    return {"dot": torch.dot, "add": torch.add,
             "matmul": torch.mm, "linear": functional.linear}.get(name)
 
 
@@ -254,12 +236,6 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
     """How each forward operation's gradients are computed from ``(inputs, output, g)``:
     through adaptive operations (``run``) wherever there is a kernel to choose."""
 
-    def relu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.RELU, g, inputs[0]),)
-
-    def gelu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.GELU, g, inputs[0]),)
-
     def layer_norm(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
         x = inputs[0]
         weight = inputs[1] if len(inputs) > 1 else None
@@ -289,7 +265,7 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
         return (dx, dweight, dbias)[:len(inputs)]
 
     return {"dot": _dot_gradients, "add": _add_gradients, "scale": _scale_gradients,
-            "sum": _sum_gradients, "relu": relu, "gelu": gelu,
+            "sum": _sum_gradients,
             "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
             "conv1d": _conv1d_gradients(run)}
 

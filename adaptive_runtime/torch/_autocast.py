@@ -38,8 +38,6 @@ _PLAIN: dict[str, Callable[..., Any]] = {
     "linear": torch_arms.aten_linear,
     "matmul": torch_arms.aten_matmul,
     "add": torch_arms.aten_add,
-    "relu": torch_arms.aten_relu,
-    "gelu": torch_arms.aten_gelu,
     "layer_norm": torch_arms.aten_layer_norm,
     "conv1d": torch_arms.aten_conv1d,
 }

@@ -41,16 +41,6 @@ def _op_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return get_runtime().run("add", a, b)
 
 
-@torch.library.custom_op("adaptive_runtime::relu", mutates_args=())
-def _op_relu(x: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("relu", x)
-
-
-@torch.library.custom_op("adaptive_runtime::gelu", mutates_args=())
-def _op_gelu(x: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("gelu", x)
-
-
 @torch.library.custom_op("adaptive_runtime::layer_norm", mutates_args=())
 def _op_layer_norm(x: torch.Tensor, weight: _Opt, bias: _Opt, eps: float) -> torch.Tensor:
     return get_runtime().run("layer_norm", x, weight, bias, eps)
@@ -60,16 +50,6 @@ def _op_layer_norm(x: torch.Tensor, weight: _Opt, bias: _Opt, eps: float) -> tor
 def _op_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: _Opt,
                padding: int) -> torch.Tensor:
     return get_runtime().run("conv1d", x, weight, bias, padding)
-
-
-@torch.library.custom_op("adaptive_runtime::relu_backward", mutates_args=())
-def _op_relu_backward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("relu.backward", g, x)
-
-
-@torch.library.custom_op("adaptive_runtime::gelu_backward", mutates_args=())
-def _op_gelu_backward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("gelu.backward", g, x)
 
 
 @torch.library.custom_op("adaptive_runtime::layer_norm_backward", mutates_args=())
@@ -87,8 +67,7 @@ def _same_as_first(x: torch.Tensor, *_rest: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-for _op in (_op_add, _op_relu, _op_gelu, _op_layer_norm, _op_relu_backward,
-            _op_gelu_backward):
+for _op in (_op_add, _op_layer_norm):
     _op.register_fake(_same_as_first)
 
 
@@ -148,14 +127,6 @@ def _add_backward(_ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
     return g, g
 
 
-def _relu_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-    return (torch.ops.adaptive_runtime.relu_backward(g, _inputs(ctx)[0]),)
-
-
-def _gelu_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-    return (torch.ops.adaptive_runtime.gelu_backward(g, _inputs(ctx)[0]),)
-
-
 def _save_output(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     del inputs  # (torch passes it by name)
     ctx.save_for_backward(output)
@@ -190,8 +161,6 @@ def _conv1d_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
 _op_linear.register_autograd(_linear_backward, setup_context=_save_inputs)
 _op_matmul.register_autograd(_matmul_backward, setup_context=_save_inputs)
 _op_add.register_autograd(_add_backward, setup_context=_save_inputs)
-_op_relu.register_autograd(_relu_backward, setup_context=_save_inputs)
-_op_gelu.register_autograd(_gelu_backward, setup_context=_save_inputs)
 _op_layer_norm.register_autograd(_layer_norm_backward, setup_context=_save_inputs)
 _op_conv1d.register_autograd(_conv1d_backward, setup_context=_save_inputs)
 

@@ -179,7 +179,7 @@ def test_inference_mode_gets_no_graph() -> None:
 def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
     """ATen's float64 gelu runs ~6x slower until it has once seen a value near zero (see
     ``torch_arms._prime_gelu``): the arms' first call runs it on float64 zeros, once."""
-    from adaptive_runtime.kernels.activations import gelu_through_torch
+    from adaptive_runtime.kernels.gelu import gelu_through_torch
 
     seen: list[torch.Tensor] = []
     real_gelu = torch.nn.functional.gelu
@@ -200,7 +200,7 @@ def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
 
 
 def test_a_failing_primer_leaves_the_arms_working(monkeypatch) -> None:
-    from adaptive_runtime.kernels.activations import gelu_through_torch
+    from adaptive_runtime.kernels.gelu import gelu_through_torch
 
     real_gelu = torch.nn.functional.gelu
 
