@@ -16,13 +16,15 @@ from typing import Any
 from .kernels import RECORDS, OperationRecord
 from .runtime import get_runtime
 
-__all__ = ["add", "conv1d", "dot", "layer_norm", "linear", "matmul", "scale", "sum"]
+__all__ = ["conv1d", "layer_norm", "linear"]
 
 
 def _from_record(record: OperationRecord) -> Callable[..., Any]:
     """``ar.ops.<name>``: the operation run on the default runtime (one, two or any number
     of arguments, as its record says: no argument tuple where the count is known)."""
     name = record.name
+    if record.public is not None:
+        return record.public(get_runtime)
     if record.arity == 1:
         def op(x: Any) -> Any:
             return get_runtime().run(name, x)
@@ -44,37 +46,12 @@ for _record in RECORDS:
 __all__.sort()
 
 
-def dot(a: Any, b: Any) -> Any:
-    """Inner product of two equal-length 1-D arrays, on the arm the default runtime picks."""
-    return get_runtime().run("dot", a, b)
-
-
-def add(a: Any, b: Any) -> Any:
-    """Elementwise sum of two equal-shape arrays, on the arm the default runtime picks."""
-    return get_runtime().run("add", a, b)
-
-
-def scale(alpha: Any, x: Any, y: Any) -> Any:
-    """``alpha * x + y`` (axpy: a real scalar, equal-shape arrays), on the default runtime."""
-    return get_runtime().run("scale", alpha, x, y)
-
-
-def sum(x: Any) -> Any:  # (shadows the builtin in this module, which does not use it)
-    """Sum of all elements (a scalar of x's dtype), on the arm the default runtime picks."""
-    return get_runtime().run("sum", x)
-
-
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
     """Normalise over the last axis (biased variance), then ``* weight + bias`` where given
     (1-D, of the last axis' length), on the default runtime."""
     if weight is None and bias is None and eps == 1e-5:
         return get_runtime().run("layer_norm", x)
     return get_runtime().run("layer_norm", x, weight, bias, eps)
-
-
-def matmul(a: Any, b: Any) -> Any:
-    """Matrix product ``(m, k) @ (k, n) -> (m, n)``, on the arm the default runtime picks."""
-    return get_runtime().run("matmul", a, b)
 
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:

@@ -20,23 +20,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import (
-    add,
     backward,
     conv1d,
-    dot,
     jax_arms,
     layer_norm,
     linear,
-    matmul,
-    scale,
     torch_arms,
 )
-from . import sum as sum_op
 from ._thread_counts import add_thread_variants
+from .add import ADD
+from .dot import DOT
 from .gelu import GELU
+from .matmul import MATMUL
 from .record import OperationRecord, register_host, with_backward
 from .relu import RELU
+from .scale import SCALE
 from .softmax import SOFTMAX
+from .sum import SUM
 
 if TYPE_CHECKING:
     from ..operations import Registrar
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN_OPERATIONS", "RECORDS", "OperationRecord", "register_builtins"]
 
 # the built-in operations declared as records, one module each (their backward within)
-RECORDS: tuple[OperationRecord, ...] = (RELU, GELU, SOFTMAX)
-BUILTIN_OPERATIONS = (dot, add, scale, sum_op, layer_norm, matmul,
+RECORDS: tuple[OperationRecord, ...] = (DOT, ADD, SCALE, SUM, RELU, GELU, SOFTMAX, MATMUL)
+BUILTIN_OPERATIONS = (layer_norm,
                       linear, conv1d, backward)
 # each adds one library's arms (its families) to the operations registered above
 LIBRARY_ARMS = (torch_arms, jax_arms)

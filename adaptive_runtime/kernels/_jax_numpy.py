@@ -77,24 +77,6 @@ def upcast(x: Any) -> Any:
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
 
 
-def jnp_dot(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
-    return jnp.dot(a, b, precision=highest)
-
-
-def jnp_add(a: Any, b: Any) -> Any:
-    return _jax()[1].add(a, b)
-
-
-def jnp_scale(alpha: Any, x: Any, y: Any) -> Any:
-    jnp = _jax()[1]
-    return jnp.asarray(alpha, dtype=x.dtype) * x + y  # (alpha in the arrays' dtype first)
-
-
-def jnp_sum(x: Any) -> Any:
-    return _jax()[1].sum(x)
-
-
 def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     jnp = _jax()[1]
     xf = upcast(x)
@@ -105,11 +87,6 @@ def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EP
     if bias is not None:
         y = y + bias
     return y.astype(x.dtype)
-
-
-def jnp_matmul(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
-    return jnp.matmul(a, b, precision=highest)
 
 
 def jnp_linear(x: Any, weight: Any, bias: Any = None) -> Any:
@@ -156,8 +133,6 @@ def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS
 # Each operation in jax.numpy (forward and backward), by name: the SIMD and GPU arms jit it,
 # traced calls run it as it is.
 PLAIN: dict[str, Callable[..., Any]] = {
-    "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum,
-    "layer_norm": jnp_layer_norm,
-    "matmul": jnp_matmul, "linear": jnp_linear, "conv1d": jnp_conv1d,
+    "layer_norm": jnp_layer_norm, "linear": jnp_linear, "conv1d": jnp_conv1d,
     backward.LAYER_NORM: jnp_layer_norm_backward,
 }

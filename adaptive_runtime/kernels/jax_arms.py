@@ -141,7 +141,7 @@ class _Jit:
 
 
 # the argument whose dtype and device a SCALAR result takes (default: the first)
-_TEMPLATE = {"scale": 1, backward.LAYER_NORM: 1}
+_TEMPLATE = {backward.LAYER_NORM: 1}
 
 
 # --------------------------------------------------------------------------- arms
@@ -176,17 +176,15 @@ def block(value: Any) -> None:
         ready()
 
 
-def _jit_call(name: str, jit: _Jit, one_array: bool) -> Callable[..., Any]:
+def _jit_call(name: str, jit: _Jit, one_array: bool,
+              made: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The SIMD arm: the jitted function (asynchronous; see the module docstring for how it
     is timed). Arguments that are numbers go in as
     Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
     plain = jit.plain
 
-    if name == "scale":
-        def call(alpha: Any, x: Any, y: Any) -> Any:
-            if _tracer_in((x, y)):
-                return _traced(plain, (alpha, x, y))
-            return (jit.fn or jit.get())(float(alpha), x, y)
+    if made is not None:  # (the record's own: see OperationRecord.jax_call)
+        call = made(jit, _tracer_in, _traced)
     elif name == "layer_norm":
         def call(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
             if (weight is not None or bias is not None) and _tracer_in((x, weight, bias)):
@@ -300,12 +298,14 @@ class _Entry(NamedTuple):
     static: tuple[int, ...]
     template: int
     one_array: bool
+    jax_call: Callable[..., Any] | None
 
 
 def _entries(records: tuple[OperationRecord, ...]) -> list[_Entry]:
     entries = [_Entry(name, plain, (3,) if name == "conv1d" else (), _TEMPLATE.get(name, 0),
-                      name == "sum") for name, plain in PLAIN.items()]
-    entries += [_Entry(r.name, r.jnp, r.jax_static, r.jax_template, r.jax_one_array)
+                      False, None) for name, plain in PLAIN.items()]
+    entries += [_Entry(r.name, r.jnp, r.jax_static, r.jax_template, r.jax_one_array,
+                       r.jax_call)
                 for r in with_backward(records) if r.jnp is not None]
     return entries
 
@@ -315,13 +315,13 @@ def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
     operation of ``records`` and of the tables (registered already on ``rt``). Imports
     nothing."""
     gpu = _jax_gpu_possible()
-    for name, plain, static, template, one_array in _entries(records):
+    for name, plain, static, template, one_array, made in _entries(records):
         op = rt.operation(name)
         shared = numba_arms(op)
         jit = _jits.get(name)
         if jit is None:  # (one per operation, shared by every runtime: compiled once)
             jit = _jits[name] = _Jit(plain, static=static)
-        simd = _jit_call(name, jit, one_array)
+        simd = _jit_call(name, jit, one_array, made)
         if gpu:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():

@@ -43,8 +43,8 @@ Gradients = Callable[[Run], Callable[[tuple[Any, ...], Any, Any], tuple[Any, ...
 class HostArm:
     """One implementation of the numpy family (``Operation.add_implementation``'s arguments).
 
-    ``kernel``: the numba dispatcher whose compilations the arm's calls count (its
-    ``compile_count``). ``when``: ``"torch"`` — registered only where torch is installed;
+    ``kernel``: the numba dispatcher (or a tuple of them) whose compilations the arm's calls
+    count (its ``compile_count``). ``when``: ``"torch"`` — registered only where torch is installed;
     ``"no torch"`` — only where it is not; ``""`` — always."""
 
     backend: Backend
@@ -64,10 +64,14 @@ class CustomOp:
 
     ``schema``: its torch schema, e.g. ``"(Tensor x) -> Tensor"``. ``fake(*args)``: empty
     tensors of the result's shapes (``None``: one like the first argument). Its backward is
-    the record's ``gradients``, run through the custom operators."""
+    the record's ``gradients`` (or ``gradients`` here, where the compiled graph needs other
+    calls), run through the custom operators. ``call(run, *args)``: the operator's body where
+    it is not ``run(name, *args)`` (``run``: the default runtime's)."""
 
     schema: str
     fake: Callable[..., Any] | None = None
+    gradients: Gradients | None = None
+    call: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,10 +81,14 @@ class OperationRecord:
     ``aten_builtin(torch)``: ATen's own function where its signature is the operation's (run
     with no Python frame between the runtime and ATen), else ``None``. ``jax_one_array``: the
     operation takes one array (a call's family is its own: no tracer check on the others).
-    ``jax_template``: the argument whose dtype and device a numba arm's JAX result takes.
+    ``jax_call(jit, tracer_in, traced)``: the jitted call, where its arguments are not all
+    arrays (``jit.fn or jit.get()``: the jitted function; a call whose arrays hold a tracer
+    (``tracer_in(arrays)``) returns ``traced(jit.plain, args)``). ``jax_template``: the
+    argument whose dtype and device a numba arm's JAX result takes.
     ``backward_needs``: what the gradients read of the forward call — ``"inputs"`` or
     ``"output"``. ``autocast``: under ``torch.autocast`` the inputs are cast as ATen's call
-    would be. ``doc``: the docstring of ``ar.ops.<name>``; ``arity``: its parameters (0: any).
+    would be. ``doc``: the docstring of ``ar.ops.<name>``; ``arity``: its parameters (0: any);
+    ``public(get_runtime)``: ``ar.ops.<name>`` itself, where it takes optional arguments.
     """
 
     name: str
@@ -92,6 +100,7 @@ class OperationRecord:
     aten_builtin: Callable[[Any], Callable[..., Any] | None] | None = None
     jnp: Callable[..., Any] | None = None
     jax_one_array: bool = False
+    jax_call: Callable[[Any, Any, Any], Callable[..., Any]] | None = None
     jax_static: tuple[int, ...] = ()
     jax_template: int = 0
     gradients: Gradients | None = None
@@ -102,6 +111,7 @@ class OperationRecord:
     autocast: bool = False
     doc: str = ""
     arity: int = 0
+    public: Callable[[Callable[[], Any]], Callable[..., Any]] | None = None
 
     @property
     def custom_op_name(self) -> str:
@@ -121,6 +131,21 @@ def _torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def _compile_count(kernel: Any) -> Any:
+    """``compile_count`` of one kernel or the sum of several (``None``: none, or no numba)."""
+    if kernel is None:
+        return None
+    if not isinstance(kernel, tuple):
+        return compile_count(kernel)
+    counts = [compile_count(k) for k in kernel]
+    if any(c is None for c in counts):
+        return None
+    total = counts[0]
+    for count in counts[1:]:
+        total = total + count
+    return total
+
+
 def register_host(rt: Registrar, record: OperationRecord) -> None:
     """Register ``record``'s operation on ``rt`` with its numpy family's arms and its GPU arm
     (the torch and JAX families are added by their adapters)."""
@@ -133,7 +158,6 @@ def register_host(rt: Registrar, record: OperationRecord) -> None:
             continue
         op.add_implementation(arm.backend, arm.fn, name=arm.name, threads=arm.threads,
                               needs=arm.needs, warm_up=arm.warm_up,
-                              compile_count=compile_count(arm.kernel)
-                              if arm.kernel is not None else None)
+                              compile_count=_compile_count(arm.kernel))
     if record.gpu is not None:
         add_gpu_arm(op, record.gpu)

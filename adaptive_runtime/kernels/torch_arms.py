@@ -102,28 +102,8 @@ def torch_modules() -> list[Any]:
     return _modules or _load()
 
 
-def aten_dot(a: Any, b: Any) -> Any:
-    return _torch().dot(a, b)
-
-
-def aten_add(a: Any, b: Any) -> Any:
-    return _torch().add(a, b)
-
-
-def aten_scale(alpha: Any, x: Any, y: Any) -> Any:
-    return _torch().add(y, x, alpha=float(alpha))
-
-
-def aten_sum(x: Any) -> Any:
-    return x.sum()
-
-
 def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
     return _functional().layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-
-def aten_matmul(a: Any, b: Any) -> Any:
-    return _torch().mm(a, b)
 
 
 def aten_linear(x: Any, weight: Any, bias: Any = None) -> Any:
@@ -172,8 +152,7 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
 
 # ATen's call for each operation (forward and backward), by name
 ATEN: dict[str, Callable[..., Any]] = {
-    "dot": aten_dot, "add": aten_add, "scale": aten_scale, "sum": aten_sum,
-    "layer_norm": aten_layer_norm, "matmul": aten_matmul, "linear": aten_linear,
+    "layer_norm": aten_layer_norm, "linear": aten_linear,
     "conv1d": aten_conv1d,
     backward.LAYER_NORM: aten_layer_norm_backward,
 }
@@ -186,28 +165,10 @@ def _builtin(name: str) -> Callable[..., Any] | None:
     if torch is None:
         return None
     functional = torch.nn.functional
-    return {"dot": torch.dot, "add": torch.add,
-            "matmul": torch.mm, "linear": functional.linear}.get(name)
+    return {"linear": functional.linear}.get(name)
 
 
 # The gradients that need no adaptive operation (see _gradients): one function for every runtime
-def _dot_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    a, b = inputs
-    return g * b, g * a
-
-
-def _add_gradients(_inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return g, g
-
-
-def _scale_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return None, g * float(inputs[0]), g
-
-
-def _sum_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return (g.expand_as(inputs[0]),)
-
-
 def _conv1d_gradients(run: Callable[..., Any]) -> Backward:
     """conv1d's gradients (see :func:`_gradients`): conv1d operations through ``run``."""
 
@@ -250,10 +211,6 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
                 dbias = None
         return (dx, dweight, dbias, None)[:len(inputs)]
 
-    def matmul(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        a, b = inputs
-        return run("matmul", g, b.t()), run("matmul", a.t(), g)
-
     def linear(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
         x, weight = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
@@ -264,9 +221,8 @@ def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
         dbias = g_rows.sum(0) if bias is not None else None
         return (dx, dweight, dbias)[:len(inputs)]
 
-    return {"dot": _dot_gradients, "add": _add_gradients, "scale": _scale_gradients,
-            "sum": _sum_gradients,
-            "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
+    return {
+            "layer_norm": layer_norm, "linear": linear,
             "conv1d": _conv1d_gradients(run)}
 
 

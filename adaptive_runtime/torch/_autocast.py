@@ -36,8 +36,6 @@ __all__ = ["autocast_on", "cast_like_autocast"]
 # where they say autocast applies, and these for the operations not yet declared as records)
 _PLAIN: dict[str, Callable[..., Any]] = {
     "linear": torch_arms.aten_linear,
-    "matmul": torch_arms.aten_matmul,
-    "add": torch_arms.aten_add,
     "layer_norm": torch_arms.aten_layer_norm,
     "conv1d": torch_arms.aten_conv1d,
 }

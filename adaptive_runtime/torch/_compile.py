@@ -31,16 +31,6 @@ def _op_linear(x: torch.Tensor, weight: torch.Tensor, bias: _Opt) -> torch.Tenso
     return get_runtime().run("linear", x, weight, bias)
 
 
-@torch.library.custom_op("adaptive_runtime::matmul", mutates_args=())
-def _op_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("matmul", a, b)
-
-
-@torch.library.custom_op("adaptive_runtime::add", mutates_args=())
-def _op_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return get_runtime().run("add", a, b)
-
-
 @torch.library.custom_op("adaptive_runtime::layer_norm", mutates_args=())
 def _op_layer_norm(x: torch.Tensor, weight: _Opt, bias: _Opt, eps: float) -> torch.Tensor:
     return get_runtime().run("layer_norm", x, weight, bias, eps)
@@ -67,18 +57,12 @@ def _same_as_first(x: torch.Tensor, *_rest: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-for _op in (_op_add, _op_layer_norm):
-    _op.register_fake(_same_as_first)
+_op_layer_norm.register_fake(_same_as_first)
 
 
 @_op_linear.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, bias: _Opt) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-@_op_matmul.register_fake
-def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a.new_empty((a.shape[0], b.shape[1]))
 
 
 @_op_conv1d.register_fake
@@ -117,16 +101,6 @@ def _linear_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
     return dx, dweight, (g_rows.sum(0) if bias is not None else None)
 
 
-def _matmul_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-    a, b = _inputs(ctx)
-    ops = torch.ops.adaptive_runtime
-    return ops.matmul(g, b.t().contiguous()), ops.matmul(a.t().contiguous(), g)
-
-
-def _add_backward(_ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-    return g, g
-
-
 def _save_output(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     del inputs  # (torch passes it by name)
     ctx.save_for_backward(output)
@@ -159,8 +133,6 @@ def _conv1d_backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
 
 
 _op_linear.register_autograd(_linear_backward, setup_context=_save_inputs)
-_op_matmul.register_autograd(_matmul_backward, setup_context=_save_inputs)
-_op_add.register_autograd(_add_backward, setup_context=_save_inputs)
 _op_layer_norm.register_autograd(_layer_norm_backward, setup_context=_save_inputs)
 _op_conv1d.register_autograd(_conv1d_backward, setup_context=_save_inputs)
 
@@ -183,9 +155,18 @@ def _runs(record: OperationRecord) -> Callable[..., Any]:
     return run
 
 
+def _calls(body: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        return body(get_runtime().run, *args)
+
+    return call
+
+
 def _backward_from(record: OperationRecord) -> Callable[..., tuple[Any, ...]]:
-    assert record.gradients is not None
-    gradients = record.gradients(_custom_run)
+    made = (record.custom_op.gradients if record.custom_op is not None
+            and record.custom_op.gradients is not None else record.gradients)
+    assert made is not None
+    gradients = made(_custom_run)
     if record.backward_needs == "output":
         def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
             (output,) = ctx.saved_tensors
@@ -201,7 +182,8 @@ def _register(record: OperationRecord) -> None:
     spec = record.custom_op
     if spec is None:
         return
-    op = torch.library.custom_op(f"adaptive_runtime::{record.custom_op_name}", _runs(record),
+    op = torch.library.custom_op(f"adaptive_runtime::{record.custom_op_name}",
+                                 _runs(record) if spec.call is None else _calls(spec.call),
                                  mutates_args=(), schema=spec.schema)
     op.register_fake(spec.fake or _same_as_first)
     if record.gradients is not None:
