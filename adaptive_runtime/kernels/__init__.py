@@ -1,4 +1,4 @@
-"""Built-in operations, each registering real implementations per arm.
+"""Built-in operations, each declared in one module as one record per operation.
 
 SCALAR arms are plain compiled loops (numba ``@njit`` without fastmath or parallel; pure Python
 when numba is missing). SIMD arms are numpy or numba ``fastmath``/``parallel`` kernels,
@@ -6,31 +6,27 @@ whichever measured faster for that operation (each module's docstring has the fi
 arms run torch on a CUDA device, or numba CUDA kernels where torch has no CUDA (``_gpu.py``).
 Inputs: float32/float64 numpy arrays, torch tensors and JAX arrays (float16/bfloat16 too);
 results come back in the caller's array type, dtype and device. Each input family (torch
-tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own library's call
-(``torch_arms``). ``register_builtins(rt)`` adds them all to a runtime.
+tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own library's call.
 
-An operation declared as a record (``record.OperationRecord``: everything about it in its own
-module) is one entry of :data:`RECORDS`; the adapters (``record.register_host``, ``torch_arms``,
-``jax_arms``, and above the runtime ``ops``, ``torch``) read the records. The operations not
-yet declared so register through their module's ``register`` and the adapters' tables.
+Each operation is a ``record.OperationRecord`` in ``kernels/<op>.py`` (its backward operation
+beside it), listed once in :data:`RECORDS`. The adapters read the
+records at registration: ``record.register_host`` (the numpy family and the GPU arm),
+``torch_arms`` and ``jax_arms`` (their families), and above the runtime ``ops``,
+``torch._compile`` and ``torch._autocast``. ``register_builtins(rt)`` adds them all to a runtime.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import (
-    backward,
-    conv1d,
-    jax_arms,
-    layer_norm,
-    linear,
-    torch_arms,
-)
+from . import jax_arms, torch_arms
 from ._thread_counts import add_thread_variants
 from .add import ADD
+from .conv1d import CONV1D
 from .dot import DOT
 from .gelu import GELU
+from .layer_norm import LAYER_NORM
+from .linear import LINEAR
 from .matmul import MATMUL
 from .record import OperationRecord, register_host, with_backward
 from .relu import RELU
@@ -41,26 +37,26 @@ from .sum import SUM
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["BUILTIN_OPERATIONS", "RECORDS", "OperationRecord", "register_builtins"]
+__all__ = ["RECORDS", "OperationRecord", "all_records", "register_builtins"]
 
-# the built-in operations declared as records, one module each (their backward within)
-RECORDS: tuple[OperationRecord, ...] = (DOT, ADD, SCALE, SUM, RELU, GELU, SOFTMAX, MATMUL)
-BUILTIN_OPERATIONS = (layer_norm,
-                      linear, conv1d, backward)
-# each adds one library's arms (its families) to the operations registered above
-LIBRARY_ARMS = (torch_arms, jax_arms)
+# the built-in operations, one module each (their backward operations within)
+RECORDS: tuple[OperationRecord, ...] = (DOT, ADD, SCALE, SUM, RELU, GELU, SOFTMAX, LAYER_NORM,
+                                        MATMUL, LINEAR, CONV1D)
+
+
+def all_records() -> tuple[OperationRecord, ...]:
+    """The records of every operation a runtime registers with its built-in ones."""
+    return RECORDS
 
 
 def register_builtins(rt: Registrar) -> None:
-    """Register every built-in operation on ``rt``, with the arms of every input family and
-    each threaded implementation's variants at fewer threads (``_thread_counts``)."""
-    for module in BUILTIN_OPERATIONS:
-        module.register(rt)
-    for record in with_backward(RECORDS):
+    """Register every built-in operation (:func:`all_records`) on ``rt``, with the arms of
+    every input family and each threaded implementation's variants at fewer threads
+    (``_thread_counts``)."""
+    records = all_records()
+    for record in with_backward(records):
         register_host(rt, record)
-    for module in LIBRARY_ARMS:
-        module.register(rt, RECORDS)
-    names = [name for module in BUILTIN_OPERATIONS
-             for name in getattr(module, "NAMES", None) or (module.NAME,)]
-    for name in names + [record.name for record in with_backward(RECORDS)]:
-        add_thread_variants(rt.operation(name))
+    torch_arms.register(rt, records)
+    jax_arms.register(rt, records)
+    for record in with_backward(records):
+        add_thread_variants(rt.operation(record.name))

@@ -1,23 +1,16 @@
-"""The built-in operations written in ``jax.numpy`` (forward and backward, :data:`PLAIN`): what
-the JAX families' SIMD and GPU arms jit and traced calls run (see ``jax_arms``), and jax itself,
-loaded on first use with its compilations counted from then on.
+"""jax for the operations' ``jax.numpy`` functions (each record's ``jnp``, which the JAX
+families' SIMD and GPU arms jit and traced calls run: see ``jax_arms``): loaded on first use
+(:func:`jax_modules`), with its compilations counted from then on, and :func:`upcast`.
 
-jax is never imported by this module: the first call of one of these functions loads it, and
+jax is never imported by this module: the first call of one of those functions loads it, and
 such a call comes only with a JAX array, which can only exist where the caller imported jax.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from . import backward
-from .layer_norm import EPS
-
-__all__ = ["PLAIN", "jax_modules", "upcast"]
-
-# the 1-D conv1d as a sum of shifted slices up to this many taps (unrolled when traced)
-_SHIFTED_TAPS = 64
+__all__ = ["jax_modules", "upcast"]
 
 _libs: list[Any] = []  # [jax, jax.numpy, jax.lax, Precision.HIGHEST, jax.core.Tracer]
 
@@ -75,64 +68,3 @@ def upcast(x: Any) -> Any:
     """float16/bfloat16 computed in float32 (as ATen does), rounded once at the end."""
     jnp = _jax()[1]
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
-
-
-def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    jnp = _jax()[1]
-    xf = upcast(x)
-    centred = xf - xf.mean(axis=-1, keepdims=True)
-    y = centred / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y.astype(x.dtype)
-
-
-def jnp_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    _j, jnp, _lax, highest, _t = _jax()
-    y = jnp.matmul(x, weight.T, precision=highest)
-    return y if bias is None else y + bias
-
-
-def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    _j, _jnp, lax, highest, _t = _jax()
-    if x.ndim == 3:  # (batch, channels, n) with (out, channels, k): cross-correlation, as torch
-        y = lax.conv_general_dilated(x, w, (1,), [(padding, padding)],
-                                     dimension_numbers=("NCH", "OIH", "NCH"), precision=highest)
-        return y if bias is None else y + bias[:, None]
-    k = w.shape[0]
-    if k > _SHIFTED_TAPS:
-        return lax.conv_general_dilated(x[None, None], w[None, None], (1,), "VALID",
-                                        dimension_numbers=("NCH", "OIH", "NCH"),
-                                        precision=highest)[0, 0]
-    # y = sum_j x[j:j+m] * w[j]: k shifted slices, fused by XLA into one pass (its convolution
-    # of one channel is 20-40x slower on the CPU: see ``jax_arms``' docstring)
-    m = x.shape[0] - k + 1
-    y = x[:m] * w[0]
-    for j in range(1, k):
-        y = y + x[j:j + m] * w[j]
-    return y
-
-
-def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-    jnp = _jax()[1]
-    gf, xf = upcast(g), upcast(x)
-    centred = xf - xf.mean(axis=-1, keepdims=True)
-    inv = 1.0 / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    xhat = centred * inv
-    gw = gf if weight is None else gf * upcast(weight)
-    dx = (inv * (gw - gw.mean(axis=-1, keepdims=True)
-                 - xhat * (gw * xhat).mean(axis=-1, keepdims=True))).astype(x.dtype)
-    if weight is None:
-        return dx
-    lead = tuple(range(x.ndim - 1))
-    return dx, (gf * xhat).sum(axis=lead).astype(x.dtype), gf.sum(axis=lead).astype(x.dtype)
-
-
-# Each operation in jax.numpy (forward and backward), by name: the SIMD and GPU arms jit it,
-# traced calls run it as it is.
-PLAIN: dict[str, Callable[..., Any]] = {
-    "layer_norm": jnp_layer_norm, "linear": jnp_linear, "conv1d": jnp_conv1d,
-    backward.LAYER_NORM: jnp_layer_norm_backward,
-}

@@ -96,20 +96,18 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend
-from . import backward
 from ._arrays import is_jax, jax_host, to_jax
 from ._families import JAX, JAX_TRACED, jax_families, numba_arms
-from ._jax_numpy import PLAIN, _compilations, _jax
-from .layer_norm import EPS
+from ._jax_numpy import _compilations, _jax
 from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["PLAIN", "register"]
+__all__ = ["block", "register"]
 
 # PJRT plug-ins (CUDA, ROCm) live in this namespace package: found without importing jax
 _GPU_PLUGINS = "jax_plugins"
@@ -138,10 +136,6 @@ class _Jit:
         fn = self.fn
         size = getattr(fn, "_cache_size", None) if fn is not None else None
         return _compilations[0] + (size() if size is not None else 0)
-
-
-# the argument whose dtype and device a SCALAR result takes (default: the first)
-_TEMPLATE = {backward.LAYER_NORM: 1}
 
 
 # --------------------------------------------------------------------------- arms
@@ -179,32 +173,12 @@ def block(value: Any) -> None:
 def _jit_call(name: str, jit: _Jit, one_array: bool,
               made: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The SIMD arm: the jitted function (asynchronous; see the module docstring for how it
-    is timed). Arguments that are numbers go in as
-    Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
+    is timed), called as the record says (``made``: its ``jax_call``, for arguments that are
+    not all arrays — numbers go in as Python scalars, weakly typed: the arrays' dtype wins)."""
     plain = jit.plain
 
     if made is not None:  # (the record's own: see OperationRecord.jax_call)
         call = made(jit, _tracer_in, _traced)
-    elif name == "layer_norm":
-        def call(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-            if (weight is not None or bias is not None) and _tracer_in((x, weight, bias)):
-                return _traced(plain, (x, weight, bias, eps))
-            return (jit.fn or jit.get())(x, weight, bias, float(eps))
-    elif name == backward.LAYER_NORM:
-        def call(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-            if _tracer_in((g, x, weight)):
-                return _traced(plain, (g, x, weight, eps))
-            return (jit.fn or jit.get())(g, x, weight, float(eps))
-    elif name == "linear":
-        def call(x: Any, weight: Any, bias: Any = None) -> Any:
-            if _tracer_in((x, weight, bias)):
-                return _traced(plain, (x, weight, bias))
-            return (jit.fn or jit.get())(x, weight, bias)
-    elif name == "conv1d":
-        def call(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-            if _tracer_in((x, w, bias)):
-                return _traced(plain, (x, w, bias, padding))
-            return (jit.fn or jit.get())(x, w, bias, int(padding))
     elif one_array:  # one array: its family is its own
         def call(x: Any) -> Any:
             return (jit.fn or jit.get())(x)
@@ -289,39 +263,21 @@ def _jax_gpu_possible() -> bool:
 _jits: dict[str, _Jit] = {}
 
 
-class _Entry(NamedTuple):
-    """What the JAX families of one operation are made of (from its record, or from the
-    tables for the operations not yet declared as records)."""
-
-    name: str
-    plain: Callable[..., Any]
-    static: tuple[int, ...]
-    template: int
-    one_array: bool
-    jax_call: Callable[..., Any] | None
-
-
-def _entries(records: tuple[OperationRecord, ...]) -> list[_Entry]:
-    entries = [_Entry(name, plain, (3,) if name == "conv1d" else (), _TEMPLATE.get(name, 0),
-                      False, None) for name, plain in PLAIN.items()]
-    entries += [_Entry(r.name, r.jnp, r.jax_static, r.jax_template, r.jax_one_array,
-                       r.jax_call)
-                for r in with_backward(records) if r.jnp is not None]
-    return entries
-
-
-def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
-    """Add the JAX families' arms, and the untimed implementation of traced calls, to every
-    operation of ``records`` and of the tables (registered already on ``rt``). Imports
-    nothing."""
+def register(rt: Registrar, records: tuple[OperationRecord, ...]) -> None:
+    """Add the JAX families' arms, and the untimed implementation of traced calls, to the
+    operations of ``records`` with a ``jax.numpy`` function (and their backward operations),
+    registered on ``rt`` already. Imports nothing."""
     gpu = _jax_gpu_possible()
-    for name, plain, static, template, one_array, made in _entries(records):
+    for record in with_backward(records):
+        name, plain = record.name, record.jnp
+        if plain is None:
+            continue
         op = rt.operation(name)
         shared = numba_arms(op)
         jit = _jits.get(name)
         if jit is None:  # (one per operation, shared by every runtime: compiled once)
-            jit = _jits[name] = _Jit(plain, static=static)
-        simd = _jit_call(name, jit, one_array, made)
+            jit = _jits[name] = _Jit(plain, static=record.jax_static)
+        simd = _jit_call(name, jit, record.jax_one_array, record.jax_call)
         if gpu:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():
@@ -335,7 +291,7 @@ def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
             for arm, variant, impl in shared:
                 count = impl.compile_count
                 op.add_implementation(
-                    arm, _numba_arm(name, impl.fn, plain, template), name=variant,
+                    arm, _numba_arm(name, impl.fn, plain, record.jax_template), name=variant,
                     family=family, warm_up=True, threads=impl.threads,
                     compile_count=(lambda c=count: _compilations[0] + c()) if count is not None
                     else (lambda: _compilations[0]))

@@ -7,7 +7,7 @@ loops, numpy, ATen on the array's memory), the GPU arm, ATen's call for torch te
 numba arm, through adaptive operations) beside its backward operation (a record of its own);
 and the ``torch.library`` custom-op schema ``torch.compile`` sees. A built-in operation is one
 module, ``kernels/<op>.py``, holding its record; third-party operations publish theirs through
-the entry-point group ``adaptive_runtime.operations``.
+the entry-point group ``adaptive_runtime.operations`` (to come).
 
 The adapters read the records when a runtime registers its operations, never per call: this
 module (the numpy family), ``torch_arms`` (the torch families), ``jax_arms`` (the JAX
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend
+from ._arrays import host_arm
 from ._compile import compile_count
 from ._families import input_family
 from ._gpu import add_gpu_arm, inputs_on_device
@@ -30,8 +31,8 @@ from ._gpu import add_gpu_arm, inputs_on_device
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["CustomOp", "Gradients", "HostArm", "OperationRecord", "Run", "register_host",
-           "with_backward"]
+__all__ = ["CustomOp", "Gradients", "HostArm", "OperationRecord", "Run", "host_arm",
+           "register_host", "with_backward"]
 
 # run(name, *args): an adaptive operation's call (eager: the runtime's; compiled: a custom op)
 Run = Callable[..., Any]
@@ -42,6 +43,8 @@ Gradients = Callable[[Run], Callable[[tuple[Any, ...], Any, Any], tuple[Any, ...
 @dataclass(frozen=True)
 class HostArm:
     """One implementation of the numpy family (``Operation.add_implementation``'s arguments).
+    ``fn`` takes numpy arrays; wrapped by :func:`host_arm` it takes the torch and JAX families'
+    arrays too (on their memory), which is how those families run the numba arms.
 
     ``kernel``: the numba dispatcher (or a tuple of them) whose compilations the arm's calls
     count (its ``compile_count``). ``when``: ``"torch"`` — registered only where torch is installed;
@@ -120,9 +123,9 @@ class OperationRecord:
 
 
 def with_backward(records: tuple[OperationRecord, ...]) -> Iterator[OperationRecord]:
-    """Every record of ``records`` followed by its backward operation's, where it has one."""
+    """Every record of ``records``, then their backward operations' (where they have one)."""
+    yield from records
     for record in records:
-        yield record
         if record.backward is not None:
             yield record.backward
 

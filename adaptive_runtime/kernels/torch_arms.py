@@ -28,7 +28,7 @@ import importlib.util
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,18 +36,16 @@ from .._default import default_runtime
 from .._imported import imported
 from ..backend import Backend
 from ..operations import DEVICE_FAMILY
-from . import backward
-from ._autograd import Backward, autograd_arm
+from ._autograd import autograd_arm
 from ._families import GRAD, TORCH, numba_arms, torch_families
 from ._gpu import add_gpu_arm
 from ._host_round_trip import host_round_trip
-from .layer_norm import EPS
 from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed", "torch_modules"]
+__all__ = ["numpy_through_torch", "register", "torch_installed", "torch_modules"]
 
 _log = logging.getLogger(__name__)
 
@@ -102,33 +100,6 @@ def torch_modules() -> list[Any]:
     return _modules or _load()
 
 
-def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    return _functional().layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-
-def aten_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    return _functional().linear(x, weight, bias)
-
-
-def aten_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    if x.ndim == 3:
-        return _functional().conv1d(x, w, bias, padding=int(padding))
-    return _functional().conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
-
-
-def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-    aten = _torch().ops.aten
-    shape = [x.shape[-1]]
-    _out, mean, rstd = aten.native_layer_norm(x, shape, weight, None, eps)
-    if weight is None:
-        return aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
-                                               [True, False, False])[0]
-    # (ATen's bias gradient wants a bias tensor: it is the rows' sum of g, done here)
-    dx, dweight, _ = aten.native_layer_norm_backward(g, x, shape, mean, rstd, weight, None,
-                                                     [True, True, False])
-    return dx, dweight, g.reshape(-1, shape[0]).sum(0)
-
-
 def torch_installed() -> bool:
     """Whether torch can be imported here (found, not imported)."""
     return importlib.util.find_spec("torch") is not None
@@ -150,112 +121,11 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
     return arm
 
 
-# ATen's call for each operation (forward and backward), by name
-ATEN: dict[str, Callable[..., Any]] = {
-    "layer_norm": aten_layer_norm, "linear": aten_linear,
-    "conv1d": aten_conv1d,
-    backward.LAYER_NORM: aten_layer_norm_backward,
-}
-
-def _builtin(name: str) -> Callable[..., Any] | None:
-    """ATen's own function for ``name`` where its signature is the operation's — called with
-    no Python frame between the runtime and ATen — if torch is loaded already (the runtime
-    never imports it: a numpy program stays without it); else ``None``."""
-    torch = imported("torch")
-    if torch is None:
-        return None
-    functional = torch.nn.functional
-    return {"linear": functional.linear}.get(name)
-
-
-# The gradients that need no adaptive operation (see _gradients): one function for every runtime
-def _conv1d_gradients(run: Callable[..., Any]) -> Backward:
-    """conv1d's gradients (see :func:`_gradients`): conv1d operations through ``run``."""
-
-    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x, w = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        padding = int(inputs[3]) if len(inputs) > 3 else 0
-        torch = _torch()
-        k = w.shape[-1]
-        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
-            dx = run("conv1d", torch.nn.functional.pad(g, (k - 1, k - 1)), w.flip(0))
-            return dx, run("conv1d", x, g)
-        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
-        xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
-        dw = run("conv1d", xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
-        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
-        dxp = run("conv1d", g, w.flip(-1).transpose(0, 1), None, k - 1)
-        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
-        dbias = g.sum((0, 2)) if bias is not None else None
-        return (dx, dw, dbias, None)[:len(inputs)]
-
-    return conv1d
-
-
-def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
-    """How each forward operation's gradients are computed from ``(inputs, output, g)``:
-    through adaptive operations (``run``) wherever there is a kernel to choose."""
-
-    def layer_norm(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x = inputs[0]
-        weight = inputs[1] if len(inputs) > 1 else None
-        bias = inputs[2] if len(inputs) > 2 else None
-        eps = inputs[3] if len(inputs) > 3 else EPS
-        if weight is None:
-            dx, dweight = run(backward.LAYER_NORM, g, x, None, eps), None
-            dbias = g.reshape(-1, x.shape[-1]).sum(0) if bias is not None else None
-        else:
-            dx, dweight, dbias = run(backward.LAYER_NORM, g, x, weight, eps)
-            if bias is None:
-                dbias = None
-        return (dx, dweight, dbias, None)[:len(inputs)]
-
-    def linear(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x, weight = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        rows = x.reshape(-1, x.shape[-1])
-        g_rows = g.reshape(-1, weight.shape[0])
-        dx = run("matmul", g_rows, weight).reshape(x.shape)
-        dweight = run("matmul", g_rows.t(), rows)
-        dbias = g_rows.sum(0) if bias is not None else None
-        return (dx, dweight, dbias)[:len(inputs)]
-
-    return {
-            "layer_norm": layer_norm, "linear": linear,
-            "conv1d": _conv1d_gradients(run)}
-
-
-class _Entry(NamedTuple):
-    """What the torch families of one operation are made of (from its record, or from the
-    tables above for the operations not yet declared as records)."""
-
-    name: str
-    aten: Callable[..., Any]
-    gradients: Backward | None
-    save_output: bool
-    is_backward: bool
-
-
-def _entries(records: tuple[OperationRecord, ...], run: Callable[..., Any],
-             torch: Any) -> list[_Entry]:
-    gradients = _gradients(run)
-    entries = [_Entry(name, _builtin(name) or aten, gradients.get(name), False,
-                      name in backward.NAMES) for name, aten in ATEN.items()]
-    for record in with_backward(records):
-        if record.aten is None:
-            continue
-        builtin = (record.aten_builtin(torch) if record.aten_builtin is not None
-                   and torch is not None else None)
-        entries.append(_Entry(record.name, builtin or record.aten,
-                              record.gradients(run) if record.gradients is not None else None,
-                              record.backward_needs == "output", record.is_backward))
-    return entries
-
-
-def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
-    """Add the torch families' arms to every built-in operation of ``rt`` (registered
-    already, numpy families included): those of ``records`` and those of the tables above."""
+def register(rt: Registrar, records: tuple[OperationRecord, ...]) -> None:
+    """Add the torch families' arms to the operations of ``records`` with an ATen call (and
+    their backward operations), registered on ``rt`` already, numpy families included. Each
+    record gives ATen's call (``aten``, or ATen's own function: ``aten_builtin``), the GPU
+    arm and the gradients a numba arm's autograd function runs."""
     ref = weakref.ref(rt)
 
     def run(name: str, *args: Any) -> Any:
@@ -265,9 +135,16 @@ def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
         return live.run(name, *args)
 
     torch = imported("torch")
-    if torch is not None:  # ATen's own functions are the arms (_builtin): prime it now
+    if torch is not None:  # ATen's own functions are the arms (aten_builtin): prime it now
         _load()
-    for name, aten, gradients, save_output, is_backward in _entries(records, run, torch):
+    for record in with_backward(records):
+        if record.aten is None:
+            continue
+        name, is_backward = record.name, record.is_backward
+        builtin = record.aten_builtin(torch) if record.aten_builtin and torch else None
+        aten = builtin or record.aten
+        gradients = record.gradients(run) if record.gradients is not None else None
+        save_output = record.backward_needs == "output"
         op = rt.operation(name)
         gpu = op.implementation_for(Backend.GPU)
         shared = numba_arms(op)
@@ -282,7 +159,9 @@ def register(rt: Registrar, records: tuple[OperationRecord, ...] = ()) -> None:
             for arm, variant, impl in shared:
                 fn, surcharge = impl.fn, None
                 if grad:
-                    assert gradients is not None, name
+                    if gradients is None:
+                        raise ValueError(f"{name}: a record with numba arms and an ATen call "
+                                         f"needs its gradients")
                     fn = autograd_arm(name, fn, gradients, save_output=save_output)
                     surcharge = fn.surcharge_us  # type: ignore[attr-defined]
                 op.add_implementation(arm, fn, name=variant, family=family,

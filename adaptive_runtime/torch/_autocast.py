@@ -28,18 +28,14 @@ from typing import Any
 
 import torch
 
-from ..kernels import RECORDS, torch_arms
+from ..kernels import all_records
 
 __all__ = ["autocast_on", "cast_like_autocast"]
 
-# operation -> its plain ATen call, taking the runtime operation's arguments (the records'
-# where they say autocast applies, and these for the operations not yet declared as records)
-_PLAIN: dict[str, Callable[..., Any]] = {
-    "linear": torch_arms.aten_linear,
-    "layer_norm": torch_arms.aten_layer_norm,
-    "conv1d": torch_arms.aten_conv1d,
-}
-_PLAIN.update((r.name, r.aten) for r in RECORDS if r.autocast and r.aten is not None)
+# operation -> its plain ATen call, taking the runtime operation's arguments (from the records
+# of the operations that autocast applies to)
+_PLAIN: dict[str, Callable[..., Any]] = {r.name: r.aten for r in all_records()
+                                         if r.autocast and r.aten is not None}
 
 _is_enabled = torch.is_autocast_enabled
 _Tensor = torch.Tensor
