@@ -9,7 +9,8 @@ results come back in the caller's array type, dtype and device. Each input famil
 tensors, JAX arrays: ``_families``) is learned apart, its SIMD arm being its own library's call.
 
 Each operation is a ``record.OperationRecord`` in ``kernels/<op>.py`` (its backward operation
-beside it), listed once in :data:`RECORDS`. The adapters read the
+beside it), listed once in :data:`RECORDS`; third-party operations publish theirs through the
+entry-point group ``adaptive_runtime.operations`` (``entry_points``). The adapters read the
 records at registration: ``record.register_host`` (the numpy family and the GPU arm),
 ``torch_arms`` and ``jax_arms`` (their families), and above the runtime ``ops``,
 ``torch._compile`` and ``torch._autocast``. ``register_builtins(rt)`` adds them all to a runtime.
@@ -24,6 +25,7 @@ from ._thread_counts import add_thread_variants
 from .add import ADD
 from .conv1d import CONV1D
 from .dot import DOT
+from .entry_points import third_party_records
 from .gelu import GELU
 from .layer_norm import LAYER_NORM
 from .linear import LINEAR
@@ -45,14 +47,15 @@ RECORDS: tuple[OperationRecord, ...] = (DOT, ADD, SCALE, SUM, RELU, GELU, SOFTMA
 
 
 def all_records() -> tuple[OperationRecord, ...]:
-    """The records of every operation a runtime registers with its built-in ones."""
-    return RECORDS
+    """The built-in records, then those of the entry-point group ``adaptive_runtime.operations``
+    (read once per process: ``entry_points``)."""
+    return RECORDS + third_party_records()
 
 
 def register_builtins(rt: Registrar) -> None:
-    """Register every built-in operation (:func:`all_records`) on ``rt``, with the arms of
-    every input family and each threaded implementation's variants at fewer threads
-    (``_thread_counts``)."""
+    """Register every built-in operation, and every third-party one (:func:`all_records`), on
+    ``rt``, with the arms of every input family and each threaded implementation's variants
+    at fewer threads (``_thread_counts``)."""
     records = all_records()
     for record in with_backward(records):
         register_host(rt, record)

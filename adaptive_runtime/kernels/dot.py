@@ -2,6 +2,13 @@
 
 SCALAR: a sequential numba loop (exact left-to-right summation order). SIMD: ``numpy.dot``
 (BLAS, vectorised and unrolled).
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    dot                  1,000                  25.5      18.6     17.5      1.5
+    dot                  1,000,000               235       247    1,039      121
 """
 
 from __future__ import annotations

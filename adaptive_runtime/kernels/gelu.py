@@ -32,6 +32,15 @@ microseconds, same machine, a later session):
 (smaller calls go to the SCALAR loop, which the runtime learns is faster there). Its backward:
 numba loops (numpy lacks ``erfc``). Torch tensors run ATen's gelu and ``gelu_backward``, JAX
 arrays ``jax.nn.gelu`` jitted.
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    gelu                 1,000                  14.7      19.1     32.8      180
+    gelu                 100,000                 202       122    1,552      226
+    gelu                 1,000,000               925     1,001   15,173      840
+    gelu.backward        1,000,000             1,520     1,442   24,079   25,991
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Calls with JAX arrays form the families ``jax`` (float32/float64), ``jax:float16
 its input's device. Their arms:
 
 - SIMD: the operation written in ``jax.numpy`` / ``jax.nn`` / ``jax.lax`` — what a JAX user
-  writes — compiled by ``jax.jit`` (XLA fuses it: gelu, softmax and layer_norm run in one pass
-  over the data). JAX dispatches asynchronously: a jitted call returns before its result is
+  writes — compiled by ``jax.jit`` (XLA fuses it: an activation or a normalisation runs in
+  one pass over the data). JAX dispatches asynchronously: a jitted call returns before its result is
   computed, and its work overlaps the Python that follows. The CPU arms are timed as the
   program sees them, never blocked on: what a call holds its caller up — the jitted call's
   launch (and its work, where XLA runs it on the calling thread), the SCALAR arm's wait for
@@ -48,43 +48,16 @@ Measured on the development machine (2 shared cores — other jobs running — A
 AVX-512, jax 0.10.2 CPU, numba 0.68; float32, microseconds, median of repeats after warm-up,
 best of two to four runs). "jit": the SIMD arm, blocked; "jit sync": the same with
 ``jax_cpu_enable_async_dispatch`` off; "numba": the SCALAR arm on JAX arrays, conversions
-included; "numpy": the numpy family's SIMD arm on numpy arrays, for scale (for gelu and softmax
+included; "numpy": the numpy family's SIMD arm on numpy arrays, for scale (for some operations
 that is ATen on the array's memory; BLAS with ``OPENBLAS_NUM_THREADS=1``: two OpenBLAS threads
-took 16-24 ms for a 256²-512² product on this machine that day):
-
-    operation            shape                   jit  jit sync    numba    numpy
-    dot                  1,000                  25.5      18.6     17.5      1.5
-    dot                  1,000,000               235       247    1,039      121
-    add                  1,000                  13.6      13.6     17.1      1.0
-    add                  1,000,000               234       239      265      207
-    sum                  1,000                  15.7      12.1     16.8      2.6
-    sum                  1,000,000               177      88.0    1,000     99.5
-    relu                 1,000,000               157       220      221      131
-    gelu                 1,000                  14.7      19.1     32.8      180
-    gelu                 100,000                 202       122    1,552      226
-    gelu                 1,000,000               925     1,001   15,173      840
-    softmax              (64, 16)               13.2      17.8     20.3      128
-    softmax              (64, 1024)              195      80.7      447      157
-    softmax              (1024, 1024)            734       749    5,495      866
-    layer_norm           (64, 16)               18.7      15.2     19.7      6.0
-    layer_norm           (1000, 64)              230      94.9      191      164
-    layer_norm           (10000, 256)          1,135     1,058    5,849    5,607
-    matmul               64²                    47.0      20.0     34.8      8.3
-    matmul               256²                    489       380    1,509      369
-    matmul               512²                  2,315     1,891   10,673    3,653
-    linear               (8, 64) x (128, 64)    65.6      32.4     79.2      9.4
-    linear               (512, 64) x (128, 64)   289       200    2,964      118
-    conv1d               n 100,000, k 31         277       231    2,047      242
-    conv1d               (64, 8, 8) x (16, 8, 3) 120      57.0      362      232
-    gelu.backward        1,000,000             1,520     1,442   24,079   25,991
-    softmax.backward     (64, 1024)              231      63.6      119     55.9
-    layer_norm.backward  (1000, 64), weight      438       262      405      517
+took 16-24 ms for a 256²-512² product on this machine that day). Each operation's module
+(``kernels/<op>.py``) lists its figures in its docstring.
 
 A blocked jitted call costs 12-25 us before any work (jax's C++ dispatch, then XLA's CPU
 runtime hands the computation to a worker thread and back); the SCALAR arm's conversions cost
 about as much (``np.asarray`` ~1 us an array, ``to_jax`` ~7 us), so up to ~1e3-1e4 elements the
 two are close and the runtime learns which wins. From there XLA's fused, vectorised code wins
-by 4-16x (gelu, softmax, layer_norm, matmul, linear, their gradients), except where numba's
+by 4-16x (activations, normalisations, products and their gradients), except where numba's
 loop is as good (elementwise add/scale/relu, memory-bound). On a busy machine the hand-over to
 XLA's thread varies (a small call took 15-130 us across runs); with async dispatch off
 (a process-wide JAX setting, the user's to choose) the call runs on the calling thread. XLA's

@@ -34,6 +34,15 @@ weight the gradients of weight and bias too, as a tuple ``(dx, dweight, dbias)``
 operation of its own (SCALAR: a numba loop per row; SIMD: numpy). Both are declared here, one
 record each (see ``record``). Torch tensors run ATen's ``layer_norm`` and
 ``native_layer_norm_backward``; JAX arrays the same written in ``jax.numpy``, jitted.
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    layer_norm           (64, 16)               18.7      15.2     19.7      6.0
+    layer_norm           (1000, 64)              230      94.9      191      164
+    layer_norm           (10000, 256)          1,135     1,058    5,849    5,607
+    layer_norm.backward  (1000, 64), weight      438       262      405      517
 """
 
 from __future__ import annotations

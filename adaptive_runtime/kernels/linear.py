@@ -7,6 +7,13 @@ SCALAR: a numba loop per output element over ``in``, accumulating in the input d
 rows read contiguously. SIMD: ``x @ weight.T`` (BLAS) plus the bias — for numpy arrays; torch
 tensors and JAX arrays run their own library's call (``torch.nn.functional.linear``, one
 ``addmm``), see ``torch_arms``.
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    linear               (8, 64) x (128, 64)    65.6      32.4     79.2      9.4
+    linear               (512, 64) x (128, 64)   289       200    2,964      118
 """
 
 from __future__ import annotations

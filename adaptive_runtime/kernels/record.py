@@ -7,7 +7,7 @@ loops, numpy, ATen on the array's memory), the GPU arm, ATen's call for torch te
 numba arm, through adaptive operations) beside its backward operation (a record of its own);
 and the ``torch.library`` custom-op schema ``torch.compile`` sees. A built-in operation is one
 module, ``kernels/<op>.py``, holding its record; third-party operations publish theirs through
-the entry-point group ``adaptive_runtime.operations`` (to come).
+the entry-point group ``adaptive_runtime.operations``.
 
 The adapters read the records when a runtime registers its operations, never per call: this
 module (the numpy family), ``torch_arms`` (the torch families), ``jax_arms`` (the JAX

@@ -40,6 +40,15 @@ row gets no threads at all. Where torch is installed, ATen's softmax runs on the
 so it is the SIMD arm there (numpy's where torch is not installed). Torch tensors run ATen's
 softmax (SIMD) and its backward kernel, JAX arrays ``jax.nn.softmax`` jitted (``jax_arms``),
 and numba's loops compete on both (``_families``).
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    softmax              (64, 16)               13.2      17.8     20.3      128
+    softmax              (64, 1024)              195      80.7      447      157
+    softmax              (1024, 1024)            734       749    5,495      866
+    softmax.backward     (64, 1024)              231      63.6      119     55.9
 """
 
 from __future__ import annotations

@@ -19,6 +19,13 @@ microseconds, min of repeats after the warm-up compile; a second run moved figur
 
 numba is the SIMD arm at every size. (A float32 accumulator would take it to 26 µs at 1e6
 float32 elements; the float64 one keeps float32 sums accurate, and still beats numpy 4x.)
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    sum                  1,000                  15.7      12.1     16.8      2.6
+    sum                  1,000,000               177      88.0    1,000     99.5
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ compete there (``RuntimeConfig.host_arms_on_device``): the device family's CPU a
 trips through the host to these families' CPU arms (``_host_round_trip``).
 
 The backward operations get the same families: ATen's backward kernels and numba's loops
-(ATen only where autograd records through them: a double backward).
+(ATen only where autograd records through them: a double backward). Every operation's ATen
+call, its gradients and its GPU arm come from its record (``record``): nothing here is per
+operation.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
     """A SIMD arm for numpy arrays that runs ATen's kernel on them without a copy
     (``torch.from_numpy`` shares the memory, ``.numpy()`` shares it back): vectorised and
     threaded where numpy has no such call (``erf``, for gelu) or makes several passes over the
-    data (softmax). Registered with ``needs="torch"``: a candidate once the program has
-    imported torch, which it never imports itself."""
+    data (a normalisation). Registered with ``needs="torch"``: a candidate once the program
+    has imported torch, which it never imports itself."""
 
     def arm(x: np.ndarray) -> np.ndarray:
         if not x.flags.writeable:  # (torch.from_numpy warns on read-only memory)
