@@ -80,5 +80,8 @@ ADD = OperationRecord(
     host=(HostArm(Backend.SCALAR, add_scalar, kernel=_add_loop),
           HostArm(Backend.SIMD, add_simd)),
     gpu=add_gpu, aten=aten_add, aten_builtin=lambda torch: torch.add, jnp=jnp_add,
-    gradients=_gradients, custom_op=CustomOp("(Tensor a, Tensor b) -> Tensor"), autocast=True,
-    arity=2, doc="Elementwise sum of two equal-shape arrays, on the arm the default runtime picks.")
+    gradients=_gradients,
+    custom_op=CustomOp("(Tensor a, Tensor b) -> Tensor",
+                       doc="``a + b`` of two tensors of one shape."),
+    autocast=True, arity=2,
+    doc="Elementwise sum of two equal-shape arrays, on the arm the default runtime picks.")

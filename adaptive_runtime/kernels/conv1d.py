@@ -280,6 +280,16 @@ def _fake(x: Any, weight: Any, bias: Any, padding: int) -> Any:
                         x.shape[2] + 2 * padding - weight.shape[2] + 1))
 
 
+def _functional(call: Run) -> Any:
+    def conv1d(x: Any, weight: Any, bias: Any = None, padding: int = 0, *,
+               runtime: Any = None) -> Any:
+        """``torch.nn.functional.conv1d(x, weight, bias, padding=padding)`` with stride 1,
+        dilation 1 and one group: x ``(batch, channels, n)``, weight ``(out, channels, k)``."""
+        return call(runtime, NAME, (x, weight, bias, int(padding)))
+
+    return conv1d
+
+
 def _public(runtime: Any) -> Any:
     def conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
         """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or
@@ -299,5 +309,5 @@ CONV1D = OperationRecord(
     gpu=conv1d_gpu, aten=aten_conv1d, jnp=jnp_conv1d, jax_call=_jax_call, jax_static=(3,),
     gradients=_gradients,
     custom_op=CustomOp("(Tensor x, Tensor weight, Tensor? bias, int padding) -> Tensor",
-                       fake=_fake, gradients=_compiled_gradients),
+                       fake=_fake, gradients=_compiled_gradients, functional=_functional),
     autocast=True, public=_public)

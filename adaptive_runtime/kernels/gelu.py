@@ -160,5 +160,7 @@ GELU = OperationRecord(
     gpu=gpu_arm(NAME, _gelu_gpu, result_bytes=nbytes),
     aten=aten_gelu, aten_builtin=lambda torch: torch.nn.functional.gelu, jnp=jnp_gelu,
     jax_one_array=True, gradients=_gradients, backward=GELU_BACKWARD,
-    custom_op=CustomOp("(Tensor x) -> Tensor"), autocast=True, arity=1,
+    custom_op=CustomOp("(Tensor x) -> Tensor",
+                       doc="Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``."),
+    autocast=True, arity=1,
     doc="Elementwise exact (erf) GELU, like torch's default, on the default runtime.")

@@ -202,6 +202,16 @@ def _compiled_gradients(run: Run) -> Any:
     return layer_norm
 
 
+def _functional(call: Run) -> Any:
+    def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS, *,
+                   runtime: Any = None) -> Any:
+        """Layer normalisation over the last axis, as ``torch.nn.functional.layer_norm(x,
+        x.shape[-1:], weight, bias, eps)``."""
+        return call(runtime, NAME, (x, weight, bias, float(eps)))
+
+    return layer_norm
+
+
 def _public(runtime: Any) -> Any:
     def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
         """Normalise over the last axis (biased variance), then ``* weight + bias`` where
@@ -357,5 +367,5 @@ LAYER_NORM = OperationRecord(
     gpu=layer_norm_gpu, aten=aten_layer_norm, jnp=jnp_layer_norm, jax_call=_jax_call,
     gradients=_gradients, backward=LAYER_NORM_BACKWARD,
     custom_op=CustomOp("(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor",
-                       gradients=_compiled_gradients),
+                       gradients=_compiled_gradients, functional=_functional),
     autocast=True, public=_public)

@@ -126,6 +126,14 @@ def _fake(x: Any, weight: Any, bias: Any) -> Any:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _functional(call: Run) -> Any:
+    def linear(x: Any, weight: Any, bias: Any = None, *, runtime: Any = None) -> Any:
+        """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
+        return call(runtime, NAME, (x, weight, bias))
+
+    return linear
+
+
 def _public(runtime: Any) -> Any:
     def linear(x: Any, weight: Any, bias: Any = None) -> Any:
         """``x @ weight.T + bias`` (x ``(..., in)``, weight ``(out, in)``), as ``nn.Linear``."""
@@ -141,5 +149,5 @@ LINEAR = OperationRecord(
     gpu=linear_gpu, aten=aten_linear, aten_builtin=lambda torch: torch.nn.functional.linear,
     jnp=jnp_linear, jax_call=_jax_call, gradients=_gradients_with(False),
     custom_op=CustomOp("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", fake=_fake,
-                       gradients=_gradients_with(True)),
+                       gradients=_gradients_with(True), functional=_functional),
     autocast=True, public=_public)

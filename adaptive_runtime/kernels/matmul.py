@@ -119,6 +119,6 @@ MATMUL = OperationRecord(
     gpu=matmul_gpu, aten=aten_matmul, aten_builtin=lambda torch: torch.mm, jnp=jnp_matmul,
     gradients=_gradients,
     custom_op=CustomOp("(Tensor a, Tensor b) -> Tensor", fake=_fake,
-                       gradients=_compiled_gradients),
+                       gradients=_compiled_gradients, doc="``a @ b`` of 2-D tensors."),
     autocast=True, arity=2,
     doc="Matrix product ``(m, k) @ (k, n) -> (m, n)``, on the arm the default runtime picks.")

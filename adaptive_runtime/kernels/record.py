@@ -69,12 +69,20 @@ class CustomOp:
     tensors of the result's shapes (``None``: one like the first argument). Its backward is
     the record's ``gradients`` (or ``gradients`` here, where the compiled graph needs other
     calls), run through the custom operators. ``call(run, *args)``: the operator's body where
-    it is not ``run(name, *args)`` (``run``: the default runtime's)."""
+    it is not ``run(name, *args)`` (``run``: the default runtime's).
+
+    A forward's operator comes with its functional form in :mod:`adaptive_runtime.torch`
+    (``art.<name>(..., runtime=None)``): ``functional(call)`` where it takes more than its
+    arrays (``call(runtime, name, args)``: autocast, then the runtime or, while
+    ``torch.compile`` traces, the operator), else one of one or two tensors; ``doc`` its
+    docstring."""
 
     schema: str
     fake: Callable[..., Any] | None = None
     gradients: Gradients | None = None
     call: Callable[..., Any] | None = None
+    doc: str = ""
+    functional: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -138,5 +138,7 @@ RELU = OperationRecord(
     gpu=gpu_arm(NAME, _relu_gpu, result_bytes=nbytes, numba_kernel=_relu_numba),
     aten=aten_relu, aten_builtin=lambda torch: torch.relu, jnp=jnp_relu, jax_one_array=True,
     gradients=_gradients, backward=RELU_BACKWARD,
-    custom_op=CustomOp("(Tensor x) -> Tensor"), autocast=True, arity=1,
+    custom_op=CustomOp("(Tensor x) -> Tensor",
+                       doc="``max(x, 0)`` elementwise (never in place)."),
+    autocast=True, arity=1,
     doc="Elementwise ``max(x, 0)``, on the arm the default runtime picks.")

@@ -133,6 +133,18 @@ def _gradients(run: Run) -> Any:
     return softmax
 
 
+def _functional(call: Run) -> Any:
+    def softmax(x: Any, dim: int = -1, *, runtime: Any = None) -> Any:
+        """Softmax over ``dim`` (computed over the last axis, ``dim`` moved there and back)."""
+        last = dim in (-1, x.ndim - 1)
+        if not last:
+            x = x.movedim(dim, -1)
+        out = call(runtime, NAME, (x,))
+        return out if last else out.movedim(-1, dim)
+
+    return softmax
+
+
 # --------------------------------------------------------------------------- backward
 
 
@@ -187,6 +199,6 @@ SOFTMAX = OperationRecord(
           HostArm(Backend.SIMD, softmax_simd, when="no torch")),
     gpu=softmax_gpu, aten=aten_softmax, jnp=jnp_softmax, jax_one_array=True,
     gradients=_gradients, backward_needs="output", backward=SOFTMAX_BACKWARD,
-    custom_op=CustomOp("(Tensor x) -> Tensor"), autocast=True, arity=1,
+    custom_op=CustomOp("(Tensor x) -> Tensor", functional=_functional), autocast=True, arity=1,
     doc="Softmax over the last axis (max subtracted first), on the arm the default runtime "
         "picks.")
