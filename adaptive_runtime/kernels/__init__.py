@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..history.depends import KnownOperations
 from . import jax_arms, torch_arms
 from ._thread_counts import add_thread_variants
 from .add import ADD
@@ -39,7 +40,8 @@ from .sum import SUM
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["RECORDS", "OperationRecord", "all_records", "register_builtins"]
+__all__ = ["RECORDS", "OperationRecord", "all_records", "known_operations",
+           "register_builtins"]
 
 # the built-in operations, one module each (their backward operations within)
 RECORDS: tuple[OperationRecord, ...] = (DOT, ADD, SCALE, SUM, RELU, GELU, SOFTMAX, LAYER_NORM,
@@ -50,6 +52,15 @@ def all_records() -> tuple[OperationRecord, ...]:
     """The built-in records, then those of the entry-point group ``adaptive_runtime.operations``
     (read once per process: ``entry_points``)."""
     return RECORDS + third_party_records()
+
+
+def known_operations() -> KnownOperations:
+    """The built-in operations (backward ones too) and those of them that run torch on numpy
+    inputs, for ``history.fingerprint_differences`` (what a history file's keys depend on)."""
+    names = frozenset(r.name for r in with_backward(RECORDS))
+    through_torch = frozenset(r.name for r in with_backward(RECORDS)
+                              if any(arm.needs == "torch" for arm in r.host))
+    return KnownOperations(names, through_torch)
 
 
 def register_builtins(rt: Registrar) -> None:
