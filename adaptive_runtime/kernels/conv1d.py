@@ -292,9 +292,9 @@ def _functional(call: Run) -> Any:
 
 def _public(runtime: Any) -> Any:
     def conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-        """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or
-        the batched form of ``nn.Conv1d`` (stride 1): x ``(batch, channels, n)``, w ``(out,
-        channels, k)``, optional bias ``(out,)`` and zero padding."""
+        """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or the
+        batched form of ``nn.Conv1d`` (stride 1): x ``(batch, channels, n)``, w ``(out, channels,
+        k)``, optional bias ``(out,)`` and zero padding."""
         if bias is None and padding == 0:
             return runtime().run(NAME, x, w)
         return runtime().run(NAME, x, w, bias, padding)

@@ -214,8 +214,8 @@ def _functional(call: Run) -> Any:
 
 def _public(runtime: Any) -> Any:
     def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-        """Normalise over the last axis (biased variance), then ``* weight + bias`` where
-        given (1-D, of the last axis' length), on the default runtime."""
+        """Normalise over the last axis (biased variance), then ``* weight + bias`` where given
+        (1-D, of the last axis' length), on the default runtime."""
         if weight is None and bias is None and eps == 1e-5:
             return runtime().run(NAME, x)
         return runtime().run(NAME, x, weight, bias, eps)

@@ -122,6 +122,13 @@ def _gradients(_run: Run) -> Any:
     return scale
 
 
+def _public(runtime: Any) -> Any:
+    def scale(alpha: Any, x: Any, y: Any) -> Any:  # (its docstring: the record's doc)
+        return runtime().run(NAME, alpha, x, y)
+
+    return scale
+
+
 SCALE = OperationRecord(
     name=NAME, kind="elementwise", size=scale_size(NAME),
     host=(HostArm(Backend.SCALAR, scale_scalar, kernel=_scale_loop),
@@ -129,5 +136,5 @@ SCALE = OperationRecord(
           # numpy's own: no threads to start, it wins at ~1e3 (see the table above)
           HostArm(Backend.SIMD, scale_numpy, name="numpy", warm_up=True)),
     gpu=scale_gpu, aten=aten_scale, jnp=jnp_scale, jax_call=_jax_call, jax_template=1,
-    gradients=_gradients, arity=3,
+    gradients=_gradients, public=_public,
     doc="``alpha * x + y`` (axpy: a real scalar, equal-shape arrays), on the default runtime.")
