@@ -90,8 +90,8 @@ class RuntimeConfig(PolicyKnobs):
         on = 0.001 / off).
     Frameworks
       import_frameworks: import torch and JAX (those installed) when the runtime is made, so
-        that their implementations compete on numpy inputs (ATen's softmax and gelu on the
-        array's memory; torch's CUDA device for the GPU arm) in a program that never imports
+        that their implementations compete on numpy inputs (ATen's calls on the array's
+        memory; torch's CUDA device for the GPU arm) in a program that never imports
         them. Off by default: the runtime never imports a framework inside a call, and
         without this such implementations become candidates only once the program imports
         the framework itself (importing torch takes seconds).

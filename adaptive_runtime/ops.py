@@ -3,75 +3,46 @@
 Each takes float32/float64 numpy arrays, torch tensors or JAX arrays (of those dtypes or
 float16/bfloat16) and returns the same type, dtype and device. On torch tensors that require
 grad the result keeps the autograd graph.
+
+One function per built-in operation, made from its record (``kernels.RECORDS``): its name,
+its docstring and its parameters (:func:`_from_record`). Backward operations have none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from .kernels import RECORDS, OperationRecord
 from .runtime import get_runtime
 
-__all__ = ["add", "conv1d", "dot", "gelu", "layer_norm", "linear", "matmul", "relu", "scale",
-           "softmax", "sum"]
+__all__: list[str] = []
 
 
-def dot(a: Any, b: Any) -> Any:
-    """Inner product of two equal-length 1-D arrays, on the arm the default runtime picks."""
-    return get_runtime().run("dot", a, b)
+def _from_record(record: OperationRecord) -> Callable[..., Any]:
+    """``ar.ops.<name>``: the operation run on the default runtime — the record's own
+    function where it takes optional arguments, else one of one, two or any number of
+    arguments, as its record says (no argument tuple where the count is known)."""
+    name = record.name
+    if record.public is not None:
+        op = record.public(get_runtime)
+    elif record.arity == 1:
+        def op(x: Any) -> Any:
+            return get_runtime().run(name, x)
+    elif record.arity == 2:
+        def op(a: Any, b: Any) -> Any:  # type: ignore[misc]
+            return get_runtime().run(name, a, b)
+    else:
+        def op(*args: Any) -> Any:  # type: ignore[misc]
+            return get_runtime().run(name, *args)
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = __name__
+    if record.doc:
+        op.__doc__ = record.doc
+    return op
 
 
-def add(a: Any, b: Any) -> Any:
-    """Elementwise sum of two equal-shape arrays, on the arm the default runtime picks."""
-    return get_runtime().run("add", a, b)
-
-
-def scale(alpha: Any, x: Any, y: Any) -> Any:
-    """``alpha * x + y`` (axpy: a real scalar, equal-shape arrays), on the default runtime."""
-    return get_runtime().run("scale", alpha, x, y)
-
-
-def sum(x: Any) -> Any:  # (shadows the builtin in this module, which does not use it)
-    """Sum of all elements (a scalar of x's dtype), on the arm the default runtime picks."""
-    return get_runtime().run("sum", x)
-
-
-def relu(x: Any) -> Any:
-    """Elementwise ``max(x, 0)``, on the arm the default runtime picks."""
-    return get_runtime().run("relu", x)
-
-
-def gelu(x: Any) -> Any:
-    """Elementwise exact (erf) GELU, like torch's default, on the default runtime."""
-    return get_runtime().run("gelu", x)
-
-
-def softmax(x: Any) -> Any:
-    """Softmax over the last axis (max subtracted first), on the arm the default runtime picks."""
-    return get_runtime().run("softmax", x)
-
-
-def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-    """Normalise over the last axis (biased variance), then ``* weight + bias`` where given
-    (1-D, of the last axis' length), on the default runtime."""
-    if weight is None and bias is None and eps == 1e-5:
-        return get_runtime().run("layer_norm", x)
-    return get_runtime().run("layer_norm", x, weight, bias, eps)
-
-
-def matmul(a: Any, b: Any) -> Any:
-    """Matrix product ``(m, k) @ (k, n) -> (m, n)``, on the arm the default runtime picks."""
-    return get_runtime().run("matmul", a, b)
-
-
-def linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    """``x @ weight.T + bias`` (x ``(..., in)``, weight ``(out, in)``), as ``nn.Linear``."""
-    return get_runtime().run("linear", x, weight, bias)
-
-
-def conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or the
-    batched form of ``nn.Conv1d`` (stride 1): x ``(batch, channels, n)``, w ``(out, channels,
-    k)``, optional bias ``(out,)`` and zero padding."""
-    if bias is None and padding == 0:
-        return get_runtime().run("conv1d", x, w)
-    return get_runtime().run("conv1d", x, w, bias, padding)
+for _record in RECORDS:
+    globals()[_record.name] = _from_record(_record)
+    __all__.append(_record.name)
+__all__.sort()

@@ -223,10 +223,13 @@ def _history(env: Mapping[str, str]) -> dict[str, Any]:
         out.update(status="unreadable", detail=str(exc))
         return out
     out["records"] = len(loaded.records)
+    from ..kernels import known_operations  # (the operations' records: numpy, on first use)
+
     # (as the runtime compares: only what the file's keys depend on; a /1 file has nothing)
     differ = [f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): measured "
               "on an unknown machine"] if loaded.fingerprint is None else \
-        fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records)
+        fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records,
+                                known_operations())
     if not differ:
         out["status"] = "applies here"
     elif _forced(env):

@@ -21,7 +21,7 @@ One concern per submodule, imports pointing down the list:
 - :mod:`.ranks` — :func:`combine_rank_rows`, the ranks' rows merged in a distributed sync.
 """
 
-from .depends import fingerprint_differences
+from .depends import KnownOperations, fingerprint_differences
 from .estimate import FIXED_CALL_COST_US, ArmStats
 from .file import (
     HISTORY_FORMAT,
@@ -43,6 +43,6 @@ from .store import HistoryStore, KeyHistory
 
 __all__ = ["FIXED_CALL_COST_US", "HISTORY_FORMAT", "LEGACY_HISTORY_FORMAT",
            "MAX_HISTORY_FILE_BYTES", "ArmStats", "HistoryFile", "HistoryRecord", "HistoryStore",
-           "HistoryWarning", "KeyHistory", "Origins", "combine_rank_rows",
+           "HistoryWarning", "KeyHistory", "KnownOperations", "Origins", "combine_rank_rows",
            "fingerprint_differences", "history_document", "move_aside", "parse_history_document",
            "read_history_file", "record_from_json", "record_to_json", "write_history_file"]

@@ -12,39 +12,51 @@ only where a record ran on it, told by the key's name as the runtime names keys,
   tensors): torch; the JAX families: jax;
 - a record of the GPU arm (and every ``@device`` record: their inputs are on the GPU): the GPU
   model and driver, and the library driving the GPU — jax for a JAX key, else torch;
-- numpy inputs of the built-in ``gelu`` and ``softmax``: torch, whose ATen call is one of their
-  SIMD implementations wherever torch is installed (and then which implementation each of their
-  records names depends on it);
+- numpy inputs of a built-in operation with an ATen call among its numpy implementations
+  (``gelu``'s, for one: ATen's on the array's memory) wherever torch is installed: torch (and
+  then which implementation each of their records names depends on it);
 - an operation the library does not know — the program's own, a name given only to
   ``record_performance``, or a family of its own: every library, since its implementations may
   call any of them.
 
 So a history learned in a torch training loop still applies after JAX is installed or upgraded,
 one of JAX arrays after torch is, and one of the built-ins on numpy arrays after either (but for
-``gelu`` and ``softmax``, after a change of torch).
+those that run ATen on numpy arrays, after a change of torch).
+
+Which operations are the library's own, and which of them run torch on numpy inputs, is given
+(:class:`KnownOperations`, made from the operations' records by
+``adaptive_runtime.kernels.known_operations()``): this module names none.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from ..backend import Backend
 from .fingerprint import difference, differences
 from .record import HistoryRecord
 
-__all__ = ["ALWAYS_COMPARED", "BUILTIN_OPERATIONS", "THROUGH_TORCH", "fingerprint_differences",
+__all__ = ["ALWAYS_COMPARED", "UNKNOWN", "KnownOperations", "fingerprint_differences",
            "record_fields"]
 
 #: Fingerprint fields compared for every file, whatever its keys.
 ALWAYS_COMPARED = ("machine", "cpu", "cpu_count", "python", "blas", "numpy", "numba")
-#: The operations the library registers itself (``adaptive_runtime.kernels``): what their keys
-#: depend on is known. (tests/unit/test_history_depends.py holds these lists to the registry.)
-BUILTIN_OPERATIONS = frozenset({
-    "dot", "add", "scale", "sum", "relu", "gelu", "softmax", "layer_norm", "matmul", "linear",
-    "conv1d", "relu.backward", "gelu.backward", "softmax.backward", "layer_norm.backward"})
-#: Built-in operations with an implementation that runs torch on numpy inputs.
-THROUGH_TORCH = frozenset({"gelu", "softmax"})
+
+
+@dataclass(frozen=True)
+class KnownOperations:
+    """The operations the library registers itself (``names``: what their keys depend on is
+    known) and those of them with an implementation that runs torch on numpy inputs
+    (``through_torch``)."""
+
+    names: frozenset[str] = frozenset()
+    through_torch: frozenset[str] = frozenset()
+
+
+#: None known: every operation may call any library.
+UNKNOWN = KnownOperations()
 
 _GPU = ("gpu", "gpu_driver")
 _LIBRARIES = ("torch", "jax")
@@ -54,9 +66,10 @@ _FAMILY_SEPARATOR = "@"
 _FAMILY_SUFFIX = re.compile(r"[:+]")
 
 
-def record_fields(operation: str, backend: Backend) -> tuple[str, ...]:
+def record_fields(operation: str, backend: Backend,
+                  known: KnownOperations = UNKNOWN) -> tuple[str, ...]:
     """The fingerprint fields beyond :data:`ALWAYS_COMPARED` that a record of ``operation`` on
-    ``backend`` depends on (see the module docstring)."""
+    ``backend`` depends on (see the module docstring), ``known`` the library's operations."""
     name, _, family = operation.partition(_FAMILY_SEPARATOR)
     gpu = _GPU if backend is Backend.GPU else ()
     if family == "device":
@@ -64,9 +77,9 @@ def record_fields(operation: str, backend: Backend) -> tuple[str, ...]:
     if family:
         library = _library(family)
         return (library, *gpu) if library else (*_LIBRARIES, *gpu)
-    if name not in BUILTIN_OPERATIONS:
+    if name not in known.names:
         return (*_LIBRARIES, *gpu)  # (the program's own: it may call anything)
-    if name in THROUGH_TORCH or gpu:
+    if name in known.through_torch or gpu:
         return ("torch", *gpu)  # (the built-ins' GPU arm is torch's CUDA device)
     return ()
 
@@ -78,32 +91,34 @@ def _library(family: str) -> str | None:
     return root if root in _LIBRARIES else None
 
 
-def _known(operation: str) -> bool:
+def _known(operation: str, known: KnownOperations) -> bool:
     """Whether what ``operation``'s keys depend on is known: a built-in, or a library's
     family."""
     name, _, family = operation.partition(_FAMILY_SEPARATOR)
     if family:
         return family == "device" or _library(family) is not None
-    return name in BUILTIN_OPERATIONS
+    return name in known.names
 
 
 def fingerprint_differences(here: Mapping[str, object], there: Mapping[str, object],
-                            records: Iterable[HistoryRecord]) -> list[str]:
+                            records: Iterable[HistoryRecord],
+                            known: KnownOperations = UNKNOWN) -> list[str]:
     """What keeps a file of ``records`` with fingerprint ``there`` from applying where the
     fingerprint is ``here``: the differences in :data:`ALWAYS_COMPARED` and in the fields its
     records depend on (:func:`record_fields`), each of the latter naming how many of the file's
     keys depend on it and one of them (``"torch 2.13.0 here, 2.12.0 in file (4 keys of the
-    file depend on it, e.g. 'linear@torch+grad')"``). Empty: the file applies here."""
+    file depend on it, e.g. 'linear@torch+grad')"``). Empty: the file applies here. ``known``:
+    the library's own operations (default: none — each may call any library)."""
     keys: dict[str, set[tuple[str, int]]] = {}
     for record in records:
-        for field in record_fields(record.operation, record.backend):
+        for field in record_fields(record.operation, record.backend, known):
             keys.setdefault(field, set()).add((record.operation, record.size_bucket))
     found = differences(here, there, ALWAYS_COMPARED)
     for field in (*_LIBRARIES, *_GPU):
         text = difference(field, here.get(field), there.get(field)) if field in keys else None
         if text is not None:
             example = min(keys[field])[0]
-            own = "" if _known(example) else \
+            own = "" if _known(example, known) else \
                 ", an operation of the program's own: it may call any library"
             count = len(keys[field])
             keys_depend = "1 key of the file depends" if count == 1 else \

@@ -1,8 +1,8 @@
 """Input families of the built-in operations: which library's arrays a call got.
 
 A call's family decides its key and its implementations (``Operation.family_twin``): numpy
-arrays are the default family (``"softmax"``), torch CPU tensors ``"softmax@torch"``, JAX arrays
-``"softmax@jax"``. Each family's SIMD arm is its own library's call — the one its users would
+arrays are the default family (``"gelu"``), torch CPU tensors ``"gelu@torch"``, JAX arrays
+``"gelu@jax"``. Each family's SIMD arm is its own library's call — the one its users would
 write anyway — so an adaptive program is never slower than the plain one by more than the
 runtime's overhead and exploration; numba loops compete where they win.
 

@@ -1,27 +1,16 @@
-"""The built-in operations written in ``jax.numpy`` (forward and backward, :data:`PLAIN`): what
-the JAX families' SIMD and GPU arms jit and traced calls run (see ``jax_arms``), and jax itself,
-loaded on first use with its compilations counted from then on.
+"""jax for the operations' ``jax.numpy`` functions (each record's ``jnp``, which the JAX
+families' SIMD and GPU arms jit and traced calls run: see ``jax_arms``): loaded on first use
+(:func:`jax_libraries`), with its compilations counted from then on, and :func:`upcast`.
 
-jax is never imported by this module: the first call of one of these functions loads it, and
+jax is never imported by this module: the first call of one of those functions loads it, and
 such a call comes only with a JAX array, which can only exist where the caller imported jax.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
-from . import backward
-from .layer_norm import EPS
-
-__all__ = ["PLAIN", "jax_compilations", "jax_libraries"]
-
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-
-# the 1-D conv1d as a sum of shifted slices up to this many taps (unrolled when traced)
-_SHIFTED_TAPS = 64
+__all__ = ["jax_compilations", "jax_libraries", "upcast"]
 
 _libs: list[Any] = []  # [jax, jax.numpy, jax.lax, Precision.HIGHEST, jax.core.Tracer]
 
@@ -37,6 +26,8 @@ def _load() -> list[Any]:
 
 
 def jax_libraries() -> list[Any]:
+    """``[jax, jax.numpy, jax.lax, Precision.HIGHEST, jax.core.Tracer]``, jax loaded on the
+    first call (which comes with a JAX array: see the module docstring)."""
     return _libs or _load()
 
 
@@ -69,123 +60,7 @@ def _listen_for_compilations(jax: Any) -> None:
 # --------------------------------------------------------------------------- jax.numpy
 
 
-def _up(x: Any) -> Any:
+def upcast(x: Any) -> Any:
     """float16/bfloat16 computed in float32 (as ATen does), rounded once at the end."""
     jnp = jax_libraries()[1]
     return x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
-
-
-def jnp_dot(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = jax_libraries()
-    return jnp.dot(a, b, precision=highest)
-
-
-def jnp_add(a: Any, b: Any) -> Any:
-    return jax_libraries()[1].add(a, b)
-
-
-def jnp_scale(alpha: Any, x: Any, y: Any) -> Any:
-    jnp = jax_libraries()[1]
-    return jnp.asarray(alpha, dtype=x.dtype) * x + y  # (alpha in the arrays' dtype first)
-
-
-def jnp_sum(x: Any) -> Any:
-    return jax_libraries()[1].sum(x)
-
-
-def jnp_relu(x: Any) -> Any:
-    return jax_libraries()[0].nn.relu(x)
-
-
-def jnp_gelu(x: Any) -> Any:
-    return jax_libraries()[0].nn.gelu(x, approximate=False)
-
-
-def jnp_softmax(x: Any) -> Any:
-    return jax_libraries()[0].nn.softmax(x, axis=-1)
-
-
-def jnp_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    jnp = jax_libraries()[1]
-    xf = _up(x)
-    centred = xf - xf.mean(axis=-1, keepdims=True)
-    y = centred / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y.astype(x.dtype)
-
-
-def jnp_matmul(a: Any, b: Any) -> Any:
-    _j, jnp, _lax, highest, _t = jax_libraries()
-    return jnp.matmul(a, b, precision=highest)
-
-
-def jnp_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    _j, jnp, _lax, highest, _t = jax_libraries()
-    y = jnp.matmul(x, weight.T, precision=highest)
-    return y if bias is None else y + bias
-
-
-def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    _j, _jnp, lax, highest, _t = jax_libraries()
-    if x.ndim == 3:  # (batch, channels, n) with (out, channels, k): cross-correlation, as torch
-        y = lax.conv_general_dilated(x, w, (1,), [(padding, padding)],
-                                     dimension_numbers=("NCH", "OIH", "NCH"), precision=highest)
-        return y if bias is None else y + bias[:, None]
-    k = w.shape[0]
-    if k > _SHIFTED_TAPS:
-        return lax.conv_general_dilated(x[None, None], w[None, None], (1,), "VALID",
-                                        dimension_numbers=("NCH", "OIH", "NCH"),
-                                        precision=highest)[0, 0]
-    # y = sum_j x[j:j+m] * w[j]: k shifted slices, fused by XLA into one pass (its convolution
-    # of one channel is 20-40x slower on the CPU: see ``jax_arms``' docstring)
-    m = x.shape[0] - k + 1
-    y = x[:m] * w[0]
-    for j in range(1, k):
-        y = y + x[j:j + m] * w[j]
-    return y
-
-
-def jnp_relu_backward(g: Any, x: Any) -> Any:
-    jnp = jax_libraries()[1]
-    return jnp.where(x > 0, g, jnp.zeros((), dtype=g.dtype))
-
-
-def jnp_gelu_backward(g: Any, x: Any) -> Any:
-    _j, jnp, lax, _h, _t = jax_libraries()
-    xf = _up(x)
-    slope = 0.5 * lax.erfc(xf * -_SQRT1_2) + xf * _INV_SQRT_2PI * jnp.exp(-0.5 * xf * xf)
-    return (_up(g) * slope).astype(x.dtype)
-
-
-def jnp_softmax_backward(g: Any, y: Any) -> Any:
-    gf, yf = _up(g), _up(y)
-    return (yf * (gf - (gf * yf).sum(axis=-1, keepdims=True))).astype(y.dtype)
-
-
-def jnp_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-    jnp = jax_libraries()[1]
-    gf, xf = _up(g), _up(x)
-    centred = xf - xf.mean(axis=-1, keepdims=True)
-    inv = 1.0 / jnp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-    xhat = centred * inv
-    gw = gf if weight is None else gf * _up(weight)
-    dx = (inv * (gw - gw.mean(axis=-1, keepdims=True)
-                 - xhat * (gw * xhat).mean(axis=-1, keepdims=True))).astype(x.dtype)
-    if weight is None:
-        return dx
-    lead = tuple(range(x.ndim - 1))
-    return dx, (gf * xhat).sum(axis=lead).astype(x.dtype), gf.sum(axis=lead).astype(x.dtype)
-
-
-# Each operation in jax.numpy (forward and backward), by name: the SIMD and GPU arms jit it,
-# traced calls run it as it is.
-PLAIN: dict[str, Callable[..., Any]] = {
-    "dot": jnp_dot, "add": jnp_add, "scale": jnp_scale, "sum": jnp_sum, "relu": jnp_relu,
-    "gelu": jnp_gelu, "softmax": jnp_softmax, "layer_norm": jnp_layer_norm,
-    "matmul": jnp_matmul, "linear": jnp_linear, "conv1d": jnp_conv1d,
-    backward.RELU: jnp_relu_backward, backward.GELU: jnp_gelu_backward,
-    backward.SOFTMAX: jnp_softmax_backward, backward.LAYER_NORM: jnp_layer_norm_backward,
-}

@@ -43,11 +43,18 @@ loop and is competitive; from k = 12 it calls a BLAS dot per output and falls of
 fastest from n = 10^5 at both k (2-34x) and loses only the smallest call (float64, n = 10^4,
 k = 3: thread start-up), so it is the SIMD arm; ``numpy.correlate`` was dropped. The per-output
 kernel does not vectorise across outputs and barely beats SCALAR.
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    conv1d               n 100,000, k 31         277       231    2,047      242
+    conv1d               (64, 8, 8) x (16, 8, 3) 120      57.0      362      232
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -55,12 +62,13 @@ from .._imported import imported
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import conv1d_size
-from ._compile import compile_count, prange, scalar_jit, simd_jit
-from ._families import input_family
-from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
+from ._compile import prange, scalar_jit, simd_jit
+from ._gpu import gpu_arm, itemsize
+from ._jax_numpy import jax_libraries
+from .record import CustomOp, HostArm, OperationRecord, Run
+from .torch_arms import torch_modules
 
-if TYPE_CHECKING:
-    from ..operations import Registrar
+__all__ = ["CONV1D"]
 
 NAME = "conv1d"
 # Outputs per parallel task of the SIMD kernel: its slice of x and of the output stay in L1.
@@ -179,20 +187,127 @@ def _conv1d_result_bytes(x: Any, w: Any, bias: Any = None, padding: int = 0) -> 
 conv1d_gpu = gpu_arm(NAME, _conv1d_gpu, result_bytes=_conv1d_result_bytes)
 
 
-def register(rt: Registrar) -> None:
-    op = rt.register(NAME, size=conv1d_size(NAME), kind="matrix",
-                     on_device=inputs_on_device,
-                     family=input_family)
-    op.add_implementation(Backend.SCALAR, conv1d_scalar,
-                          compile_count=_both(compile_count(_conv1d_loop),
-                                              compile_count(_conv1d_batched_loop)))
-    op.add_implementation(Backend.SIMD, conv1d_simd, threads="numba",
-                          compile_count=compile_count(_conv1d_chunks))
-    add_gpu_arm(op, conv1d_gpu)
+def aten_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+    functional = torch_modules()[1]
+    if x.ndim == 3:
+        return functional.conv1d(x, w, bias, padding=int(padding))
+    return functional.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
 
 
-def _both(first: Any, second: Any) -> Any:
-    """The compile count of two kernels (``None`` without numba)."""
-    if first is None or second is None:
-        return None
-    return first + second
+# the 1-D conv1d in jax.numpy as a sum of shifted slices up to this many taps (unrolled when
+# traced): XLA's single-channel convolution is 20-40x slower on the CPU (see ``jax_arms``)
+_SHIFTED_TAPS = 64
+
+
+def jnp_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+    _j, _jnp, lax, highest, _t = jax_libraries()
+    if x.ndim == 3:  # (batch, channels, n) with (out, channels, k): cross-correlation, as torch
+        y = lax.conv_general_dilated(x, w, (1,), [(padding, padding)],
+                                     dimension_numbers=("NCH", "OIH", "NCH"), precision=highest)
+        return y if bias is None else y + bias[:, None]
+    k = w.shape[0]
+    if k > _SHIFTED_TAPS:
+        return lax.conv_general_dilated(x[None, None], w[None, None], (1,), "VALID",
+                                        dimension_numbers=("NCH", "OIH", "NCH"),
+                                        precision=highest)[0, 0]
+    m = x.shape[0] - k + 1  # y = sum_j x[j:j+m] * w[j]: k shifted slices, fused by XLA
+    y = x[:m] * w[0]
+    for j in range(1, k):
+        y = y + x[j:j + m] * w[j]
+    return y
+
+
+def _jax_call(jit: Any, tracer_in: Any, traced: Any) -> Any:
+    plain = jit.plain
+
+    def call(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+        if tracer_in((x, w, bias)):
+            return traced(plain, (x, w, bias, padding))
+        return (jit.fn or jit.get())(x, w, bias, int(padding))  # (padding: static)
+
+    return call
+
+
+def _gradients(run: Run) -> Any:
+    """conv1d's gradients: conv1d operations through ``run``."""
+
+    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        padding = int(inputs[3]) if len(inputs) > 3 else 0
+        functional = torch_modules()[1]
+        k = w.shape[-1]
+        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
+            dx = run(NAME, functional.pad(g, (k - 1, k - 1)), w.flip(0))
+            return dx, run(NAME, x, g)
+        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
+        xp = functional.pad(x, (padding, padding)) if padding else x
+        dw = run(NAME, xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
+        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
+        dxp = run(NAME, g, w.flip(-1).transpose(0, 1), None, k - 1)
+        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
+        dbias = g.sum((0, 2)) if bias is not None else None
+        return (dx, dw, dbias, None)[:len(inputs)]
+
+    return conv1d
+
+
+def _compiled_gradients(run: Run) -> Any:
+    """The same under ``torch.compile``: every operator call with all four arguments, its
+    transposed inputs contiguous."""
+
+    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        x, weight, bias, padding = inputs
+        functional = torch_modules()[1]
+        k = weight.shape[-1]
+        if x.ndim == 1:
+            padded = functional.pad(g, (k - 1, k - 1))
+            return run(NAME, padded, weight.flip(0), None, 0), run(NAME, x, g, None, 0), None, None
+        xp = functional.pad(x, (padding, padding)) if padding else x
+        dweight = run(NAME, xp.transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(),
+                      None, 0).transpose(0, 1)
+        dxp = run(NAME, g, weight.flip(-1).transpose(0, 1).contiguous(), None, k - 1)
+        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
+        return dx, dweight, (g.sum((0, 2)) if bias is not None else None), None
+
+    return conv1d
+
+
+def _fake(x: Any, weight: Any, bias: Any, padding: int) -> Any:
+    if x.ndim == 1:
+        return x.new_empty((x.shape[0] - weight.shape[0] + 1,))
+    return x.new_empty((x.shape[0], weight.shape[0],
+                        x.shape[2] + 2 * padding - weight.shape[2] + 1))
+
+
+def _functional(call: Run) -> Any:
+    def conv1d(x: Any, weight: Any, bias: Any = None, padding: int = 0, *,
+               runtime: Any = None) -> Any:
+        """``torch.nn.functional.conv1d(x, weight, bias, padding=padding)`` with stride 1,
+        dilation 1 and one group: x ``(batch, channels, n)``, weight ``(out, channels, k)``."""
+        return call(runtime, NAME, (x, weight, bias, int(padding)))
+
+    return conv1d
+
+
+def _public(runtime: Any) -> Any:
+    def conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
+        """Valid-mode cross-correlation of 1-D ``x`` with kernel ``w`` (n - k + 1 outputs); or the
+        batched form of ``nn.Conv1d`` (stride 1): x ``(batch, channels, n)``, w ``(out, channels,
+        k)``, optional bias ``(out,)`` and zero padding."""
+        if bias is None and padding == 0:
+            return runtime().run(NAME, x, w)
+        return runtime().run(NAME, x, w, bias, padding)
+
+    return conv1d
+
+
+CONV1D = OperationRecord(
+    name=NAME, kind="matrix", size=conv1d_size(NAME),
+    host=(HostArm(Backend.SCALAR, conv1d_scalar, kernel=(_conv1d_loop, _conv1d_batched_loop)),
+          HostArm(Backend.SIMD, conv1d_simd, threads="numba", kernel=_conv1d_chunks)),
+    gpu=conv1d_gpu, aten=aten_conv1d, jnp=jnp_conv1d, jax_call=_jax_call, jax_static=(3,),
+    gradients=_gradients,
+    custom_op=CustomOp("(Tensor x, Tensor weight, Tensor? bias, int padding) -> Tensor",
+                       fake=_fake, gradients=_compiled_gradients, functional=_functional),
+    autocast=True, public=_public)

@@ -2,23 +2,31 @@
 
 SCALAR: a sequential numba loop (exact left-to-right summation order). SIMD: ``numpy.dot``
 (BLAS, vectorised and unrolled).
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    dot                  1,000                  25.5      18.6     17.5      1.5
+    dot                  1,000,000               235       247    1,039      121
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import vector_pair_size
-from ._compile import compile_count, scalar_jit
-from ._families import input_family
-from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device
+from ._compile import scalar_jit
+from ._gpu import gpu_arm
+from ._jax_numpy import jax_libraries
+from .record import HostArm, OperationRecord, Run
+from .torch_arms import torch_modules
 
-if TYPE_CHECKING:
-    from ..operations import Registrar
+__all__ = ["DOT"]
 
 NAME = "dot"
 
@@ -47,10 +55,27 @@ def _dot_numba(a: Any, b: Any) -> Any:
 dot_gpu = gpu_arm(NAME, _dot_gpu, result_bytes=lambda a, b: 8, numba_kernel=_dot_numba)
 
 
-def register(rt: Registrar) -> None:
-    op = rt.register(NAME, size=vector_pair_size(NAME), kind="vector",
-                     on_device=inputs_on_device,
-                     family=input_family)
-    op.add_implementation(Backend.SCALAR, dot_scalar, compile_count=compile_count(_dot_loop))
-    op.add_implementation(Backend.SIMD, dot_simd, threads="blas")
-    add_gpu_arm(op, dot_gpu)
+def aten_dot(a: Any, b: Any) -> Any:
+    return torch_modules()[0].dot(a, b)
+
+
+def jnp_dot(a: Any, b: Any) -> Any:
+    _j, jnp, _lax, highest, _t = jax_libraries()
+    return jnp.dot(a, b, precision=highest)
+
+
+def _gradients(_run: Run) -> Any:
+    def dot(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        a, b = inputs
+        return g * b, g * a
+
+    return dot
+
+
+DOT = OperationRecord(
+    name=NAME, kind="vector", size=vector_pair_size(NAME),
+    host=(HostArm(Backend.SCALAR, dot_scalar, kernel=_dot_loop),
+          HostArm(Backend.SIMD, dot_simd, threads="blas")),
+    gpu=dot_gpu, aten=aten_dot, aten_builtin=lambda torch: torch.dot, jnp=jnp_dot,
+    gradients=_gradients, arity=2,
+    doc="Inner product of two equal-length 1-D arrays, on the arm the default runtime picks.")

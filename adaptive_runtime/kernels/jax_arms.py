@@ -6,8 +6,8 @@ Calls with JAX arrays form the families ``jax`` (float32/float64), ``jax:float16
 its input's device. Their arms:
 
 - SIMD: the operation written in ``jax.numpy`` / ``jax.nn`` / ``jax.lax`` — what a JAX user
-  writes — compiled by ``jax.jit`` (XLA fuses it: gelu, softmax and layer_norm run in one pass
-  over the data). JAX dispatches asynchronously: a jitted call returns before its result is
+  writes — compiled by ``jax.jit`` (XLA fuses it: an activation or a normalisation runs in
+  one pass over the data). JAX dispatches asynchronously: a jitted call returns before its result is
   computed, and its work overlaps the Python that follows. The CPU arms are timed as the
   program sees them, never blocked on: what a call holds its caller up — the jitted call's
   launch (and its work, where XLA runs it on the calling thread), the SCALAR arm's wait for
@@ -48,43 +48,16 @@ Measured on the development machine (2 shared cores — other jobs running — A
 AVX-512, jax 0.10.2 CPU, numba 0.68; float32, microseconds, median of repeats after warm-up,
 best of two to four runs). "jit": the SIMD arm, blocked; "jit sync": the same with
 ``jax_cpu_enable_async_dispatch`` off; "numba": the SCALAR arm on JAX arrays, conversions
-included; "numpy": the numpy family's SIMD arm on numpy arrays, for scale (for gelu and softmax
+included; "numpy": the numpy family's SIMD arm on numpy arrays, for scale (for some operations
 that is ATen on the array's memory; BLAS with ``OPENBLAS_NUM_THREADS=1``: two OpenBLAS threads
-took 16-24 ms for a 256²-512² product on this machine that day):
-
-    operation            shape                   jit  jit sync    numba    numpy
-    dot                  1,000                  25.5      18.6     17.5      1.5
-    dot                  1,000,000               235       247    1,039      121
-    add                  1,000                  13.6      13.6     17.1      1.0
-    add                  1,000,000               234       239      265      207
-    sum                  1,000                  15.7      12.1     16.8      2.6
-    sum                  1,000,000               177      88.0    1,000     99.5
-    relu                 1,000,000               157       220      221      131
-    gelu                 1,000                  14.7      19.1     32.8      180
-    gelu                 100,000                 202       122    1,552      226
-    gelu                 1,000,000               925     1,001   15,173      840
-    softmax              (64, 16)               13.2      17.8     20.3      128
-    softmax              (64, 1024)              195      80.7      447      157
-    softmax              (1024, 1024)            734       749    5,495      866
-    layer_norm           (64, 16)               18.7      15.2     19.7      6.0
-    layer_norm           (1000, 64)              230      94.9      191      164
-    layer_norm           (10000, 256)          1,135     1,058    5,849    5,607
-    matmul               64²                    47.0      20.0     34.8      8.3
-    matmul               256²                    489       380    1,509      369
-    matmul               512²                  2,315     1,891   10,673    3,653
-    linear               (8, 64) x (128, 64)    65.6      32.4     79.2      9.4
-    linear               (512, 64) x (128, 64)   289       200    2,964      118
-    conv1d               n 100,000, k 31         277       231    2,047      242
-    conv1d               (64, 8, 8) x (16, 8, 3) 120      57.0      362      232
-    gelu.backward        1,000,000             1,520     1,442   24,079   25,991
-    softmax.backward     (64, 1024)              231      63.6      119     55.9
-    layer_norm.backward  (1000, 64), weight      438       262      405      517
+took 16-24 ms for a 256²-512² product on this machine that day). Each operation's module
+(``kernels/<op>.py``) lists its figures in its docstring.
 
 A blocked jitted call costs 12-25 us before any work (jax's C++ dispatch, then XLA's CPU
 runtime hands the computation to a worker thread and back); the SCALAR arm's conversions cost
 about as much (``np.asarray`` ~1 us an array, ``to_jax`` ~7 us), so up to ~1e3-1e4 elements the
 two are close and the runtime learns which wins. From there XLA's fused, vectorised code wins
-by 4-16x (gelu, softmax, layer_norm, matmul, linear, their gradients), except where numba's
+by 4-16x (activations, normalisations, products and their gradients), except where numba's
 loop is as good (elementwise add/scale/relu, memory-bound). On a busy machine the hand-over to
 XLA's thread varies (a small call took 15-130 us across runs); with async dispatch off
 (a process-wide JAX setting, the user's to choose) the call runs on the calling thread. XLA's
@@ -99,16 +72,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend
-from . import backward
 from ._arrays import is_jax, jax_host, to_jax
 from ._families import JAX, JAX_TRACED, jax_families, numba_arms
-from ._jax_numpy import PLAIN, jax_compilations, jax_libraries
-from .layer_norm import EPS
+from ._jax_numpy import jax_compilations, jax_libraries
+from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["PLAIN", "register"]
+__all__ = ["block", "register"]
 
 # PJRT plug-ins (CUDA, ROCm) live in this namespace package: found without importing jax
 _GPU_PLUGINS = "jax_plugins"
@@ -137,10 +109,6 @@ class _Jit:
         fn = self.fn
         size = getattr(fn, "_cache_size", None) if fn is not None else None
         return jax_compilations[0] + (size() if size is not None else 0)
-
-
-# the argument whose dtype and device a SCALAR result takes (default: the first)
-_TEMPLATE = {"scale": 1, backward.LAYER_NORM: 1}
 
 
 # --------------------------------------------------------------------------- arms
@@ -175,38 +143,16 @@ def block(value: Any) -> None:
         ready()
 
 
-def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
+def _jit_call(name: str, jit: _Jit, one_array: bool,
+              made: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The SIMD arm: the jitted function (asynchronous; see the module docstring for how it
-    is timed). Arguments that are numbers go in as
-    Python scalars (weakly typed: the arrays' dtype wins), ``padding`` as a static int."""
+    is timed), called as the record says (``made``: its ``jax_call``, for arguments that are
+    not all arrays — numbers go in as Python scalars, weakly typed: the arrays' dtype wins)."""
     plain = jit.plain
 
-    if name == "scale":
-        def call(alpha: Any, x: Any, y: Any) -> Any:
-            if _tracer_in((x, y)):
-                return _traced(plain, (alpha, x, y))
-            return (jit.fn or jit.get())(float(alpha), x, y)
-    elif name == "layer_norm":
-        def call(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-            if (weight is not None or bias is not None) and _tracer_in((x, weight, bias)):
-                return _traced(plain, (x, weight, bias, eps))
-            return (jit.fn or jit.get())(x, weight, bias, float(eps))
-    elif name == backward.LAYER_NORM:
-        def call(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-            if _tracer_in((g, x, weight)):
-                return _traced(plain, (g, x, weight, eps))
-            return (jit.fn or jit.get())(g, x, weight, float(eps))
-    elif name == "linear":
-        def call(x: Any, weight: Any, bias: Any = None) -> Any:
-            if _tracer_in((x, weight, bias)):
-                return _traced(plain, (x, weight, bias))
-            return (jit.fn or jit.get())(x, weight, bias)
-    elif name == "conv1d":
-        def call(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-            if _tracer_in((x, w, bias)):
-                return _traced(plain, (x, w, bias, padding))
-            return (jit.fn or jit.get())(x, w, bias, int(padding))
-    elif name in ("sum", "relu", "gelu", "softmax"):  # one array: its family is its own
+    if made is not None:  # (the record's own: see OperationRecord.jax_call)
+        call = made(jit, _tracer_in, _traced)
+    elif one_array:  # one array: its family is its own
         def call(x: Any) -> Any:
             return (jit.fn or jit.get())(x)
     else:  # two arrays
@@ -219,12 +165,11 @@ def _jit_call(name: str, jit: _Jit) -> Callable[..., Any]:
     return call
 
 
-def _numba_arm(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _numba_arm(name: str, fn: Callable[..., Any], plain: Callable[..., Any],
+               template: int) -> Callable[..., Any]:
     """A numba arm (the SCALAR loop, the threaded SIMD variant): the default family's numba
     kernel ``fn`` on numpy views of the arrays, its result (or results) handed back as JAX
-    arrays on the input's device."""
-    template = _TEMPLATE.get(name, 0)
-    plain = PLAIN[name]
+    arrays on the input's device (that of argument ``template``)."""
 
     def arm(*args: Any) -> Any:
         if _tracer_in(args):
@@ -291,17 +236,21 @@ def _jax_gpu_possible() -> bool:
 _jits: dict[str, _Jit] = {}
 
 
-def register(rt: Registrar) -> None:
-    """Add the JAX families' arms, and the untimed implementation of traced calls, to every
-    built-in operation of ``rt`` (registered already). Imports nothing."""
+def register(rt: Registrar, records: tuple[OperationRecord, ...]) -> None:
+    """Add the JAX families' arms, and the untimed implementation of traced calls, to the
+    operations of ``records`` with a ``jax.numpy`` function (and their backward operations),
+    registered on ``rt`` already. Imports nothing."""
     gpu = _jax_gpu_possible()
-    for name, plain in PLAIN.items():
+    for record in with_backward(records):
+        name, plain = record.name, record.jnp
+        if plain is None:
+            continue
         op = rt.operation(name)
         shared = numba_arms(op)
         jit = _jits.get(name)
         if jit is None:  # (one per operation, shared by every runtime: compiled once)
-            jit = _jits[name] = _Jit(plain, static=(3,) if name == "conv1d" else ())
-        simd = _jit_call(name, jit)
+            jit = _jits[name] = _Jit(plain, static=record.jax_static)
+        simd = _jit_call(name, jit, record.jax_one_array, record.jax_call)
         if gpu:
             simd, on_gpu = _placed(simd, _cpu_device), _placed(simd, _gpu_device)
         for family in jax_families():
@@ -315,8 +264,8 @@ def register(rt: Registrar) -> None:
             for arm, variant, impl in shared:
                 count = impl.compile_count
                 op.add_implementation(
-                    arm, _numba_arm(name, impl.fn), name=variant, family=family, warm_up=True,
-                    threads=impl.threads,
+                    arm, _numba_arm(name, impl.fn, plain, record.jax_template), name=variant,
+                    family=family, warm_up=True, threads=impl.threads,
                     compile_count=(lambda c=count: jax_compilations[0] + c()) if count is not None
                     else (lambda: jax_compilations[0]))
         op.add_untimed(JAX_TRACED, plain)

@@ -20,23 +20,32 @@ float32    512²    1 334   3 598
 
 BLAS wins every size by 2-3.5x (it blocks for the caches and uses packed FMA micro-kernels), so
 the SIMD arm is ``numpy.matmul`` and the numba variant was dropped.
+
+On JAX arrays (``jax_arms``, which says how these were measured; float32, microseconds;
+"jit": the SIMD arm, "numba": the SCALAR arm, "numpy": the numpy family's SIMD arm):
+
+    operation            shape                   jit  jit sync    numba    numpy
+    matmul               64²                    47.0      20.0     34.8      8.3
+    matmul               256²                    489       380    1,509      369
+    matmul               512²                  2,315     1,891   10,673    3,653
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import matmul_size
-from ._compile import compile_count, scalar_jit
-from ._families import input_family
-from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, itemsize
+from ._compile import scalar_jit
+from ._gpu import gpu_arm, itemsize
+from ._jax_numpy import jax_libraries
+from .record import CustomOp, HostArm, OperationRecord, Run
+from .torch_arms import torch_modules
 
-if TYPE_CHECKING:
-    from ..operations import Registrar
+__all__ = ["MATMUL"]
 
 NAME = "matmul"
 
@@ -70,11 +79,46 @@ matmul_gpu = gpu_arm(NAME, _matmul_gpu,
                      result_bytes=lambda a, b: a.shape[0] * b.shape[1] * itemsize(a))
 
 
-def register(rt: Registrar) -> None:
-    op = rt.register(NAME, size=matmul_size(NAME), kind="matrix",
-                     on_device=inputs_on_device,
-                     family=input_family)
-    op.add_implementation(Backend.SCALAR, matmul_scalar,
-                          compile_count=compile_count(_matmul_loop))
-    op.add_implementation(Backend.SIMD, matmul_simd, threads="blas")
-    add_gpu_arm(op, matmul_gpu)
+def aten_matmul(a: Any, b: Any) -> Any:
+    return torch_modules()[0].mm(a, b)
+
+
+def jnp_matmul(a: Any, b: Any) -> Any:
+    _j, jnp, _lax, highest, _t = jax_libraries()
+    return jnp.matmul(a, b, precision=highest)
+
+
+def _gradients(run: Run) -> Any:
+    """A matmul's gradients are matmuls (adaptive: ``run``)."""
+
+    def matmul(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        a, b = inputs
+        return run(NAME, g, b.t()), run(NAME, a.t(), g)
+
+    return matmul
+
+
+def _compiled_gradients(run: Run) -> Any:
+    """The same under ``torch.compile``: the transposes made contiguous for the operator."""
+
+    def matmul(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        a, b = inputs
+        return run(NAME, g, b.t().contiguous()), run(NAME, a.t().contiguous(), g)
+
+    return matmul
+
+
+def _fake(a: Any, b: Any) -> Any:
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+MATMUL = OperationRecord(
+    name=NAME, kind="matrix", size=matmul_size(NAME),
+    host=(HostArm(Backend.SCALAR, matmul_scalar, kernel=_matmul_loop),
+          HostArm(Backend.SIMD, matmul_simd, threads="blas")),
+    gpu=matmul_gpu, aten=aten_matmul, aten_builtin=lambda torch: torch.mm, jnp=jnp_matmul,
+    gradients=_gradients,
+    custom_op=CustomOp("(Tensor a, Tensor b) -> Tensor", fake=_fake,
+                       gradients=_compiled_gradients, doc="``a @ b`` of 2-D tensors."),
+    autocast=True, arity=2,
+    doc="Matrix product ``(m, k) @ (k, n) -> (m, n)``, on the arm the default runtime picks.")

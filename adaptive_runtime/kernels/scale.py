@@ -24,19 +24,20 @@ starting the threads costs more than the work (the runtime's SCALAR arm competes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..backend import Backend
 from ._arrays import host_arm
 from ._checks import scale_size
-from ._compile import compile_count, prange, scalar_jit, simd_jit
-from ._families import input_family
-from ._gpu import add_gpu_arm, gpu_arm, inputs_on_device, nbytes
+from ._compile import prange, scalar_jit, simd_jit
+from ._gpu import gpu_arm, nbytes
+from ._jax_numpy import jax_libraries
+from .record import HostArm, OperationRecord, Run
+from .torch_arms import torch_modules
 
-if TYPE_CHECKING:
-    from ..operations import Registrar
+__all__ = ["SCALE"]
 
 NAME = "scale"
 
@@ -93,12 +94,47 @@ scale_gpu = gpu_arm(NAME, _scale_gpu, result_bytes=lambda alpha, x, y: nbytes(x)
                     numba_kernel=_scale_numba)
 
 
-def register(rt: Registrar) -> None:
-    op = rt.register(NAME, size=scale_size(NAME), kind="elementwise", on_device=inputs_on_device,
-                     family=input_family)
-    op.add_implementation(Backend.SCALAR, scale_scalar, compile_count=compile_count(_scale_loop))
-    op.add_implementation(Backend.SIMD, scale_simd, threads="numba",
-                          compile_count=compile_count(_scale_parallel))
-    # numpy's own: no threads to start, it wins at ~1e3 (see the table above)
-    op.add_implementation(Backend.SIMD, scale_numpy, name="numpy", warm_up=True)
-    add_gpu_arm(op, scale_gpu)
+def aten_scale(alpha: Any, x: Any, y: Any) -> Any:
+    return torch_modules()[0].add(y, x, alpha=float(alpha))
+
+
+def jnp_scale(alpha: Any, x: Any, y: Any) -> Any:
+    jnp = jax_libraries()[1]
+    return jnp.asarray(alpha, dtype=x.dtype) * x + y  # (alpha in the arrays' dtype first)
+
+
+def _jax_call(jit: Any, tracer_in: Any, traced: Any) -> Any:
+    """The jitted call: alpha as a Python float (weakly typed: the arrays' dtype wins)."""
+    plain = jit.plain
+
+    def call(alpha: Any, x: Any, y: Any) -> Any:
+        if tracer_in((x, y)):
+            return traced(plain, (alpha, x, y))
+        return (jit.fn or jit.get())(float(alpha), x, y)
+
+    return call
+
+
+def _gradients(_run: Run) -> Any:
+    def scale(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
+        return None, g * float(inputs[0]), g
+
+    return scale
+
+
+def _public(runtime: Any) -> Any:
+    def scale(alpha: Any, x: Any, y: Any) -> Any:  # (its docstring: the record's doc)
+        return runtime().run(NAME, alpha, x, y)
+
+    return scale
+
+
+SCALE = OperationRecord(
+    name=NAME, kind="elementwise", size=scale_size(NAME),
+    host=(HostArm(Backend.SCALAR, scale_scalar, kernel=_scale_loop),
+          HostArm(Backend.SIMD, scale_simd, threads="numba", kernel=_scale_parallel),
+          # numpy's own: no threads to start, it wins at ~1e3 (see the table above)
+          HostArm(Backend.SIMD, scale_numpy, name="numpy", warm_up=True)),
+    gpu=scale_gpu, aten=aten_scale, jnp=jnp_scale, jax_call=_jax_call, jax_template=1,
+    gradients=_gradients, public=_public,
+    doc="``alpha * x + y`` (axpy: a real scalar, equal-shape arrays), on the default runtime.")

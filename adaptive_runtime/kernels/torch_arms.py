@@ -19,7 +19,9 @@ compete there (``RuntimeConfig.host_arms_on_device``): the device family's CPU a
 trips through the host to these families' CPU arms (``_host_round_trip``).
 
 The backward operations get the same families: ATen's backward kernels and numba's loops
-(ATen only where autograd records through them: a double backward).
+(ATen only where autograd records through them: a double backward). Every operation's ATen
+call, its gradients and its GPU arm come from its record (``record``): nothing here is per
+operation.
 """
 
 from __future__ import annotations
@@ -35,17 +37,16 @@ import numpy as np
 from .._imported import imported
 from ..backend import Backend
 from ..operations import DEVICE_FAMILY
-from . import backward
-from ._autograd import Backward, autograd_arm
+from ._autograd import autograd_arm
 from ._families import GRAD, TORCH, numba_arms, torch_families
 from ._gpu import add_gpu_arm
 from ._host_round_trip import host_round_trip
-from .layer_norm import EPS
+from .record import OperationRecord, with_backward
 
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["ATEN", "numpy_through_torch", "register", "torch_installed"]
+__all__ = ["numpy_through_torch", "register", "torch_installed", "torch_modules"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,75 +95,10 @@ def _functional() -> Any:
     return (_modules or _load())[1]
 
 
-def aten_dot(a: Any, b: Any) -> Any:
-    return _torch().dot(a, b)
-
-
-def aten_add(a: Any, b: Any) -> Any:
-    return _torch().add(a, b)
-
-
-def aten_scale(alpha: Any, x: Any, y: Any) -> Any:
-    return _torch().add(y, x, alpha=float(alpha))
-
-
-def aten_sum(x: Any) -> Any:
-    return x.sum()
-
-
-def aten_relu(x: Any) -> Any:
-    return _torch().relu(x)
-
-
-def aten_gelu(x: Any) -> Any:
-    return _functional().gelu(x)
-
-
-def aten_softmax(x: Any) -> Any:
-    return _torch().softmax(x, -1)
-
-
-def aten_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = EPS) -> Any:
-    return _functional().layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-
-def aten_matmul(a: Any, b: Any) -> Any:
-    return _torch().mm(a, b)
-
-
-def aten_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    return _functional().linear(x, weight, bias)
-
-
-def aten_conv1d(x: Any, w: Any, bias: Any = None, padding: int = 0) -> Any:
-    if x.ndim == 3:
-        return _functional().conv1d(x, w, bias, padding=int(padding))
-    return _functional().conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
-
-
-def aten_relu_backward(g: Any, x: Any) -> Any:
-    return _torch().ops.aten.threshold_backward(g, x, 0)
-
-
-def aten_gelu_backward(g: Any, x: Any) -> Any:
-    return _torch().ops.aten.gelu_backward(g, x)
-
-
-def aten_softmax_backward(g: Any, y: Any) -> Any:
-    return _torch().ops.aten._softmax_backward_data(g, y, -1, y.dtype)
-
-
-def aten_layer_norm_backward(g: Any, x: Any, weight: Any = None, eps: float = EPS) -> Any:
-    aten = _torch().ops.aten
-    shape = [x.shape[-1]]
-    _out, mean, rstd = aten.native_layer_norm(x, shape, weight, None, eps)
-    if weight is None:
-        return aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
-                                               [True, False, False])[0]
-    # (ATen's bias gradient wants a bias tensor: it is the rows' sum of g, done here)
-    dx, dweight, _ = aten.native_layer_norm_backward(g, x, shape, mean, rstd, weight, None,
-                                                     [True, True, False])
-    return dx, dweight, g.reshape(-1, shape[0]).sum(0)
+def torch_modules() -> list[Any]:
+    """``[torch, torch.nn.functional]`` for an ATen arm of an operation's record (torch is
+    the program's, imported already: see ``_load``)."""
+    return _modules or _load()
 
 
 def torch_installed() -> bool:
@@ -174,8 +110,8 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
     """A SIMD arm for numpy arrays that runs ATen's kernel on them without a copy
     (``torch.from_numpy`` shares the memory, ``.numpy()`` shares it back): vectorised and
     threaded where numpy has no such call (``erf``, for gelu) or makes several passes over the
-    data (softmax). Registered with ``needs="torch"``: a candidate once the program has
-    imported torch, which it never imports itself."""
+    data (a normalisation). Registered with ``needs="torch"``: a candidate once the program
+    has imported torch, which it never imports itself."""
 
     def arm(x: np.ndarray) -> np.ndarray:
         if not x.flags.writeable:  # (torch.from_numpy warns on read-only memory)
@@ -186,126 +122,13 @@ def numpy_through_torch(aten: Callable[[Any], Any]) -> Callable[[np.ndarray], np
     return arm
 
 
-# ATen's call for each operation (forward and backward), by name
-ATEN: dict[str, Callable[..., Any]] = {
-    "dot": aten_dot, "add": aten_add, "scale": aten_scale, "sum": aten_sum,
-    "relu": aten_relu, "gelu": aten_gelu, "softmax": aten_softmax,
-    "layer_norm": aten_layer_norm, "matmul": aten_matmul, "linear": aten_linear,
-    "conv1d": aten_conv1d,
-    backward.RELU: aten_relu_backward, backward.GELU: aten_gelu_backward,
-    backward.SOFTMAX: aten_softmax_backward, backward.LAYER_NORM: aten_layer_norm_backward,
-}
-
-def _builtin(name: str) -> Callable[..., Any] | None:
-    """ATen's own function for ``name`` where its signature is the operation's — called with
-    no Python frame between the runtime and ATen — if torch is loaded already (the runtime
-    never imports it: a numpy program stays without it); else ``None``."""
-    torch = imported("torch")
-    if torch is None:
-        return None
-    functional = torch.nn.functional
-    return {"dot": torch.dot, "add": torch.add, "relu": torch.relu, "gelu": functional.gelu,
-            "matmul": torch.mm, "linear": functional.linear}.get(name)
-
-
-# operations whose numba arm's autograd function saves its output (softmax's gradient is
-# written in terms of it)
-_SAVES_OUTPUT = frozenset({"softmax"})
-
-
-# The gradients that need no adaptive operation (see _gradients): one function for every runtime
-def _dot_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    a, b = inputs
-    return g * b, g * a
-
-
-def _add_gradients(_inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return g, g
-
-
-def _scale_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return None, g * float(inputs[0]), g
-
-
-def _sum_gradients(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-    return (g.expand_as(inputs[0]),)
-
-
-def _conv1d_gradients(run: Callable[..., Any]) -> Backward:
-    """conv1d's gradients (see :func:`_gradients`): conv1d operations through ``run``."""
-
-    def conv1d(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x, w = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        padding = int(inputs[3]) if len(inputs) > 3 else 0
-        torch = _torch()
-        k = w.shape[-1]
-        if x.ndim == 1:  # y[i] = sum_j x[i+j] w[j]
-            dx = run("conv1d", torch.nn.functional.pad(g, (k - 1, k - 1)), w.flip(0))
-            return dx, run("conv1d", x, g)
-        # dW[o,c,j] = sum_(n,t) g[n,o,t] xp[n,c,t+j]: a conv1d with batch and channels swapped
-        xp = torch.nn.functional.pad(x, (padding, padding)) if padding else x
-        dw = run("conv1d", xp.transpose(0, 1), g.transpose(0, 1)).transpose(0, 1)
-        # dxp[n,c,s] = sum_(o,j) g[n,o,s-j] w[o,c,j]: g fully padded against w flipped
-        dxp = run("conv1d", g, w.flip(-1).transpose(0, 1), None, k - 1)
-        dx = dxp[..., padding:padding + x.shape[-1]] if padding else dxp
-        dbias = g.sum((0, 2)) if bias is not None else None
-        return (dx, dw, dbias, None)[:len(inputs)]
-
-    return conv1d
-
-
-def _gradients(run: Callable[..., Any]) -> dict[str, Backward]:
-    """How each forward operation's gradients are computed from ``(inputs, output, g)``:
-    through adaptive operations (``run``) wherever there is a kernel to choose."""
-
-    def relu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.RELU, g, inputs[0]),)
-
-    def gelu(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.GELU, g, inputs[0]),)
-
-    def softmax(_inputs: tuple[Any, ...], out: Any, g: Any) -> tuple[Any, ...]:
-        return (run(backward.SOFTMAX, g, out),)
-
-    def layer_norm(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x = inputs[0]
-        weight = inputs[1] if len(inputs) > 1 else None
-        bias = inputs[2] if len(inputs) > 2 else None
-        eps = inputs[3] if len(inputs) > 3 else EPS
-        if weight is None:
-            dx, dweight = run(backward.LAYER_NORM, g, x, None, eps), None
-            dbias = g.reshape(-1, x.shape[-1]).sum(0) if bias is not None else None
-        else:
-            dx, dweight, dbias = run(backward.LAYER_NORM, g, x, weight, eps)
-            if bias is None:
-                dbias = None
-        return (dx, dweight, dbias, None)[:len(inputs)]
-
-    def matmul(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        a, b = inputs
-        return run("matmul", g, b.t()), run("matmul", a.t(), g)
-
-    def linear(inputs: tuple[Any, ...], _out: Any, g: Any) -> tuple[Any, ...]:
-        x, weight = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        rows = x.reshape(-1, x.shape[-1])
-        g_rows = g.reshape(-1, weight.shape[0])
-        dx = run("matmul", g_rows, weight).reshape(x.shape)
-        dweight = run("matmul", g_rows.t(), rows)
-        dbias = g_rows.sum(0) if bias is not None else None
-        return (dx, dweight, dbias)[:len(inputs)]
-
-    return {"dot": _dot_gradients, "add": _add_gradients, "scale": _scale_gradients,
-            "sum": _sum_gradients, "relu": relu, "gelu": gelu, "softmax": softmax,
-            "layer_norm": layer_norm, "matmul": matmul, "linear": linear,
-            "conv1d": _conv1d_gradients(run)}
-
-
-def register(rt: Registrar, fallback: Callable[[], Registrar]) -> None:
-    """Add the torch families' arms to every built-in operation of ``rt`` (registered
-    already, numpy families included). The backward arms hold ``rt`` weakly: a backward pass
-    that outlives it runs on ``fallback()`` (the process's default runtime)."""
+def register(rt: Registrar, records: tuple[OperationRecord, ...],
+             fallback: Callable[[], Registrar]) -> None:
+    """Add the torch families' arms to the operations of ``records`` with an ATen call (and
+    their backward operations), registered on ``rt`` already, numpy families included. Each
+    record gives ATen's call (``aten``, or ATen's own function: ``aten_builtin``), the GPU
+    arm and the gradients a numba arm's autograd function runs. The backward arms hold ``rt``
+    weakly: a backward pass that outlives it runs on ``fallback()`` (the process default)."""
     ref = weakref.ref(rt)
 
     def run(name: str, *args: Any) -> Any:
@@ -314,14 +137,19 @@ def register(rt: Registrar, fallback: Callable[[], Registrar]) -> None:
             live = fallback()
         return live.run(name, *args)
 
-    gradients = _gradients(run)
-    if imported("torch") is not None:  # ATen's own functions are the arms (_builtin): prime it now
+    torch = imported("torch")
+    if torch is not None:  # ATen's own functions are the arms (aten_builtin): prime it now
         _load()
-    for name, aten in ATEN.items():
-        aten = _builtin(name) or aten
+    for record in with_backward(records):
+        if record.aten is None:
+            continue
+        name, is_backward = record.name, record.is_backward
+        builtin = record.aten_builtin(torch) if record.aten_builtin and torch else None
+        aten = builtin or record.aten
+        gradients = record.gradients(run) if record.gradients is not None else None
+        save_output = record.backward_needs == "output"
         op = rt.operation(name)
         gpu = op.implementation_for(Backend.GPU)
-        is_backward = name in backward.NAMES
         shared = numba_arms(op)
         for family in torch_families():
             grad = family.endswith(GRAD)
@@ -334,8 +162,10 @@ def register(rt: Registrar, fallback: Callable[[], Registrar]) -> None:
             for arm, variant, impl in shared:
                 fn, surcharge = impl.fn, None
                 if grad:
-                    fn = autograd_arm(name, fn, gradients[name],
-                                      save_output=name in _SAVES_OUTPUT)
+                    if gradients is None:
+                        raise ValueError(f"{name}: a record with numba arms and an ATen call "
+                                         f"needs its gradients")
+                    fn = autograd_arm(name, fn, gradients, save_output=save_output)
                     surcharge = fn.surcharge_us  # type: ignore[attr-defined]
                 op.add_implementation(arm, fn, name=variant, family=family,
                                       threads=impl.threads, compile_count=impl.compile_count,

@@ -64,12 +64,14 @@ def apply_history_file(merge: Callable[[list[HistoryRecord]], None], loaded: His
 def foreign(loaded: HistoryFile) -> str | None:
     """Why ``loaded`` does not describe this machine, or ``None`` when it does."""
     from ..history.fingerprint import hardware_fingerprint
+    from ..kernels import known_operations
 
     if loaded.fingerprint is None:
         return (f"it has no hardware fingerprint (format {LEGACY_HISTORY_FORMAT!r}): "
                 "measured on an unknown machine")
     # (only what its keys depend on: a torch-only file does not care about JAX's version)
-    found = fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records)
+    found = fingerprint_differences(hardware_fingerprint(), loaded.fingerprint, loaded.records,
+                                    known_operations())
     if not found:
         return None
     return "measured on other hardware or library versions: " + "; ".join(found)

@@ -29,7 +29,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..kernels.layer_norm import EPS
+from ..kernels import RECORDS, OperationRecord
 from ..runtime import AdaptiveRuntime, CallSite, get_runtime
 
 # (imported for its side effect: it registers the torch.ops.adaptive_runtime.* custom
@@ -39,8 +39,7 @@ from ._autocast import autocast_on, cast_like_autocast
 from ._foreign import adaptable_as, adapted_name, base_class
 
 __all__ = ["AdaptiveConv1d", "AdaptiveGELU", "AdaptiveLayerNorm", "AdaptiveLinear",
-           "AdaptiveReLU", "AdaptiveSoftmax", "adapt", "add", "conv1d", "gelu", "layer_norm",
-           "linear", "matmul", "relu", "softmax"]
+           "AdaptiveReLU", "AdaptiveSoftmax", "adapt"]
 
 _log = logging.getLogger(__name__)
 _Tensor = torch.Tensor
@@ -67,53 +66,33 @@ def _call(runtime: AdaptiveRuntime | None, operation: str, args: tuple[Any, ...]
 # ---------------------------------------------------------------------------- functional ops
 
 
-def linear(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, *,
-           runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
-    return _call(runtime, "linear", (x, weight, bias))
+def _functional(record: OperationRecord) -> Callable[..., Any]:
+    """``art.<name>``: the record's functional form (``CustomOp.functional``), else a call of
+    one or two tensors; each calls :func:`_call`."""
+    assert record.custom_op is not None
+    made = record.custom_op.functional
+    name = record.name
+    if made is not None:
+        fn = made(_call)
+    elif record.arity == 1:
+        def fn(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
+            return _call(runtime, name, (x,))
+    else:
+        def fn(a: _Tensor, b: _Tensor, *,  # type: ignore[misc]
+               runtime: AdaptiveRuntime | None = None) -> _Tensor:
+            return _call(runtime, name, (a, b))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = __name__
+    if record.custom_op.doc:
+        fn.__doc__ = record.custom_op.doc
+    return fn
 
 
-def matmul(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """``a @ b`` of 2-D tensors."""
-    return _call(runtime, "matmul", (a, b))
-
-
-def add(a: _Tensor, b: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """``a + b`` of two tensors of one shape."""
-    return _call(runtime, "add", (a, b))
-
-
-def relu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """``max(x, 0)`` elementwise (never in place)."""
-    return _call(runtime, "relu", (x,))
-
-
-def gelu(x: _Tensor, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``."""
-    return _call(runtime, "gelu", (x,))
-
-
-def softmax(x: _Tensor, dim: int = -1, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """Softmax over ``dim`` (computed over the last axis, ``dim`` moved there and back)."""
-    last = dim in (-1, x.ndim - 1)
-    if not last:
-        x = x.movedim(dim, -1)
-    out = _call(runtime, "softmax", (x,))
-    return out if last else out.movedim(-1, dim)
-
-
-def layer_norm(x: _Tensor, weight: _Tensor | None = None, bias: _Tensor | None = None,
-               eps: float = EPS, *, runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """Layer normalisation over the last axis, as ``torch.nn.functional.layer_norm(x,
-    x.shape[-1:], weight, bias, eps)``."""
-    return _call(runtime, "layer_norm", (x, weight, bias, float(eps)))
-
-
-def conv1d(x: _Tensor, weight: _Tensor, bias: _Tensor | None = None, padding: int = 0, *,
-           runtime: AdaptiveRuntime | None = None) -> _Tensor:
-    """``torch.nn.functional.conv1d(x, weight, bias, padding=padding)`` with stride 1,
-    dilation 1 and one group: x ``(batch, channels, n)``, weight ``(out, channels, k)``."""
-    return _call(runtime, "conv1d", (x, weight, bias, int(padding)))
+# the built-in operations with a custom operator have a functional form (the public names)
+_FUNCTIONAL: dict[str, Callable[..., Any]] = {
+    r.name: _functional(r) for r in RECORDS if r.custom_op is not None and not r.is_backward}
+globals().update(_FUNCTIONAL)
+__all__ = sorted([*__all__, *_FUNCTIONAL])
 
 
 # ---------------------------------------------------------------------------- modules
@@ -198,7 +177,7 @@ class AdaptiveSoftmax(_Adaptive, nn.Softmax):
         dim = self.dim
         if dim in (-1, input.ndim - 1) and not _is_compiling():
             return _run(self, "softmax", (input,))
-        return softmax(input, dim, runtime=self._adaptive_runtime)  # type: ignore[arg-type]
+        return _FUNCTIONAL["softmax"](input, dim, runtime=self._adaptive_runtime)
 
 
 class AdaptiveLayerNorm(_Adaptive, nn.LayerNorm):

@@ -28,21 +28,14 @@ from typing import Any
 
 import torch
 
-from ..kernels import torch_arms
+from ..kernels import all_records
 
 __all__ = ["autocast_on", "cast_like_autocast"]
 
-# operation -> its plain ATen call, taking the runtime operation's arguments
-_PLAIN: dict[str, Callable[..., Any]] = {
-    "linear": torch_arms.aten_linear,
-    "matmul": torch_arms.aten_matmul,
-    "add": torch_arms.aten_add,
-    "relu": torch_arms.aten_relu,
-    "gelu": torch_arms.aten_gelu,
-    "softmax": torch_arms.aten_softmax,
-    "layer_norm": torch_arms.aten_layer_norm,
-    "conv1d": torch_arms.aten_conv1d,
-}
+# operation -> its plain ATen call, taking the runtime operation's arguments (from the records
+# of the operations that autocast applies to)
+_PLAIN: dict[str, Callable[..., Any]] = {r.name: r.aten for r in all_records()
+                                         if r.autocast and r.aten is not None}
 
 _is_enabled = torch.is_autocast_enabled
 _Tensor = torch.Tensor

@@ -134,6 +134,7 @@ import numpy as np
 import adaptive_runtime as ar
 from adaptive_runtime.kernels._compile import SizeSplitKernel
 from adaptive_runtime.kernels import scale, sum as sum_op
+from adaptive_runtime.kernels.record import register_host
 
 def signatures(module):
     return sum(len(v.signatures) for v in vars(module).values()
@@ -143,8 +144,8 @@ x = np.ones(1000)
 seen = {}
 for arm in (ar.Backend.SCALAR, ar.Backend.SIMD):
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(force_backend=arm), builtin_ops=False)
-    for module, args in ((scale, (2.0, x, x)), (sum_op, (x,))):
-        module.register(rt)
+    for module, record, args in ((scale, scale.SCALE, (2.0, x, x)), (sum_op, sum_op.SUM, (x,))):
+        register_host(rt, record)
         calls = []
         for _ in range(2):
             before = signatures(module)

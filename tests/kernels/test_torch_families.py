@@ -16,7 +16,7 @@ import torch
 from harness import FAMILY_CPU_ARMS, forced_pairs
 
 import adaptive_runtime as ar
-from adaptive_runtime.kernels import backward, torch_arms
+from adaptive_runtime.kernels import RECORDS, torch_arms
 
 Backend = ar.Backend
 
@@ -95,17 +95,24 @@ def _calls(rt: ar.AdaptiveRuntime, operation: str) -> int:
     return sum(n for k, n in rt.selection_counts().items() if k.operation == operation)
 
 
+# ATen's call of every backward operation, from the records
+_ATEN_BACKWARD = {r.backward.name: r.backward.aten for r in RECORDS if r.backward is not None}
+# (forward, output): the backward operations that take the forward's output
+_OF_OUTPUT = {r.backward.name: r.aten for r in RECORDS
+              if r.backward is not None and r.backward_needs == "output"}
+
+
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-@pytest.mark.parametrize(("name", "arm"), forced_pairs(list(backward.NAMES), "torch"))
+@pytest.mark.parametrize(("name", "arm"), forced_pairs(list(_ATEN_BACKWARD), "torch"))
 def test_every_backward_operation_equals_atens_on_every_arm(forced, name, kind, arm) -> None:
     g, x = _r(3, 7, seed=3), _r(3, 7, seed=4) * 2
-    if name == backward.SOFTMAX:
-        x = torch.softmax(x, -1)  # its backward takes the forward's output
+    if name in _OF_OUTPUT:
+        x = _OF_OUTPUT[name](x)  # its backward takes the forward's output
     args: tuple[Any, ...] = (g, x)
-    weighted = name == backward.LAYER_NORM
+    weighted = name == "layer_norm.backward"
     if weighted:
         args = (g, x, _r(7, seed=5), 1e-5)
-    expected = torch_arms.ATEN[name](*args)
+    expected = _ATEN_BACKWARD[name](*args)
     inputs = tuple(a.numpy() if kind == "numpy" and isinstance(a, torch.Tensor) else a
                    for a in args)
     got = forced[arm].run(name, *inputs)
@@ -170,7 +177,7 @@ def test_inference_mode_gets_no_graph() -> None:
 def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
     """ATen's float64 gelu runs ~6x slower until it has once seen a value near zero (see
     ``torch_arms._prime_gelu``): the arms' first call runs it on float64 zeros, once."""
-    from adaptive_runtime.kernels.activations import gelu_through_torch
+    from adaptive_runtime.kernels.gelu import gelu_through_torch
 
     seen: list[torch.Tensor] = []
     real_gelu = torch.nn.functional.gelu
@@ -191,7 +198,7 @@ def test_the_first_aten_arm_call_primes_float64_gelu_once(monkeypatch) -> None:
 
 
 def test_a_failing_primer_leaves_the_arms_working(monkeypatch) -> None:
-    from adaptive_runtime.kernels.activations import gelu_through_torch
+    from adaptive_runtime.kernels.gelu import gelu_through_torch
 
     real_gelu = torch.nn.functional.gelu
 

@@ -19,12 +19,11 @@ import torch
 import adaptive_runtime as ar
 from adaptive_runtime.history import read_history_file
 from adaptive_runtime.history.depends import (
-    BUILTIN_OPERATIONS,
-    THROUGH_TORCH,
     fingerprint_differences,
     record_fields,
 )
 from adaptive_runtime.history.fingerprint import hardware_fingerprint
+from adaptive_runtime.kernels import known_operations
 from adaptive_runtime.operations import DeviceProbe
 
 Backend = ar.Backend
@@ -167,16 +166,16 @@ def test_the_gpu_is_compared_only_for_records_that_ran_on_it(tmp_path: Path) -> 
 ])
 def test_what_a_record_depends_on_is_read_from_its_key(operation: str, backend: ar.Backend,
                                                        fields: tuple[str, ...]) -> None:
-    assert record_fields(operation, backend) == fields
+    assert record_fields(operation, backend, known_operations()) == fields
 
 
 def test_the_builtin_lists_match_the_registry() -> None:
     rt = ar.AdaptiveRuntime(ar.RuntimeConfig(tracing=False))
-    assert set(rt.operations) == BUILTIN_OPERATIONS
+    assert set(rt.operations) == known_operations().names
     # (torch is installed here: the implementations that run torch on numpy arrays exist)
     assert {name for name in rt.operations
             if any(impl.needs == "torch" for impl in rt.operation(name).implementations())
-            } == THROUGH_TORCH
+            } == known_operations().through_torch
 
 
 def test_fingerprint_differences_list_always_compared_fields_without_a_key() -> None:
