@@ -1137,7 +1137,11 @@ def test_at_default_settings_each_key_exports_its_commitment_and_stays_visible(
             low, high = start + w * window_ns, start + (w + 1) * window_ns
             assert any(low < s.start_time_unix_nano <= high for s in selects), \
                 f"{op}: no select span in window {w} after the commitment"
-        interval = [s for s in selects
-                    if s.attributes["adaptive.sampling.reason"] == "interval"]
-        assert interval and all(s.attributes["adaptive.sampling.weight"] >= 1.0
-                                for s in interval)
+        # what keeps the key visible after its commitment: routine spans within their share of
+        # the span budget (sampled or slow), or an interval span where they leave a gap (the
+        # gate's unit tests drive that case) — each standing for the calls it was picked from
+        standing = [s for s in selects if s.start_time_unix_nano > start
+                    and s.attributes["adaptive.sampling.reason"] in ("interval", "sampled",
+                                                                     "slow")]
+        assert standing and all(s.attributes["adaptive.sampling.weight"] >= 1.0
+                                for s in standing)
