@@ -117,12 +117,13 @@ def test_no_installed_otlp_json_file_exporter_bounds_its_file() -> None:
 
 def test_no_otlp_json_encoding_is_installed() -> None:
     """telemetry/sdk/otlp_json.py: ``to_otlp_json`` encodes export requests as OTLP/JSON (hex
-    ids, camelCase keys, integer enums) over protobuf's JSON mapping."""
-    try:
-        import opentelemetry.exporter.otlp.json.common  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        return
-    raise AssertionError(
+    ids, camelCase keys, integer enums) over protobuf's JSON mapping, because no upstream
+    package installed here does."""
+    import importlib.util
+
+    found = importlib.util.find_spec("opentelemetry.exporter.otlp.json") is not None and \
+        importlib.util.find_spec("opentelemetry.exporter.otlp.json.common") is not None
+    assert not found, (
         "opentelemetry-exporter-otlp-json-common is installed: upstream has an OTLP/JSON "
         "encoding (open-telemetry/opentelemetry-python#3283). Replace to_otlp_json "
         "(telemetry/sdk/otlp_json.py) with it once its output matches the collector's.")
