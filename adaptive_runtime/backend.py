@@ -176,7 +176,7 @@ class Kind(str, enum.Enum):
 
 
 _MATRIX_NAMES = re.compile(r"mat|mm|gemm|conv|bmm|einsum|attention")
-_VECTOR_NAMES = re.compile(r"dot|add|scale|axpy|mul|sub|norm|sum|relu|gelu|softmax|exp")
+_VECTOR_NAMES = re.compile(r"dot|add|scale|axpy|mul|sub|norm|sum|relu|gelu|max|exp")
 
 
 def infer_kind(operation: str) -> Kind:

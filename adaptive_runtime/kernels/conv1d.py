@@ -65,7 +65,7 @@ from ._checks import conv1d_size
 from ._compile import prange, scalar_jit, simd_jit
 from ._gpu import gpu_arm, itemsize
 from ._jax_numpy import jax_libraries
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import torch_modules
 
 __all__ = ["CONV1D"]
@@ -302,6 +302,20 @@ def _public(runtime: Any) -> Any:
     return conv1d
 
 
+def _module_padding(m: Any) -> tuple[int]:
+    return (0 if isinstance(m.padding, str) else m.padding[0],)  # (str: "valid")
+
+
+def _why_not_module(m: Any) -> str | None:
+    if m.stride != (1,) or m.dilation != (1,) or m.groups != 1:
+        return f"stride={m.stride}, dilation={m.dilation}, groups={m.groups}"
+    if m.padding_mode != "zeros" or isinstance(m.padding, str):
+        if m.padding == "valid":
+            return None
+        return f"padding={m.padding!r}, padding_mode={m.padding_mode!r}"
+    return None
+
+
 CONV1D = OperationRecord(
     name=NAME, kind="matrix", size=conv1d_size(NAME),
     host=(HostArm(Backend.SCALAR, conv1d_scalar, kernel=(_conv1d_loop, _conv1d_batched_loop)),
@@ -309,5 +323,10 @@ CONV1D = OperationRecord(
     gpu=conv1d_gpu, aten=aten_conv1d, jnp=jnp_conv1d, jax_call=_jax_call, jax_static=(3,),
     gradients=_gradients,
     custom_op=CustomOp("(Tensor x, Tensor weight, Tensor? bias, int padding) -> Tensor",
-                       fake=_fake, gradients=_compiled_gradients, functional=_functional),
+                       fake=_fake, gradients=_compiled_gradients, functional=_functional,
+                       module=TorchModule(
+                           "Conv1d", weights=True, settings=_module_padding,
+                           why_not=_why_not_module, doc=(
+                               "``nn.Conv1d`` (stride 1, dilation 1, one group, zero padding) "
+                               "whose forward runs the adaptive :func:`conv1d`."))),
     autocast=True, public=_public)

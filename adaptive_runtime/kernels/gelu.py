@@ -58,7 +58,7 @@ from ._compile import prange, scalar_jit, simd_jit
 from ._gpu import gpu_arm, nbytes
 from ._jax_numpy import jax_libraries, upcast
 from ._loops import apply_flat, flat_pair
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import numpy_through_torch, torch_modules
 
 __all__ = ["GELU", "GELU_BACKWARD"]
@@ -146,6 +146,10 @@ GELU_BACKWARD = OperationRecord(
     aten=aten_gelu_backward, jnp=jnp_gelu_backward,
     custom_op=CustomOp("(Tensor g, Tensor x) -> Tensor"))
 
+def _why_not_module(m: Any) -> str | None:
+    return None if m.approximate == "none" else f"approximate={m.approximate!r}"
+
+
 GELU = OperationRecord(
     name=NAME, kind="elementwise", size=array_size(NAME),
     host=(HostArm(Backend.SCALAR, host_arm(_gelu_scalar), kernel=_gelu_loop),
@@ -161,6 +165,9 @@ GELU = OperationRecord(
     aten=aten_gelu, aten_builtin=lambda torch: torch.nn.functional.gelu, jnp=jnp_gelu,
     jax_one_array=True, gradients=_gradients, backward=GELU_BACKWARD,
     custom_op=CustomOp("(Tensor x) -> Tensor",
-                       doc="Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``."),
+                       doc="Exact (erf) GELU, as ``torch.nn.functional.gelu(x)``.",
+                       module=TorchModule("GELU", why_not=_why_not_module, doc=(
+                           "``nn.GELU()`` (exact) whose forward runs the adaptive "
+                           ":func:`gelu`."))),
     autocast=True, arity=1,
     doc="Elementwise exact (erf) GELU, like torch's default, on the default runtime.")

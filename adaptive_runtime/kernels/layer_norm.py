@@ -58,7 +58,7 @@ from ._checks import layer_norm_size, same_shape_size
 from ._compile import prange, scalar_jit, simd_jit
 from ._gpu import gpu_arm, nbytes
 from ._jax_numpy import jax_libraries, upcast
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import torch_modules
 
 __all__ = ["EPS", "LAYER_NORM", "LAYER_NORM_BACKWARD", "NO_ARRAY", "row_moments"]
@@ -359,6 +359,12 @@ LAYER_NORM_BACKWARD = OperationRecord(
     custom_op=CustomOp("(Tensor g, Tensor x, Tensor? weight, float eps) "
                        "-> (Tensor, Tensor, Tensor)", fake=_backward_fake, call=_backward_op))
 
+def _why_not_module(m: Any) -> str | None:
+    if len(m.normalized_shape) != 1:
+        return f"normalized_shape={tuple(m.normalized_shape)} (only the last axis)"
+    return None
+
+
 LAYER_NORM = OperationRecord(
     name=NAME, kind="vector", size=layer_norm_size(NAME),
     host=(HostArm(Backend.SCALAR, layer_norm_scalar, kernel=_layer_norm_rows),
@@ -367,5 +373,10 @@ LAYER_NORM = OperationRecord(
     gpu=layer_norm_gpu, aten=aten_layer_norm, jnp=jnp_layer_norm, jax_call=_jax_call,
     gradients=_gradients, backward=LAYER_NORM_BACKWARD,
     custom_op=CustomOp("(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor",
-                       gradients=_compiled_gradients, functional=_functional),
+                       gradients=_compiled_gradients, functional=_functional,
+                       module=TorchModule(
+                           "LayerNorm", weights=True, settings=lambda m: (float(m.eps),),
+                           why_not=_why_not_module, doc=(
+                               "``nn.LayerNorm`` over the last axis whose forward runs the "
+                               "adaptive :func:`layer_norm`."))),
     autocast=True, public=_public)

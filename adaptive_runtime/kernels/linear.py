@@ -30,7 +30,7 @@ from ._compile import scalar_jit
 from ._gpu import gpu_arm, itemsize
 from ._jax_numpy import jax_libraries
 from .layer_norm import NO_ARRAY
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import torch_modules
 
 __all__ = ["LINEAR"]
@@ -149,5 +149,7 @@ LINEAR = OperationRecord(
     gpu=linear_gpu, aten=aten_linear, aten_builtin=lambda torch: torch.nn.functional.linear,
     jnp=jnp_linear, jax_call=_jax_call, gradients=_gradients_with(False),
     custom_op=CustomOp("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", fake=_fake,
-                       gradients=_gradients_with(True), functional=_functional),
+                       gradients=_gradients_with(True), functional=_functional,
+                       module=TorchModule("Linear", weights=True, doc=(
+                           "``nn.Linear`` whose forward runs the adaptive :func:`linear`."))),
     autocast=True, public=_public)

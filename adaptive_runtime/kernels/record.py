@@ -31,8 +31,8 @@ from ._gpu import add_gpu_arm, inputs_on_device
 if TYPE_CHECKING:
     from ..operations import Registrar
 
-__all__ = ["CustomOp", "Gradients", "HostArm", "OperationRecord", "Run", "host_arm",
-           "register_host", "with_backward"]
+__all__ = ["CustomOp", "Gradients", "HostArm", "OperationRecord", "Run", "TorchModule",
+           "host_arm", "register_host", "with_backward"]
 
 # run(name, *args): an adaptive operation's call (eager: the runtime's; compiled: a custom op)
 Run = Callable[..., Any]
@@ -61,6 +61,27 @@ class HostArm:
 
 
 @dataclass(frozen=True)
+class TorchModule:
+    """The ``torch.nn`` module class (``name``: its name in ``torch.nn``) that
+    ``adaptive_runtime.torch.adapt()`` swaps for ``Adaptive<name>``, a subclass whose forward
+    runs the operation; ``doc`` is that subclass's docstring.
+
+    The forward's arguments: the input; the module's ``weight`` and ``bias`` where ``weights``;
+    then ``settings(module)`` (``layer_norm``: its ``eps``). ``why_not(module)``: why a module
+    of the class cannot be swapped (a configuration the operation does not compute), ``None``
+    where it can. ``reroute(module, x)``: where one call is not the operation as it stands, the
+    functional form's further arguments for it (an axis other than the last: its ``dim``), else
+    ``None``."""
+
+    name: str
+    doc: str
+    weights: bool = False
+    settings: Callable[[Any], tuple[Any, ...]] | None = None
+    why_not: Callable[[Any], str | None] | None = None
+    reroute: Callable[[Any, Any], tuple[Any, ...] | None] | None = None
+
+
+@dataclass(frozen=True)
 class CustomOp:
     """The ``torch.library`` custom operator ``torch.ops.adaptive_runtime.<name>`` (the
     operation's name with ``.`` as ``_``) that ``torch.compile`` keeps in its graphs.
@@ -75,7 +96,7 @@ class CustomOp:
     (``art.<name>(..., runtime=None)``): ``functional(call)`` where it takes more than its
     arrays (``call(runtime, name, args)``: autocast, then the runtime or, while
     ``torch.compile`` traces, the operator), else one of one or two tensors; ``doc`` its
-    docstring."""
+    docstring. ``module``: the ``torch.nn`` module ``adapt()`` swaps for one running it."""
 
     schema: str
     fake: Callable[..., Any] | None = None
@@ -83,6 +104,7 @@ class CustomOp:
     call: Callable[..., Any] | None = None
     doc: str = ""
     functional: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    module: TorchModule | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from ._compile import prange, scalar_jit, simd_jit
 from ._gpu import gpu_arm, nbytes
 from ._jax_numpy import jax_libraries
 from ._loops import apply_flat, flat_pair
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import torch_modules
 
 __all__ = ["RELU", "RELU_BACKWARD"]
@@ -139,6 +139,10 @@ RELU = OperationRecord(
     aten=aten_relu, aten_builtin=lambda torch: torch.relu, jnp=jnp_relu, jax_one_array=True,
     gradients=_gradients, backward=RELU_BACKWARD,
     custom_op=CustomOp("(Tensor x) -> Tensor",
-                       doc="``max(x, 0)`` elementwise (never in place)."),
+                       doc="``max(x, 0)`` elementwise (never in place).",
+                       module=TorchModule("ReLU", doc=(
+                           "``nn.ReLU`` whose forward runs the adaptive :func:`relu` (out of "
+                           "place, even when the module says ``inplace``: the result is the "
+                           "same tensor values)."))),
     autocast=True, arity=1,
     doc="Elementwise ``max(x, 0)``, on the arm the default runtime picks.")

@@ -64,7 +64,7 @@ from ._checks import array_size, same_shape_size
 from ._compile import scalar_jit
 from ._gpu import gpu_arm, nbytes
 from ._jax_numpy import jax_libraries, upcast
-from .record import CustomOp, HostArm, OperationRecord, Run
+from .record import CustomOp, HostArm, OperationRecord, Run, TorchModule
 from .torch_arms import numpy_through_torch, torch_modules
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD"]
@@ -199,6 +199,10 @@ SOFTMAX = OperationRecord(
           HostArm(Backend.SIMD, softmax_simd, when="no torch")),
     gpu=softmax_gpu, aten=aten_softmax, jnp=jnp_softmax, jax_one_array=True,
     gradients=_gradients, backward_needs="output", backward=SOFTMAX_BACKWARD,
-    custom_op=CustomOp("(Tensor x) -> Tensor", functional=_functional), autocast=True, arity=1,
+    custom_op=CustomOp("(Tensor x) -> Tensor", functional=_functional, module=TorchModule(
+        "Softmax", why_not=lambda m: "dim=None (implicit)" if m.dim is None else None,
+        reroute=lambda m, x: None if m.dim in (-1, x.ndim - 1) else (m.dim,),
+        doc="``nn.Softmax(dim)`` whose forward runs the adaptive :func:`softmax`.")),
+    autocast=True, arity=1,
     doc="Softmax over the last axis (max subtracted first), on the arm the default runtime "
         "picks.")

@@ -2,13 +2,13 @@
 
 ``import adaptive_runtime.torch as art`` (imported only when used: it imports torch).
 
-- Functional ops for ``nn.Module.forward``: :func:`linear`, :func:`matmul`, :func:`add`,
-  :func:`relu`, :func:`gelu`, :func:`softmax`, :func:`layer_norm`, :func:`conv1d`. Each runs on
-  the arm the runtime picks among ATen (the call you would write anyway), numba and the GPU,
-  with autograd intact (see ``kernels/torch_arms``): a tensor that requires grad gets a
-  correct backward, itself run by adaptive operations.
-- :func:`adapt` swaps supported modules of a model in place for adaptive ones: ``nn.Linear``,
-  ``nn.GELU``, ``nn.ReLU``, ``nn.Softmax``, ``nn.LayerNorm``, ``nn.Conv1d``, and other
+- Functional ops for ``nn.Module.forward``: one per built-in operation (``art.linear``,
+  ``art.matmul``, ...; the names in ``__all__``), made from the operation's record
+  (``kernels/<op>.py``). Each runs on the arm the runtime picks among ATen (the call you
+  would write anyway), numba and the GPU, with autograd intact (see ``kernels/torch_arms``): a
+  tensor that requires grad gets a correct backward, itself run by adaptive operations.
+- :func:`adapt` swaps supported modules of a model in place for adaptive ones (the
+  ``torch.nn`` classes the records name, ``nn.Linear``, ``nn.GELU``, ...), and other
   libraries' modules whose ``forward`` is exactly one of the runtime's operations (Hugging
   Face's ``GELUActivation``: see ``torch._foreign``). A swapped module keeps its parameters,
   buffers, hooks and ``state_dict`` (only its class changes, to a subclass whose ``forward``
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..kernels import RECORDS, OperationRecord
+from ..kernels.record import TorchModule
 from ..runtime import AdaptiveRuntime, CallSite, get_runtime
 
 # (imported for its side effect: it registers the torch.ops.adaptive_runtime.* custom
@@ -38,8 +39,7 @@ from . import _compile  # noqa: F401
 from ._autocast import autocast_on, cast_like_autocast
 from ._foreign import adaptable_as, adapted_name, base_class
 
-__all__ = ["AdaptiveConv1d", "AdaptiveGELU", "AdaptiveLayerNorm", "AdaptiveLinear",
-           "AdaptiveReLU", "AdaptiveSoftmax", "adapt"]
+__all__ = ["adapt"]  # (and, below, the functional forms and adaptive classes of the records)
 
 _log = logging.getLogger(__name__)
 _Tensor = torch.Tensor
@@ -140,106 +140,67 @@ class _Adaptive:
     _adaptive_runtime: AdaptiveRuntime | None = None
     _adaptive_site: CallSite | None = None
 
-
-class AdaptiveLinear(_Adaptive, nn.Linear):
-    """``nn.Linear`` whose forward runs the adaptive :func:`linear`."""
-
-    def forward(self, input: _Tensor) -> _Tensor:
-        if _is_compiling():
-            return _call(None, "linear", (input, self.weight, self.bias))
-        weight, bias = _weight_and_bias(self)
-        return _run(self, "linear", (input, weight, bias), (weight, bias))
+    def __getstate__(self) -> dict[str, Any]:
+        # (the call site is a cache of this process's runtime, made again on the first call:
+        # a pickled or deep-copied module leaves it behind)
+        state = dict(super().__getstate__())  # type: ignore[misc]
+        state.pop("_adaptive_site", None)
+        return state
 
 
-class AdaptiveGELU(_Adaptive, nn.GELU):
-    """``nn.GELU()`` (exact) whose forward runs the adaptive :func:`gelu`."""
+def _module_forward(record: OperationRecord, spec: TorchModule) -> Callable[..., Any]:
+    """The forward of ``Adaptive<spec.name>``: the operation's call through the module's call
+    site (under ``torch.compile``: its custom operator); one of three shapes, picked here
+    rather than per call."""
+    operation, settings = record.name, spec.settings or (lambda _m: ())
+    reroute = spec.reroute
+    if reroute is not None:
+        functional = _FUNCTIONAL[operation]
 
-    def forward(self, input: _Tensor) -> _Tensor:
-        if _is_compiling():
-            return _call(None, "gelu", (input,))
-        return _run(self, "gelu", (input,))
-
-
-class AdaptiveReLU(_Adaptive, nn.ReLU):
-    """``nn.ReLU`` whose forward runs the adaptive :func:`relu` (out of place, even when the
-    module says ``inplace``: the result is the same tensor values)."""
-
-    def forward(self, input: _Tensor) -> _Tensor:
-        if _is_compiling():
-            return _call(None, "relu", (input,))
-        return _run(self, "relu", (input,))
-
-
-class AdaptiveSoftmax(_Adaptive, nn.Softmax):
-    """``nn.Softmax(dim)`` whose forward runs the adaptive :func:`softmax`."""
-
-    def forward(self, input: _Tensor) -> _Tensor:
-        dim = self.dim
-        if dim in (-1, input.ndim - 1) and not _is_compiling():
-            return _run(self, "softmax", (input,))
-        return _FUNCTIONAL["softmax"](input, dim, runtime=self._adaptive_runtime)
-
-
-class AdaptiveLayerNorm(_Adaptive, nn.LayerNorm):
-    """``nn.LayerNorm`` over the last axis whose forward runs the adaptive
-    :func:`layer_norm`."""
-
-    def forward(self, input: _Tensor) -> _Tensor:
-        if _is_compiling():
-            return _call(None, "layer_norm", (input, self.weight, self.bias, float(self.eps)))
-        weight, bias = _weight_and_bias(self)
-        return _run(self, "layer_norm", (input, weight, bias, float(self.eps)), (weight, bias))
+        def forward(self: Any, input: _Tensor) -> _Tensor:
+            further = reroute(self, input)
+            if further is not None or _is_compiling():
+                return functional(input, *(further or ()), runtime=self._adaptive_runtime)
+            return _run(self, operation, (input, *settings(self)))
+    elif spec.weights:
+        def forward(self: Any, input: _Tensor) -> _Tensor:
+            if _is_compiling():
+                return _call(None, operation, (input, self.weight, self.bias, *settings(self)))
+            weight, bias = _weight_and_bias(self)
+            return _run(self, operation, (input, weight, bias, *settings(self)), (weight, bias))
+    else:
+        def forward(self: Any, input: _Tensor) -> _Tensor:
+            if _is_compiling():
+                return _call(None, operation, (input, *settings(self)))
+            return _run(self, operation, (input, *settings(self)))
+    return forward
 
 
-class AdaptiveConv1d(_Adaptive, nn.Conv1d):
-    """``nn.Conv1d`` (stride 1, dilation 1, one group, zero padding) whose forward runs the
-    adaptive :func:`conv1d`."""
-
-    def forward(self, input: _Tensor) -> _Tensor:
-        padding = 0 if isinstance(self.padding, str) else self.padding[0]  # ("valid")
-        if _is_compiling():
-            return _call(None, "conv1d", (input, self.weight, self.bias, padding))
-        weight, bias = _weight_and_bias(self)
-        return _run(self, "conv1d", (input, weight, bias, padding), (weight, bias))
+def _adaptive_module(record: OperationRecord, spec: TorchModule) -> type[nn.Module]:
+    """``Adaptive<spec.name>``: the ``torch.nn`` class ``adapt()`` swaps, with the record's
+    forward (kept in this module's namespace, so an adapted model pickles by reference)."""
+    name = "Adaptive" + spec.name
+    made: type[nn.Module] = type(name, (_Adaptive, getattr(nn, spec.name)), {
+        "forward": _module_forward(record, spec), "__module__": __name__,
+        "__qualname__": name, "__doc__": spec.doc})
+    return made
 
 
-def _why_not_gelu(m: nn.GELU) -> str | None:
-    return None if m.approximate == "none" else f"approximate={m.approximate!r}"
+def _not_swapped(spec: TorchModule) -> Callable[[Any], str | None]:
+    return spec.why_not or (lambda _m: None)
 
 
-def _why_not_softmax(m: nn.Softmax) -> str | None:
-    return "dim=None (implicit)" if m.dim is None else None
-
-
-def _why_not_layer_norm(m: nn.LayerNorm) -> str | None:
-    if len(m.normalized_shape) != 1:
-        return f"normalized_shape={tuple(m.normalized_shape)} (only the last axis)"
-    return None
-
-
-def _why_not_conv1d(m: nn.Conv1d) -> str | None:
-    if m.stride != (1,) or m.dilation != (1,) or m.groups != 1:
-        return f"stride={m.stride}, dilation={m.dilation}, groups={m.groups}"
-    if m.padding_mode != "zeros" or isinstance(m.padding, str):
-        if m.padding == "valid":
-            return None
-        return f"padding={m.padding!r}, padding_mode={m.padding_mode!r}"
-    return None
-
-
-# module class -> (adaptive class, why a module of it cannot be swapped, or None)
-_SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None]]] = {
-    nn.Linear: (AdaptiveLinear, lambda _m: None),
-    nn.GELU: (AdaptiveGELU, _why_not_gelu),
-    nn.ReLU: (AdaptiveReLU, lambda _m: None),
-    nn.Softmax: (AdaptiveSoftmax, _why_not_softmax),
-    nn.LayerNorm: (AdaptiveLayerNorm, _why_not_layer_norm),
-    nn.Conv1d: (AdaptiveConv1d, _why_not_conv1d),
-}
-
-
-# the forward of an adapted module of another library's class, by the operation it computes
-_FORWARDS: dict[str, Callable[..., Any]] = {"gelu": AdaptiveGELU.forward}
+# module class -> (adaptive class, why a module of it cannot be swapped, or None), and the
+# forward of an adapted module of another library's class, by the operation it computes
+_SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None]]] = {}
+_FORWARDS: dict[str, Callable[..., Any]] = {}
+for _record in RECORDS:
+    _spec = _record.custom_op.module if _record.custom_op is not None else None
+    if _spec is not None:
+        _class = globals()[f"Adaptive{_spec.name}"] = _adaptive_module(_record, _spec)
+        _SWAPS[_class.__bases__[-1]] = (_class, _not_swapped(_spec))
+        _FORWARDS[_record.name] = _class.forward
+__all__ = sorted([*__all__, *(adaptive.__name__ for adaptive, _ in _SWAPS.values())])
 
 
 def _adapted_class(base: type[nn.Module], operation: str) -> type[nn.Module]:
@@ -287,10 +248,10 @@ def adapt(model: nn.Module, *, runtime: AdaptiveRuntime | None = None) -> nn.Mod
     return it. They run on ``runtime`` (default: the process default, ``ar.get_runtime()``;
     under ``torch.compile`` always the default).
 
-    Supported: ``nn.Linear``, ``nn.GELU`` (exact), ``nn.ReLU``, ``nn.Softmax`` (an explicit
-    ``dim``), ``nn.LayerNorm`` (over the last axis), ``nn.Conv1d`` (stride 1, dilation 1, one
-    group, zero padding); and another library's module whose ``forward`` is exactly one of
-    the runtime's operations, a call of torch's own function for it: Hugging Face's
+    Supported: the ``torch.nn`` classes below (each ``Adaptive<class>``'s docstring says
+    which configurations it runs; the others are left as they are); and another library's
+    module whose ``forward`` is exactly one of the runtime's operations, a call of torch's
+    own function for it: Hugging Face's
     ``GELUActivation`` (torch's exact GELU; not its tanh approximations, ``gelu_new`` and the
     like, which the runtime has no operation for). Only exactly these classes are swapped (a
     subclass may override ``forward``). One INFO line (logger ``adaptive_runtime.torch``)
@@ -299,6 +260,8 @@ def adapt(model: nn.Module, *, runtime: AdaptiveRuntime | None = None) -> nn.Mod
     ``Embedding``, ...), counting modules with no children (containers are not left out).
     Parameters, buffers, hooks and ``state_dict`` stay as they were: the module's class
     becomes a subclass whose ``forward`` is adaptive, so ``isinstance`` checks still hold.
+
+    Classes swapped: SWAPPED.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"adapt() takes a torch.nn.Module, got {type(model).__name__}")
@@ -323,3 +286,7 @@ def adapt(model: nn.Module, *, runtime: AdaptiveRuntime | None = None) -> nn.Mod
               "; ".join(f"{kind} {n} ({why})" for (kind, why), n in left.most_common())
               or "nothing")
     return model
+
+
+adapt.__doc__ = (adapt.__doc__ or "").replace("SWAPPED", ", ".join(
+    f"``nn.{base.__name__}``" for base in _SWAPS))

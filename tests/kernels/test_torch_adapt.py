@@ -159,3 +159,41 @@ def test_a_backward_pass_that_outlives_its_runtime_runs_on_the_default_one() -> 
     after = sum(n for key, n in ar.get_runtime().selection_counts().items()
                 if key.operation.startswith("relu.backward"))
     assert after == before + 1
+
+
+def test_an_adapted_model_that_has_run_pickles_and_deep_copies() -> None:
+    """``torch.save(model)`` and ``copy.deepcopy`` (an EMA copy) after training steps: the
+    call site each adapted module keeps (a cache of this process's runtime) is left behind and
+    made again on the copy's first call."""
+    import io
+    import pickle
+
+    model = art.adapt(_model())
+    x = _x()
+    expected = model(x)
+    expected.sum().backward()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model),
+                   torch.load(buffer, weights_only=False)):
+        assert [type(m).__name__ for m in copied] == [type(m).__name__ for m in model]
+        assert copied[3]._adaptive_site is None
+        torch.testing.assert_close(copied(x), expected)
+        assert copied[3]._adaptive_site is not None
+
+
+def test_each_record_that_names_a_torch_module_gets_its_adaptive_class() -> None:
+    """The adaptive classes are made from the records (``CustomOp.module``): one per record
+    naming a ``torch.nn`` class, a subclass of it that ``adapt`` swaps in."""
+    from adaptive_runtime.kernels import RECORDS
+
+    named = {r.custom_op.module.name: r.name for r in RECORDS
+             if r.custom_op is not None and r.custom_op.module is not None}
+    assert {"Linear", "GELU", "ReLU", "Softmax", "LayerNorm", "Conv1d"} <= set(named)
+    for torch_name in named:
+        adaptive = getattr(art, "Adaptive" + torch_name)
+        assert adaptive.__bases__[-1] is getattr(nn, torch_name)
+        assert adaptive.__module__ == "adaptive_runtime.torch"
+        assert "Adaptive" + torch_name in art.__all__
+        assert f"``nn.{torch_name}``" in art.adapt.__doc__
