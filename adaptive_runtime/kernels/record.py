@@ -66,12 +66,12 @@ class TorchModule:
     ``adaptive_runtime.torch.adapt()`` swaps for ``Adaptive<name>``, a subclass whose forward
     runs the operation; ``doc`` is that subclass's docstring.
 
-    The forward's arguments: the input; the module's ``weight`` and ``bias`` where ``weights``;
-    then ``settings(module)`` (``layer_norm``: its ``eps``). ``why_not(module)``: why a module
-    of the class cannot be swapped (a configuration the operation does not compute), ``None``
-    where it can. ``reroute(module, x)``: where one call is not the operation as it stands, the
-    functional form's further arguments for it (an axis other than the last: its ``dim``), else
-    ``None``."""
+    The forward's arguments: the input; where ``weights``, the module's ``weight`` and
+    ``bias``, then ``settings(module)`` (``layer_norm``: its ``eps``; only with ``weights``).
+    ``why_not(module)``: why a module of the class cannot be swapped (a configuration the
+    operation does not compute), ``None`` where it can. ``reroute(module, x)``: where one call
+    is not the operation as it stands, the functional form's further arguments for it (an axis
+    other than the last: its ``dim``), else ``None``."""
 
     name: str
     doc: str

@@ -150,10 +150,9 @@ class _Adaptive:
 
 def _module_forward(record: OperationRecord, spec: TorchModule) -> Callable[..., Any]:
     """The forward of ``Adaptive<spec.name>``: the operation's call through the module's call
-    site (under ``torch.compile``: its custom operator); one of three shapes, picked here
-    rather than per call."""
-    operation, settings = record.name, spec.settings or (lambda _m: ())
-    reroute = spec.reroute
+    site (under ``torch.compile``: its custom operator). Its shape is picked here, once, so
+    that a call does only what its module needs (as a forward written by hand would)."""
+    operation, settings, reroute = record.name, spec.settings, spec.reroute
     if reroute is not None:
         functional = _FUNCTIONAL[operation]
 
@@ -161,18 +160,24 @@ def _module_forward(record: OperationRecord, spec: TorchModule) -> Callable[...,
             further = reroute(self, input)
             if further is not None or _is_compiling():
                 return functional(input, *(further or ()), runtime=self._adaptive_runtime)
-            return _run(self, operation, (input, *settings(self)))
-    elif spec.weights:
+            return _run(self, operation, (input,))
+    elif settings is not None:
         def forward(self: Any, input: _Tensor) -> _Tensor:
             if _is_compiling():
                 return _call(None, operation, (input, self.weight, self.bias, *settings(self)))
             weight, bias = _weight_and_bias(self)
             return _run(self, operation, (input, weight, bias, *settings(self)), (weight, bias))
+    elif spec.weights:
+        def forward(self: Any, input: _Tensor) -> _Tensor:
+            if _is_compiling():
+                return _call(None, operation, (input, self.weight, self.bias))
+            weight, bias = _weight_and_bias(self)
+            return _run(self, operation, (input, weight, bias), (weight, bias))
     else:
         def forward(self: Any, input: _Tensor) -> _Tensor:
             if _is_compiling():
-                return _call(None, operation, (input, *settings(self)))
-            return _run(self, operation, (input, *settings(self)))
+                return _call(None, operation, (input,))
+            return _run(self, operation, (input,))
     return forward
 
 
@@ -186,20 +191,15 @@ def _adaptive_module(record: OperationRecord, spec: TorchModule) -> type[nn.Modu
     return made
 
 
-def _not_swapped(spec: TorchModule) -> Callable[[Any], str | None]:
-    return spec.why_not or (lambda _m: None)
-
-
 # module class -> (adaptive class, why a module of it cannot be swapped, or None), and the
 # forward of an adapted module of another library's class, by the operation it computes
-_SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None]]] = {}
+_SWAPS: dict[type[nn.Module], tuple[type[nn.Module], Callable[[Any], str | None] | None]] = {}
 _FORWARDS: dict[str, Callable[..., Any]] = {}
-for _record in RECORDS:
-    _spec = _record.custom_op.module if _record.custom_op is not None else None
+for _spec, _record in ((r.custom_op.module, r) for r in RECORDS if r.custom_op is not None):
     if _spec is not None:
-        _class = globals()[f"Adaptive{_spec.name}"] = _adaptive_module(_record, _spec)
-        _SWAPS[_class.__bases__[-1]] = (_class, _not_swapped(_spec))
-        _FORWARDS[_record.name] = _class.forward
+        _made = globals()[f"Adaptive{_spec.name}"] = _adaptive_module(_record, _spec)
+        _SWAPS[_made.__bases__[-1]] = (_made, _spec.why_not)
+        _FORWARDS[_record.name] = _made.forward
 __all__ = sorted([*__all__, *(adaptive.__name__ for adaptive, _ in _SWAPS.values())])
 
 
@@ -235,7 +235,7 @@ def _swap_for(module: nn.Module) -> tuple[type[nn.Module] | None, str | None]:
     swap = _SWAPS.get(type(module))
     if swap is not None:
         adaptive, why_not = swap
-        reason = why_not(module)
+        reason = why_not(module) if why_not is not None else None
         return (adaptive, None) if reason is None else (None, reason)
     operation, reason = adaptable_as(module)
     if operation is None:
