@@ -8,8 +8,9 @@
 #
 # Set-up: a virtualenv in .venv (python3 -m venv), torch pinned *first* to the exact CPU build
 # that lies on local disk (a looser requirement would pull a multi-GB CUDA build), then the
-# package, editable, with its torch, jax and test extras. A stamp named after the hash of
-# pyproject.toml and the torch pin makes reruns instant and reinstalls when either changes.
+# package, editable, with its torch, jax and test extras, in the same pip command as its SDK side
+# (sdk/, the sibling distribution the otlp extra requires). A stamp named after the hash of both
+# pyproject.toml files and the torch pin makes reruns instant and reinstalls when one changes.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -26,12 +27,12 @@ EXTRAS := torch,jax,otlp,examples,report,lightning,transformers,test
 # validate docker-compose.yml: no Docker engine is needed for `config`); installed once, as root.
 APT_PACKAGES := prometheus docker-compose
 
-INSTALL_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-12)-torch$(TORCH_VERSION)
+INSTALL_HASH := $(shell cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -c1-12)-torch$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(INSTALL_HASH)
 
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
-LINT_PATHS := adaptive_runtime tests benchmarks tools $(wildcard examples)
+LINT_PATHS := adaptive_runtime sdk tests benchmarks tools $(wildcard examples)
 BENCHMARKS := $(filter-out benchmarks/_%,$(wildcard benchmarks/*.py))
 
 .PHONY: help venv deps-apt demo test reliability bench lint clean distclean gpu-check gpu-wheels
@@ -64,7 +65,7 @@ $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(PIP_QUIET) --upgrade pip
 	$(PIP) install $(PIP_QUIET) torch==$(TORCH_VERSION)
-	$(PIP) install $(PIP_QUIET) -e '.[$(EXTRAS)]'
+	$(PIP) install $(PIP_QUIET) -e ./sdk -e '.[$(EXTRAS)]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -92,7 +93,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
-	$(PY) tools/check_sizes.py adaptive_runtime
+	$(PY) tools/check_sizes.py adaptive_runtime sdk/adaptive_runtime_sdk
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
@@ -111,7 +112,7 @@ gpu-check:
 	@if compgen -G '$(GPU_WHEELS)/*.whl' >/dev/null; then \
 		$(PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 			--upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl; fi
-	PYTHONPATH=$(GPU_SITE):$(CURDIR) $(PYTHON) benchmarks/gpu_check.py
+	PYTHONPATH=$(GPU_SITE):$(CURDIR):$(CURDIR)/sdk $(PYTHON) benchmarks/gpu_check.py
 
 # The versions this venv runs, as wheels: OpenTelemetry and its protobufs (pure Python), and
 # protobuf itself, built for the GPU machine's CPython 3.12 on x86-64 (the one there may be

@@ -67,7 +67,7 @@ _moved.install()
 # tables, the replay): not imported with the package, so that `import adaptive_runtime` stays
 # cheap, but reachable as attributes the way users write them (`ar.torch.adapt(model)`),
 # imported on first access (PEP 562); and the old paths of moved ones (a DeprecationWarning).
-_LAZY_SUBMODULES = frozenset({"offline", "torch", *_moved.MOVED})
+_LAZY_SUBMODULES = frozenset({"offline", "torch", *(old for old in _moved.MOVED if "." not in old)})
 
 
 def __getattr__(name: str) -> ModuleType:

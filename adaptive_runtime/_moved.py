@@ -1,7 +1,8 @@
 """Import paths that moved after 0.1.0, kept working for one release with a ``DeprecationWarning``.
 
-The framework callbacks moved into the training wing and the after-the-fact tools into the
-offline wing (docs/architecture.md draws the wings). A program written against 0.1.0 —
+The framework callbacks moved into the training wing, the after-the-fact tools into the
+offline wing (docs/architecture.md draws the wings) and telemetry's SDK side into a sibling
+distribution, ``adaptive_runtime_sdk``. A program written against 0.1.0 —
 ``from adaptive_runtime.lightning import AdaptiveRuntimeCallback``, ``ar.report`` — still runs:
 a finder at the front of ``sys.meta_path`` answers an old path (or a submodule below it) with
 the module at its new path, the same object, so ``isinstance`` checks and module state are
@@ -23,12 +24,13 @@ __all__ = ["MOVED", "install"]
 
 _PACKAGE = __name__.rpartition(".")[0]
 
-# old path below the package -> new path below the package
+# old path below the package -> the module's full name now
 MOVED = {
-    "lightning": "training.lightning",
-    "transformers": "training.transformers",
-    "report": "offline.report",
-    "replay": "offline.replay",
+    "lightning": f"{_PACKAGE}.training.lightning",
+    "transformers": f"{_PACKAGE}.training.transformers",
+    "report": f"{_PACKAGE}.offline.report",
+    "replay": f"{_PACKAGE}.offline.replay",
+    "telemetry.sdk": "adaptive_runtime_sdk",
 }
 
 _OLD_PREFIX = _PACKAGE + "."
@@ -38,11 +40,11 @@ def _new_name(fullname: str) -> str | None:
     """The module an old import path stands for now, or ``None`` for a path that did not move."""
     if not fullname.startswith(_OLD_PREFIX):
         return None
-    head, dot, rest = fullname[len(_OLD_PREFIX):].partition(".")
-    new = MOVED.get(head)
-    if new is None:
-        return None
-    return f"{_PACKAGE}.{new}{dot}{rest}"
+    below = fullname[len(_OLD_PREFIX):]
+    for old, new in MOVED.items():
+        if below == old or below.startswith(old + "."):
+            return new + below[len(old):]
+    return None
 
 
 def _import_site_stacklevel() -> int:

@@ -7,7 +7,7 @@ import Parts``): a package split by phase keeps its phases in private modules wi
 pluggy's way. Run by ``make lint``; prints each offender as ``path:line: what`` and exits 1, or
 prints nothing and exits 0.
 
-Usage: ``python tools/check_sizes.py [PACKAGE_DIR]`` (default: ``adaptive_runtime``).
+Usage: ``python tools/check_sizes.py [PACKAGE_DIR ...]`` (default: ``adaptive_runtime``).
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def _imported_module(path: Path, root: Path, node: ast.ImportFrom) -> list[str] 
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1] if len(argv) > 1 else "adaptive_runtime")
-    found = [line for path in sorted(root.rglob("*.py")) for line in offences(path, root)]
+    roots = [Path(arg) for arg in argv[1:]] or [Path("adaptive_runtime")]
+    found = [line for root in roots for path in sorted(root.rglob("*.py"))
+             for line in offences(path, root)]
     for line in found:
         print(line)
     return 1 if found else 0

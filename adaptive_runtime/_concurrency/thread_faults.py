@@ -4,7 +4,7 @@ counted and logged once, and a thread that ended anyway is started again.
 The threads (by the name they are counted under, ``ar.telemetry.stats().thread_faults``):
 
 - ``spans``: a runtime's span worker (``telemetry.span_worker``), per batch and per record;
-- ``export``: ``configure()``'s span export worker (``telemetry.sdk.export``), per batch;
+- ``export``: ``configure()``'s span export worker (``adaptive_runtime_sdk.export``), per batch;
 - ``metrics``: the OpenTelemetry SDK's metric reader thread, where it runs our callbacks and
   our exporter wrapper (the thread is the SDK's; the work we put on it is guarded);
 - ``history``: a runtime's history saver (``runtime._history_file``), per save;

@@ -23,6 +23,7 @@ from ..offline.report import SPEEDUP_MIN_TIMINGS, decision_table, from_runtime, 
 from ..operations import DeviceProbe
 from ..runtime import AdaptiveRuntime
 from ..telemetry import telemetry_setup
+from ..telemetry.defaults import INSTALL_SDK_SIDE
 from .defaults import telemetry_folder
 from .progress import progress, status
 
@@ -108,7 +109,7 @@ def _telemetry_setup() -> Any:
     except MissingExtraError as exc:
         raise MissingExtraError(
             f"the demo exports its spans and metrics through the OpenTelemetry SDK, not "
-            f"installed here ({exc.name} is missing): pip install 'adaptive_runtime[otlp]', "
+            f"installed here ({exc.name} is missing): {INSTALL_SDK_SIDE}, "
             "or run it without telemetry: adaptive-runtime demo --no-telemetry",
             name=exc.name) from exc
 

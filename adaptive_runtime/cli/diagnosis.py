@@ -46,7 +46,12 @@ from ..history import LEGACY_HISTORY_FORMAT, fingerprint_differences, read_histo
 from ..history.fingerprint import hardware_fingerprint
 from ..telemetry.deadline import ENV_VAR as SHUTDOWN_TIMEOUT_VARIABLE
 from ..telemetry.deadline import resolve_shutdown_timeout
-from ..telemetry.defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
+from ..telemetry.defaults import (
+    DEFAULT_DIRECTORY,
+    DEFAULT_PROMETHEUS_HOST,
+    DEFAULT_PROMETHEUS_PORT,
+    INSTALL_SDK_SIDE,
+)
 from ..threads import POOLS
 
 __all__ = ["CPU_WHEEL_INDEX", "cuda_build_warning", "diagnose"]
@@ -130,8 +135,15 @@ def _gpus(libraries: Mapping[str, str | None]) -> tuple[list[dict[str, Any]], st
     return [], why
 
 
+def _configure_installed() -> bool:
+    """Whether ``ar.telemetry.configure()`` can run here: the OpenTelemetry SDK and the
+    ``adaptive_runtime_sdk`` distribution (both brought by the ``otlp`` extra)."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("opentelemetry.sdk", "adaptive_runtime_sdk"))
+
+
 def _telemetry(env: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    sdk = importlib.util.find_spec("opentelemetry.sdk") is not None
+    sdk = _configure_installed()
     out: dict[str, Any] = {"sdk_installed": sdk}
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         out.update(destination="none (OTEL_SDK_DISABLED=true)", reachable=None)
@@ -156,8 +168,8 @@ def _telemetry(env: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
         host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or DEFAULT_PROMETHEUS_HOST
         out["prometheus"] = {"host": host, "port": port, "free": _port_free(host, port)}
     if not sdk:
-        out["detail"] = ("the OpenTelemetry SDK is not installed: configure() needs "
-                         "pip install 'adaptive_runtime[otlp]'")
+        out["detail"] = ("the OpenTelemetry SDK side is not installed: configure() needs "
+                         + INSTALL_SDK_SIDE)
     return out
 
 
@@ -284,10 +296,10 @@ def _setting_error(name: str, raw: str, config: bool) -> str | None:
         elif name == SHUTDOWN_TIMEOUT_VARIABLE:
             resolve_shutdown_timeout(None, {name: raw})
         elif name == "ADAPTIVE_RUNTIME_PROMETHEUS_PORT" and raw.strip() \
-                and importlib.util.find_spec("opentelemetry.sdk") is not None:
+                and _configure_installed():
             # (configure()'s own reading; without the SDK configure() cannot run at all,
             # which the telemetry check reports)
-            from ..telemetry.sdk.configure import resolve_prometheus_port
+            from adaptive_runtime_sdk.configure import resolve_prometheus_port
 
             resolve_prometheus_port(None, {name: raw})
     except ConfigError as exc:

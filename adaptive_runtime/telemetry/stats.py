@@ -23,8 +23,9 @@ __all__ = ["TelemetryStats", "export_losses", "report_exports", "stats"]
 
 
 class ExportCounts(Protocol):
-    """What is read of configure()'s span processor (``sdk.export.BoundedSpanProcessor``;
-    typed by this Protocol so that this module imports nothing of the SDK side)."""
+    """What is read of configure()'s span processor
+    (``adaptive_runtime_sdk.export.BoundedSpanProcessor``; typed by this Protocol so that this
+    module imports nothing of the SDK side)."""
 
     def counts(self) -> dict[str, int]:
         """``received`` (of which ``received_runtime``), ``exported``, ``pending`` and the
@@ -32,7 +33,8 @@ class ExportCounts(Protocol):
 
 
 class MetricExportCounts(Protocol):
-    """What is read of configure()'s metric exporter (``sdk.exporters.GuardedMetricExporter``)."""
+    """What is read of configure()'s metric exporter
+    (``adaptive_runtime_sdk.exporters.GuardedMetricExporter``)."""
 
     def export_counts(self) -> tuple[int, int]:
         """``(attempted, failed)`` metric exports."""

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 from required import require_binary
 
-from adaptive_runtime.telemetry.sdk.prometheus import EXEMPLAR_TRACE_LABEL
+from adaptive_runtime_sdk.prometheus import EXEMPLAR_TRACE_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -69,7 +69,7 @@ def test_a_traces_only_endpoint_gets_one_line_about_metrics_then_silence(
     receiver = traces_only_receiver
     ran = run_script('''
         import time
-        from adaptive_runtime.telemetry.sdk import providers
+        from adaptive_runtime_sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
         exporter = providers.installed.metric_exporter
@@ -117,7 +117,7 @@ def test_a_traces_only_endpoint_does_not_silence_a_later_span_outage(
     receiver = traces_only_receiver
     ran = run_in_steps('''
         import time
-        from adaptive_runtime.telemetry.sdk import providers
+        from adaptive_runtime_sdk import providers
         tel = ar.telemetry.configure(metrics_interval_s=0.05)
         rt = make_runtime()
         exporter = providers.installed.metric_exporter

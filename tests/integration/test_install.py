@@ -69,12 +69,13 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
     assert used["sdk"] is False, "pip install . brought the OpenTelemetry SDK"
     assert "pip install 'adaptive_runtime[otlp]'" in used["error"]
     assert "pip install 'adaptive_runtime[torch]'" in used["torch_error"]
-    # the SDK and the exporters are requirements of the otlp extra only
+    # the SDK side (the sibling distribution that brings the SDK and the exporters) is a
+    # requirement of the otlp extra only, pinned to this release
     requires = used["requires"]
-    for name in ("opentelemetry-sdk", "opentelemetry-exporter-otlp",
-                 "opentelemetry-exporter-prometheus"):
-        found = [r for r in requires if r.startswith(name)]
-        assert found and all('extra == "otlp"' in r for r in found), (name, found)
+    assert not [r for r in requires if r.startswith(("opentelemetry-sdk",
+                                                      "opentelemetry-exporter"))], requires
+    assert [r for r in requires if r.startswith("adaptive_runtime_sdk")] == [
+        f'adaptive_runtime_sdk=={_version()}; extra == "otlp"']
     assert any(r.startswith("opentelemetry-api") and "extra" not in r for r in requires)
     # the demo, as README's pip path runs it: without the otlp extra it names the extra and
     # the flag that runs it without telemetry, and the flag works
@@ -90,43 +91,56 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
     assert "40 calls" in bare.stdout
 
 
+def _version() -> str:
+    from adaptive_runtime import __version__
+
+    return __version__
+
+
 def test_the_license_is_the_one_pyproject_declares() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
 
 
-def test_the_wheel_builds_with_setuptools_70(tmp_path: Path) -> None:
-    """pyproject.toml builds with every setuptools from 61 (the first to read the project table)
-    to today's, which the other tests here build with. 70 is the one a user met: it refused
-    the SPDX string ``license = "Apache-2.0"`` (setuptools reads one from 77 on), as did every
-    release before 77 that distributions still ship. Built as ``pip wheel
-    --no-build-isolation`` builds where 70 is installed: setuptools 70's own PEP 517 hook, in
-    an interpreter that sees no other setuptools (``-S``: no site-packages)."""
+def test_the_wheels_build_with_setuptools_70(tmp_path: Path) -> None:
+    """Both pyproject.toml files (the library's and its SDK side's, ``sdk/``) build with every
+    setuptools from 61 (the first to read the project table) to today's, which the other tests
+    here build with. 70 is the one a user met: it refused the SPDX string ``license =
+    "Apache-2.0"`` (setuptools reads one from 77 on), as did every release before 77 that
+    distributions still ship. Built as ``pip wheel --no-build-isolation`` builds where 70 is
+    installed: setuptools 70's own PEP 517 hook, in an interpreter that sees no other
+    setuptools (``-S``: no site-packages)."""
     setuptools_70 = tmp_path / "setuptools70"
     pin = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                           "--disable-pip-version-check", "--no-compile",
                           "--target", str(setuptools_70), "setuptools==70.*"],
                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
     assert pin.returncode == 0, pin.stderr[-3000:]
-    # (a copy of what the build reads: a build in the checkout would write its egg-info there)
-    source = tmp_path / "source"
-    shutil.copytree(ROOT / "adaptive_runtime", source / "adaptive_runtime",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
     hook = ("import sys; sys.path.insert(0, sys.argv[1]); import setuptools; "
             "assert setuptools.__version__.startswith('70.'), setuptools.__version__; "
             "from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[2]))")
-    build = subprocess.run([sys.executable, "-S", "-c", hook, str(setuptools_70),
-                            str(tmp_path / "dist")], cwd=source, capture_output=True, text=True,
-                           timeout=INSTALL_TIMEOUT_S, check=False)
-    assert build.returncode == 0, build.stderr[-3000:]
-    wheel = tmp_path / "dist" / build.stdout.strip().splitlines()[-1]
-    with zipfile.ZipFile(wheel) as archive:
-        [metadata] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        text = archive.read(metadata).decode()
-    assert "\nLicense: Apache-2.0\n" in text
+    for project, package in ((ROOT, "adaptive_runtime"), (ROOT / "sdk", "adaptive_runtime_sdk")):
+        # (a copy of what the build reads: a build in the checkout would write its egg-info
+        # there)
+        source = tmp_path / package
+        shutil.copytree(project / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            shutil.copy(project / name, source / name)
+        build = subprocess.run([sys.executable, "-S", "-c", hook, str(setuptools_70),
+                                str(tmp_path / "dist")], cwd=source, capture_output=True,
+                               text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+        assert build.returncode == 0, build.stderr[-3000:]
+        wheel = tmp_path / "dist" / build.stdout.strip().splitlines()[-1]
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+            text = archive.read(metadata).decode()
+        assert "\nLicense: Apache-2.0\n" in text, package
+        # each wheel holds its own package only
+        assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(
+            ".dist-info")} == {package}, names
 
 
 # What a user on another supported Python does: install with the otlp extra, train a few steps
@@ -160,12 +174,15 @@ def _interpreter(version: str) -> str | None:
 
 
 def _install_and_exit_flush(python: str, folder: Path) -> str | None:
-    """Install the package with its otlp extra into a fresh venv of ``python`` and run the
-    exit-flush script there; what went wrong, or None."""
+    """Install the package with its otlp extra into a fresh venv of ``python`` (its own pip,
+    as ``venv`` made it), as README says to from a checkout (``. ./sdk`` first: the extra's SDK
+    side, which pins the package), and run the exit-flush script there; what went wrong, or
+    None."""
     venv = folder / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                          "--disable-pip-version-check", f"{ROOT}[otlp]"],
+                          "--disable-pip-version-check", str(ROOT), str(ROOT / "sdk"),
+                          f"{ROOT}[otlp]"],
                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
     if pip.returncode != 0:
         return "pip install: " + pip.stderr[-3000:]

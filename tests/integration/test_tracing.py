@@ -51,8 +51,8 @@ import adaptive_runtime as ar
 from adaptive_runtime.keys import reference_size
 from adaptive_runtime.offline.report import decision_table, from_telemetry, make_console
 from adaptive_runtime.operations import DeviceProbe
-from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
 from adaptive_runtime.telemetry.spans import SpanRecorder
+from adaptive_runtime_sdk.otlp_json_file import OtlpJsonFileSpanExporter
 
 Backend = ar.Backend
 SIMD, SCALAR = Backend.SIMD, Backend.SCALAR

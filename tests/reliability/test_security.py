@@ -45,7 +45,7 @@ from tls_certs import CertificateAuthority, make_ca
 
 import adaptive_runtime as ar
 from adaptive_runtime.errors import ConfigError
-from adaptive_runtime.telemetry.sdk.credentials import HEADER_VARIABLES
+from adaptive_runtime_sdk.credentials import HEADER_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -76,7 +76,7 @@ SCRIPT = textwrap.dedent('''
 
     import adaptive_runtime as ar
     from adaptive_runtime.operations import DeviceProbe
-    from adaptive_runtime.telemetry.sdk import providers
+    from adaptive_runtime_sdk import providers
     from opentelemetry.sdk.trace import SpanProcessor
 
     class CountEnded(SpanProcessor):

@@ -34,7 +34,7 @@ import grpc
 import pytest
 from otlp_receiver import OtlpReceiver
 
-from adaptive_runtime.telemetry.sdk.providers import GRPC_RECONNECT
+from adaptive_runtime_sdk.providers import GRPC_RECONNECT
 
 CALLS_PER_PHASE = 300
 
@@ -43,7 +43,7 @@ PROGRAM = r'''
 import json, sys, threading
 import numpy as np
 import adaptive_runtime as ar
-from adaptive_runtime.telemetry.sdk import exporters
+from adaptive_runtime_sdk import exporters
 
 export_threads = set()
 for cls in (exporters.GuardedSpanExporter, exporters.GuardedMetricExporter):

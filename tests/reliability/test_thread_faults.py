@@ -43,8 +43,8 @@ import adaptive_runtime as ar
 from adaptive_runtime import Backend
 from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import span_worker
-from adaptive_runtime.telemetry.sdk.export import BoundedSpanProcessor
-from adaptive_runtime.telemetry.sdk.exporters import GuardedMetricExporter
+from adaptive_runtime_sdk.export import BoundedSpanProcessor
+from adaptive_runtime_sdk.exporters import GuardedMetricExporter
 
 # Every call timed and every timed call's spans admitted, with no span budget.
 EXPORT_ALL = ar.RuntimeConfig(sampling_threshold_us=0.0, max_measure_period=1,

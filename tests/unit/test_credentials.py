@@ -1,5 +1,5 @@
-"""``telemetry.sdk.credentials``: header settings parsed as the SDK parses them, refused without
-their values, and an HTTPS session that keeps the CA file it was given."""
+"""``adaptive_runtime_sdk.credentials``: header settings parsed as the SDK parses them, refused
+without their values, and an HTTPS session that keeps the CA file it was given."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from opentelemetry.util.re import parse_env_headers
 
 from adaptive_runtime.errors import ConfigError
-from adaptive_runtime.telemetry.sdk import providers
-from adaptive_runtime.telemetry.sdk.credentials import (
+from adaptive_runtime_sdk import providers
+from adaptive_runtime_sdk.credentials import (
     check_header_settings,
     otlp_http_session,
     parse_headers,

@@ -37,9 +37,9 @@ from adaptive_runtime.operations import DeviceProbe
 from adaptive_runtime.telemetry import instrumentation
 from adaptive_runtime.telemetry import metrics as metrics_module
 from adaptive_runtime.telemetry.metrics import RuntimeMetrics
-from adaptive_runtime.telemetry.sdk import handle as telemetry_handle
-from adaptive_runtime.telemetry.sdk.exporters import GuardedSpanExporter
-from adaptive_runtime.telemetry.sdk.otlp_json_file import OtlpJsonFileSpanExporter
+from adaptive_runtime_sdk import handle as telemetry_handle
+from adaptive_runtime_sdk.exporters import GuardedSpanExporter
+from adaptive_runtime_sdk.otlp_json_file import OtlpJsonFileSpanExporter
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 

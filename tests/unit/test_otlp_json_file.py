@@ -38,15 +38,15 @@ from adaptive_runtime.offline.report.otlp_files import (
     read_requests,
     trace_files,
 )
-from adaptive_runtime.telemetry.sdk.otlp_json import to_otlp_json
-from adaptive_runtime.telemetry.sdk.otlp_json_file import (
+from adaptive_runtime_sdk.otlp_json import to_otlp_json
+from adaptive_runtime_sdk.otlp_json_file import (
     DEFAULT_MAX_BYTES,
     OtlpJsonFileMetricExporter,
     OtlpJsonFileSpanExporter,
 )
 
 RESOURCE = Resource.create({"service.name": "adaptive-runtime-test"})
-LOGGER_NAME = "adaptive_runtime.telemetry.sdk.json_lines"  # (the file writer logs failures)
+LOGGER_NAME = "adaptive_runtime_sdk.json_lines"  # (the file writer logs failures)
 _T = TypeVar("_T")
 
 

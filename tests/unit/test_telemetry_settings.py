@@ -6,7 +6,7 @@ import pytest
 
 import adaptive_runtime as ar
 from adaptive_runtime.telemetry.defaults import DEFAULT_PROMETHEUS_PORT
-from adaptive_runtime.telemetry.sdk.configure import resolve_prometheus_port
+from adaptive_runtime_sdk.configure import resolve_prometheus_port
 
 
 @pytest.mark.parametrize(("argument", "env", "port"), [

@@ -40,9 +40,9 @@ class _SlowExporter(SpanExporter):
 
 
 def test_the_sdks_batch_flush_ignores_its_timeout_and_exports_on_the_callers_thread() -> None:
-    """telemetry/sdk/export.py: ``BoundedSpanProcessor`` flushes within its timeout, exporting
-    on its own worker only. The SDK's ``BatchSpanProcessor.force_flush`` exports on the thread
-    that calls it, for as long as the exporter takes."""
+    """adaptive_runtime_sdk/export.py: ``BoundedSpanProcessor`` flushes within its timeout,
+    exporting on its own worker only. The SDK's ``BatchSpanProcessor.force_flush`` exports on
+    the thread that calls it, for as long as the exporter takes."""
     exporter = _SlowExporter()
     processor = BatchSpanProcessor(exporter, schedule_delay_millis=60_000)
     provider = TracerProvider()
@@ -61,11 +61,11 @@ def test_the_sdks_batch_flush_ignores_its_timeout_and_exports_on_the_callers_thr
         f"{'the caller' if on_caller else 'its worker'}: upstream has fixed "
         "open-telemetry/opentelemetry-python#4568. Check whether the SDK's processor now also "
         "bounds shutdown and accounts for dropped spans, then remove BoundedSpanProcessor "
-        "(telemetry/sdk/export.py) in favour of it.")
+        "(adaptive_runtime_sdk/export.py) in favour of it.")
 
 
 def test_the_prometheus_exporter_still_drops_histogram_exemplars() -> None:
-    """telemetry/sdk/prometheus.py: ``exemplar_reader`` writes the histograms' exemplars into
+    """adaptive_runtime_sdk/prometheus.py: ``exemplar_reader`` writes the histograms' exemplars into
     the OpenMetrics exposition. The SDK records them; the exporter's reader leaves them out."""
     reader, recorded = PrometheusMetricReader(), InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader, recorded])
@@ -91,12 +91,12 @@ def test_the_prometheus_exporter_still_drops_histogram_exemplars() -> None:
     assert not with_exemplar, (
         "opentelemetry-exporter-prometheus now writes histogram exemplars itself "
         f"({with_exemplar[0]!r}): upstream has fixed open-telemetry/opentelemetry-python#2407. "
-        "Remove exemplar_reader's collector wrapper (telemetry/sdk/prometheus.py) and use the "
-        "exporter's PrometheusMetricReader as it is.")
+        "Remove exemplar_reader's collector wrapper (adaptive_runtime_sdk/prometheus.py) and use "
+        "the exporter's PrometheusMetricReader as it is.")
 
 
 def test_no_installed_otlp_json_file_exporter_bounds_its_file() -> None:
-    """telemetry/sdk/otlp_json_file.py: the embedded default writes OTLP/JSON Lines files
+    """adaptive_runtime_sdk/otlp_json_file.py: the embedded default writes OTLP/JSON Lines files
     rotated at a size, whole lines under a lock shared with forked children. Upstream's
     ``opentelemetry-exporter-otlp-json-file`` (0.66b1, not a dependency here) appends to one
     stream with a thread lock: a path, a stream, a logger, and no size bound."""
@@ -111,12 +111,12 @@ def test_no_installed_otlp_json_file_exporter_bounds_its_file() -> None:
         f"opentelemetry-exporter-otlp-json-file's FileSpanExporter now takes {sorted(params)}: "
         "if it bounds its file (rotation) and keeps lines whole across forked processes, "
         "replace OtlpJsonFileSpanExporter / OtlpJsonFileMetricExporter and json_lines "
-        "(telemetry/sdk/otlp_json_file.py, json_lines.py) with it "
+        "(adaptive_runtime_sdk/otlp_json_file.py, json_lines.py) with it "
         "(open-telemetry/opentelemetry-python#3515).")
 
 
 def test_no_otlp_json_encoding_is_installed() -> None:
-    """telemetry/sdk/otlp_json.py: ``to_otlp_json`` encodes export requests as OTLP/JSON (hex
+    """adaptive_runtime_sdk/otlp_json.py: ``to_otlp_json`` encodes export requests as OTLP/JSON (hex
     ids, camelCase keys, integer enums) over protobuf's JSON mapping, because no upstream
     package installed here does."""
     import importlib.util
@@ -126,4 +126,4 @@ def test_no_otlp_json_encoding_is_installed() -> None:
     assert not found, (
         "opentelemetry-exporter-otlp-json-common is installed: upstream has an OTLP/JSON "
         "encoding (open-telemetry/opentelemetry-python#3283). Replace to_otlp_json "
-        "(telemetry/sdk/otlp_json.py) with it once its output matches the collector's.")
+        "(adaptive_runtime_sdk/otlp_json.py) with it once its output matches the collector's.")

@@ -2,11 +2,11 @@
 
 ``ar.telemetry.configure()`` with no endpoint appends spans to ``<folder>/traces.jsonl`` and
 metrics to ``metrics.jsonl`` (rotated to ``<file>.1``): one OTLP export request per line, in
-the OTLP/JSON encoding (the writer, ``telemetry.sdk.otlp_json``, describes it). The report, the
-replay and the tests read them here: line by line as dicts (:func:`request_lines`, what the
-report and the replay stream), whole (:func:`read_requests`), or as the OTLP protobuf requests
-(:func:`decode_requests`, hex ids turned back into bytes; needs the ``otlp`` extra). A last
-line without its newline is a write in progress (or torn by a crash) and is skipped when it
+the OTLP/JSON encoding (the writer, ``adaptive_runtime_sdk.otlp_json``, describes it). The
+report, the replay and the tests read them here: line by line as dicts (:func:`request_lines`,
+what the report and the replay stream), whole (:func:`read_requests`), or as the OTLP protobuf
+requests (:func:`decode_requests`, hex ids turned back into bytes; needs the ``otlp`` extra). A
+last line without its newline is a write in progress (or torn by a crash) and is skipped when it
 does not parse, as the collector's ``otlpjsonfile`` receiver does; any other bad line is a
 :class:`ReportInputError` naming it.
 """

@@ -11,7 +11,7 @@ Forked children (``DataLoader(num_workers=..., multiprocessing_context="fork")``
   SDK restarts, empty, in the child): what the parent had queued is exported by the parent
   only. An OTLP exporter is made afresh in the child on its first export (the inherited one's
   connections are the parent's); the OTLP/JSON file is appended to beside the parent (see
-  :mod:`~adaptive_runtime.telemetry.sdk.json_lines`). Their spans carry ``process.pid``.
+  :mod:`~adaptive_runtime_sdk.json_lines`). Their spans carry ``process.pid``.
 - export no metrics: the child's counters start as a copy of the parent's, and exporting them
   under the parent's resource would duplicate its series. The SDK restarts the periodic metric
   reader in every child; here its exporter is set to dropping and the reader shut down.
@@ -37,11 +37,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._concurrency.forks import after_fork_in_child
-from ..._imported import imported
-from .. import instrumentation
-from ..deadline import exit_deadline, remaining
-from ..spans import flush_all
+from adaptive_runtime._concurrency.forks import after_fork_in_child
+from adaptive_runtime._imported import imported
+from adaptive_runtime.telemetry import instrumentation
+from adaptive_runtime.telemetry.deadline import exit_deadline, remaining
+from adaptive_runtime.telemetry.spans import flush_all
+
 from . import handle
 from .providers import ProcessProviders, inherited_from_parent, installed
 

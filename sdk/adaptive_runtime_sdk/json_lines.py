@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from ..._concurrency.forks import renew_after_fork
+from adaptive_runtime._concurrency.forks import renew_after_fork
 
 _logger = logging.getLogger(__name__)
 

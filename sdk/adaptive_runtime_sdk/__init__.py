@@ -1,10 +1,13 @@
-"""The OpenTelemetry SDK side of telemetry: ``ar.telemetry.configure()`` and everything it
-sets up. The package's modules that import ``opentelemetry.sdk`` (or an exporter, or
-Prometheus) are here, and only ``adaptive_runtime.telemetry``'s lazy ``__getattr__``
-(``configure``, ``shutdown``, ``Telemetry``) imports this package: ``import adaptive_runtime``
-loads none of it (``.importlinter``'s contract ``telemetry-sdk`` keeps it so). Elsewhere
-only ``telemetry.span_builders`` imports the SDK, on first use, where an SDK tracer makes step
-spans (its id generator).
+"""adaptive_runtime's telemetry, the OpenTelemetry SDK side: ``ar.telemetry.configure()`` and
+everything it sets up, a distribution of its own (``adaptive_runtime_sdk``, installed by the
+library's ``otlp`` extra) beside the library, as OpenTelemetry's SDK is beside its API. The
+library (``adaptive_runtime.telemetry``: spans, metrics, the seam) speaks the API only; its
+modules that import ``opentelemetry.sdk`` (or an exporter, or Prometheus) are here, and only
+``adaptive_runtime.telemetry``'s lazy ``__getattr__`` (``configure``, ``shutdown``,
+``Telemetry``) imports this package: ``import adaptive_runtime`` loads none of it
+(``.importlinter``'s contract ``telemetry-sdk`` keeps it so). Elsewhere only
+``telemetry.span_builders`` imports the SDK, on first use, where an SDK tracer makes step
+spans (its id generator). What each module works around upstream, it cites.
 
 - ``configure``: ``configure()`` and the resolution of its settings (arguments, ``OTEL_*``).
 - ``providers``: the global tracer and meter providers, made once; the exporters (OTLP,
@@ -21,7 +24,8 @@ spans (its id generator).
   ``prometheus`` (the scrape endpoint's reader, exemplars included).
 """
 
-from ..defaults import DEFAULT_DIRECTORY
+from adaptive_runtime.telemetry.defaults import DEFAULT_DIRECTORY
+
 from .configure import configure
 from .handle import Telemetry, shutdown
 from .lifecycle import WORKER_EXIT_FLUSH_S

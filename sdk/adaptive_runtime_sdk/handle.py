@@ -15,11 +15,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from .. import instrumentation
-from ..deadline import flush_deadline, remaining
-from ..deadline import shutdown_timeout_s as configured_shutdown_timeout_s
-from ..spans import flush_all
-from ..stats import TelemetryStats, stats
+from adaptive_runtime.telemetry import instrumentation
+from adaptive_runtime.telemetry.deadline import flush_deadline, remaining
+from adaptive_runtime.telemetry.deadline import shutdown_timeout_s as configured_shutdown_timeout_s
+from adaptive_runtime.telemetry.spans import flush_all
+from adaptive_runtime.telemetry.stats import TelemetryStats, stats
+
 from .providers import Bounded, installed
 
 __all__ = ["Telemetry", "shutdown"]

@@ -38,9 +38,9 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._concurrency.counters import counter, issued
-from ..._concurrency.thread_faults import note_restart, record_fault, survive
-from ...errors import ConfigError
+from adaptive_runtime._concurrency.counters import counter, issued
+from adaptive_runtime._concurrency.thread_faults import note_restart, record_fault, survive
+from adaptive_runtime.errors import ConfigError
 
 __all__ = ["DROP_REASONS", "BoundedSpanProcessor", "batch_settings"]
 

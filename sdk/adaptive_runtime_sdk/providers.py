@@ -27,11 +27,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from ..._concurrency.forks import after_fork_in_child
-from .. import instrumentation
-from ..deadline import remaining
-from ..spans import is_runtime_span
-from ..stats import report_exports
+from adaptive_runtime._concurrency.forks import after_fork_in_child
+from adaptive_runtime.telemetry import instrumentation
+from adaptive_runtime.telemetry.deadline import remaining
+from adaptive_runtime.telemetry.spans import is_runtime_span
+from adaptive_runtime.telemetry.stats import report_exports
+
 from .credentials import otlp_http_session, quiet_grpc_handshake_logs, shown_url
 from .export import BoundedSpanProcessor
 from .exporters import GuardedMetricExporter, GuardedSpanExporter, note_http_status

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 
-from ..._process import rank_attributes
-from ...errors import ConfigError
+from adaptive_runtime._process import rank_attributes
+from adaptive_runtime.errors import ConfigError
 
 __all__ = ["DEFAULT_SERVICE_NAME", "make_resource", "resource_attributes"]
 

@@ -6,7 +6,7 @@
   ``http/protobuf`` as the specification says). Headers and certificate come from the
   argument or the standard ``OTEL_EXPORTER_OTLP_HEADERS`` / ``_CERTIFICATE`` variables; a
   malformed header setting is a ``ConfigError`` that never shows a value (see
-  :mod:`~adaptive_runtime.telemetry.sdk.credentials`), and the CA file wins over
+  :mod:`~adaptive_runtime_sdk.credentials`), and the CA file wins over
   ``REQUESTS_CA_BUNDLE`` for OTLP/HTTP.
 - No endpoint → the embedded default: OTLP/JSON lines files ``traces.jsonl`` and
   ``metrics.jsonl`` under ``directory`` (argument, ``ADAPTIVE_RUNTIME_TELEMETRY_DIR``, else
@@ -26,7 +26,7 @@
   else the files.
 - The resource: ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` and the arguments, by the
   specification's precedence, with a ``service.instance.id`` per process (see
-  :mod:`~adaptive_runtime.telemetry.sdk.resource`).
+  :mod:`~adaptive_runtime_sdk.resource`).
 - An endpoint without an OTLP metrics service (gRPC ``UNIMPLEMENTED``, HTTP 404/405: a
   traces-only backend such as Jaeger) gets one warning saying metrics export is off and why,
   then metric export stops; traces go on.
@@ -62,12 +62,21 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-from ...config import ConfigWarning
-from ...errors import ConfigError
-from .. import instrumentation
-from ..deadline import DEFAULT_SHUTDOWN_TIMEOUT_S, resolve_shutdown_timeout, set_shutdown_timeout_s
-from ..defaults import DEFAULT_DIRECTORY, DEFAULT_PROMETHEUS_HOST, DEFAULT_PROMETHEUS_PORT
-from ..stats import stats
+from adaptive_runtime.config import ConfigWarning
+from adaptive_runtime.errors import ConfigError
+from adaptive_runtime.telemetry import instrumentation
+from adaptive_runtime.telemetry.deadline import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    resolve_shutdown_timeout,
+    set_shutdown_timeout_s,
+)
+from adaptive_runtime.telemetry.defaults import (
+    DEFAULT_DIRECTORY,
+    DEFAULT_PROMETHEUS_HOST,
+    DEFAULT_PROMETHEUS_PORT,
+)
+from adaptive_runtime.telemetry.stats import stats
+
 from . import handle
 from .credentials import check_header_settings
 from .export import batch_settings

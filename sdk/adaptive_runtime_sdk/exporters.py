@@ -27,11 +27,11 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..._concurrency.counters import counter, issued
-from ..._concurrency.forks import renew_after_fork
-from ..._concurrency.thread_faults import survive
-from ..._imported import imported
-from ..stats import stats
+from adaptive_runtime._concurrency.counters import counter, issued
+from adaptive_runtime._concurrency.forks import renew_after_fork
+from adaptive_runtime._concurrency.thread_faults import survive
+from adaptive_runtime._imported import imported
+from adaptive_runtime.telemetry.stats import stats
 
 __all__ = ["GuardedMetricExporter", "GuardedSpanExporter", "note_http_status",
            "quiet_repeated_exporter_logs"]

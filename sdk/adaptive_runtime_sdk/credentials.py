@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ...errors import ConfigError
+from adaptive_runtime.errors import ConfigError
 
 __all__ = ["HEADER_VARIABLES", "REDACTED", "check_header_settings", "otlp_http_session",
            "parse_headers", "quiet_grpc_handshake_logs", "shown_url"]
