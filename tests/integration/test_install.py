@@ -20,6 +20,18 @@ import required
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600
 
+
+def _checkout_copy(folder: Path) -> Path:
+    """What ``pip install`` reads from a checkout, copied to ``folder``. setuptools builds in
+    the source tree (``build/``, ``*.egg-info``): two installs building from one tree at once
+    delete each other's files mid-build, so each install builds from its own copy."""
+    for package in ("adaptive_runtime", "sdk"):
+        shutil.copytree(ROOT / package, folder / package, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, folder / name)
+    return folder
+
 _USE = textwrap.dedent('''
     import importlib.metadata, importlib.util, json
     import numpy as np
@@ -56,8 +68,9 @@ def test_pip_install_into_a_fresh_environment_runs_on_the_opentelemetry_api_alon
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    source = _checkout_copy(tmp_path / "checkout")
     install = subprocess.run([str(python), "-m", "pip", "install", "-q",
-                              "--disable-pip-version-check", str(ROOT)],
+                              "--disable-pip-version-check", str(source)],
                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
                              check=False)
     assert install.returncode == 0, install.stderr[-4000:]
@@ -180,9 +193,10 @@ def _install_and_exit_flush(python: str, folder: Path) -> str | None:
     None."""
     venv = folder / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+    source = _checkout_copy(folder / "checkout")
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                          "--disable-pip-version-check", str(ROOT), str(ROOT / "sdk"),
-                          f"{ROOT}[otlp]"],
+                          "--disable-pip-version-check", str(source), str(source / "sdk"),
+                          f"{source}[otlp]"],
                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
     if pip.returncode != 0:
         return "pip install: " + pip.stderr[-3000:]
