@@ -32,26 +32,27 @@ global OpenTelemetry state is touched.
    with its defaults, exporting to the receiver.
 
    The verdict is measured, in processes: each mode — tracing on, tracing off
-   (``RuntimeConfig(tracing=False)``, no SDK pipeline), tracing off again (the A/A noise
-   floor) — runs the loop in a fresh interpreter of its own, the three alternating in a
-   rotating order, ``PROCESS_ROUNDS`` rounds. Between calls the loop does the application's
-   own work, a fixed pure-Python loop (``FILLER_ITERS`` iterations, about 70 us here, so the
-   loop runs near 10,000 calls/s and no operation is hot); each process learns from scratch
-   for ``WARM_UP_S`` (untimed), then times ``PROCESS_CALLS`` calls and their work, wall
-   clock, in segments of ``SEGMENT_CALLS``. A process's loop time: its median segment times
-   the segments (other jobs on a shared machine add time in bursts; the median segment is
-   the loop's own pace, with whatever tracing adds in the loop's thread and through the GIL
-   on a typical segment), plus all the CPU its span worker and exporter used (the most they
-   can take from the loop, whenever they ran: their bursts every few seconds are not in the
-   median segment). Measured, no model. Per round: on / off and off again / off (the A/A
-   row), judged as above, and beside them the whole wall times', the calls' and the process
-   CPU's ratios. Target: tracing on vs off <= 1.02 (goal 1.01); a run whose A/A interval is
-   wider than the margin says "inconclusive", with the rounds that would decide. Beside it,
-   tracing's cost accounted in each tracing-on process (goal 1.01): its span threads' CPU,
-   measured there, plus a trace-gate verdict per timed call and part 1's in-loop cost per
-   admitted call; per round the process's loop time over that time less the cost — what the
-   wall-time ratio would show on a machine quiet enough to resolve it.
-   ``TRACING_OVERHEAD_ROUNDS`` (5) and ``TRACING_OVERHEAD_CALLS`` (40,000) shrink it.
+   (``RuntimeConfig(tracing=False)``, no SDK pipeline), tracing off again (the A/A noise floor)
+   — runs the loop in a fresh interpreter of its own, the three alternating in a rotating order,
+   ``PROCESS_ROUNDS`` rounds. Between calls the loop does the application's own work, a fixed
+   pure-Python loop (as many iterations as take ``FILLER_US``, 70 us, on this machine, counted
+   once before the rounds and the same in every process, so the loop runs near 10,000 calls/s
+   and no operation is hot on a faster machine either); each process learns from scratch for
+   ``WARM_UP_S`` (untimed), then times ``PROCESS_CALLS`` calls and their work, wall clock, in
+   segments of ``SEGMENT_CALLS``. A process's loop time: its median segment times the segments
+   (other jobs on a shared machine add time in bursts; the median segment is the loop's own
+   pace, with whatever tracing adds in the loop's thread and through the GIL on a typical
+   segment), plus all the CPU its span worker and exporter used (the most they can take from the
+   loop, whenever they ran: their bursts every few seconds are not in the median segment).
+   Measured, no model. Per round: on / off and off again / off (the A/A row), judged as above,
+   and beside them the whole wall times', the calls' and the process CPU's ratios. Target:
+   tracing on vs off <= 1.02 (goal 1.01); a run whose A/A interval is wider than the margin says
+   "inconclusive", with the rounds that would decide. Beside it, tracing's cost accounted in
+   each tracing-on process (goal 1.01): its span threads' CPU, measured there, plus a trace-gate
+   verdict per timed call and part 1's in-loop cost per admitted call; per round the process's
+   loop time over that time less the cost — what the wall-time ratio would show on a machine
+   quiet enough to resolve it. ``TRACING_OVERHEAD_ROUNDS`` (5) and ``TRACING_OVERHEAD_CALLS``
+   (40,000) shrink it.
 
    Then, as diagnostics (no verdict), inside one process: one runtime learns from scratch,
    then runs paced by busy-waiting at 10,000 calls/s with tracing on, off, and off again —
@@ -119,9 +120,10 @@ SLOWDOWN_TARGET_PCT = 2.0
 SLOWDOWN_GOAL_PCT = 1.0
 # 2. the verdict: each mode in a process of its own (environment variables shrink a run)
 PROCESS_ROUNDS = int(os.environ.get("TRACING_OVERHEAD_ROUNDS", "5"))
-PROCESS_CALLS = int(os.environ.get("TRACING_OVERHEAD_CALLS", "40000"))  # ~3.5 s each here
+PROCESS_CALLS = int(os.environ.get("TRACING_OVERHEAD_CALLS", "40000"))  # ~4 s each here
 SEGMENT_CALLS = 1_000  # the timed calls are split into segments of this many (see below)
-FILLER_ITERS = 1_500  # the application's work between two calls (~70 us here)
+FILLER_US = 70.0  # the application's work between two calls (see filler_iterations)
+FILLER_PROBE_ITERS = 20_000
 PROCESS_MODES = ("on", "off", "off2")  # off2: tracing off again, the A/A noise floor
 
 # 3. hot operation
@@ -522,6 +524,19 @@ def mixed_loop(receiver: Receiver, traced_call_ns: float
 # ------------------------------------------------------------- 2. the verdict, in processes
 
 
+def filler_iterations() -> int:
+    """How many iterations of :func:`filler` take ``FILLER_US`` here (the best of a few
+    probes: other jobs only add time). Counted once and handed to every process, so each mode
+    does the same work; a time per call would hide tracing's cost, a fixed count would let a
+    fast machine run the loop past the hot-path rate (tracing off, the verdict void)."""
+    best = math.inf
+    for _ in range(7):
+        t0 = time.perf_counter_ns()
+        filler(FILLER_PROBE_ITERS)
+        best = min(best, time.perf_counter_ns() - t0)
+    return max(1, round(FILLER_US * 1e3 / (best / FILLER_PROBE_ITERS)))
+
+
 def filler(iterations: int) -> int:
     """The application's own work between two calls: a fixed amount of pure Python (not a
     time: a slower loop must take longer, so the slowdown shows in the wall time)."""
@@ -531,11 +546,12 @@ def filler(iterations: int) -> int:
     return total
 
 
-def mixed_process(mode: str, endpoint: str, calls: int) -> dict[str, object]:
+def mixed_process(mode: str, endpoint: str, calls: int, work: int) -> dict[str, object]:
     """One mode of the mixed loop in this (fresh) process: learn from scratch for
-    ``WARM_UP_S``, then ``calls`` calls with the application's work between them, wall
-    clock. ``mode`` "on": default config, spans through a BatchSpanProcessor to ``endpoint``;
-    "off" / "off2": ``RuntimeConfig(tracing=False)``, no SDK pipeline at all."""
+    ``WARM_UP_S``, then ``calls`` calls with the application's work (``work`` iterations of
+    :func:`filler`) between them, wall clock. ``mode`` "on": default config, spans through a
+    BatchSpanProcessor to ``endpoint``; "off" / "off2": ``RuntimeConfig(tracing=False)``, no
+    SDK pipeline at all."""
     on = mode == "on"
     rt = mixed_runtime(on)
     pipe = Pipeline(endpoint) if on else None
@@ -547,7 +563,7 @@ def mixed_process(mode: str, endpoint: str, calls: int) -> dict[str, object]:
         pipe.flush()  # (the warm-up's explore spans out of the way, untimed)
     spans0 = recorder.spans_made if recorder is not None else 0
     admitted0, timed0 = gate_exported(rt), timed_calls(rt)
-    run, perf, work = rt.run, time.perf_counter_ns, FILLER_ITERS
+    run, perf = rt.run, time.perf_counter_ns
     busy = 0
     background0 = background_cpu_s()
     cpu0 = time.process_time()
@@ -583,13 +599,13 @@ def mixed_process(mode: str, endpoint: str, calls: int) -> dict[str, object]:
     return result
 
 
-def run_mixed_process(mode: str, endpoint: str) -> dict[str, object]:
+def run_mixed_process(mode: str, endpoint: str, work: int) -> dict[str, object]:
     """:func:`mixed_process` in a fresh interpreter (no OTEL_* or ADAPTIVE_RUNTIME_* settings
     inherited: each mode is what its config says)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "ADAPTIVE_RUNTIME_"))}
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--mixed-process", mode,
-                           endpoint, str(PROCESS_CALLS)], env=env, capture_output=True,
+                           endpoint, str(PROCESS_CALLS), str(work)], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -606,12 +622,16 @@ def mixed_rounds(receiver: Receiver, traced_call_ns: float
     process, in a rotating order; per round the loop-time ratios to tracing off beside it."""
     rounds: list[Round] = []
     received0 = receiver.count()
+    work = filler_iterations()
     for r in range(PROCESS_ROUNDS):
         shift = r % len(PROCESS_MODES)
         order = PROCESS_MODES[shift:] + PROCESS_MODES[:shift]
-        rounds.append({mode: run_mixed_process(mode, receiver.grpc_endpoint) for mode in order})
+        rounds.append({mode: run_mixed_process(mode, receiver.grpc_endpoint, work)
+                       for mode in order})
     received = receiver.count() - received0
-    return mixed_rows(rounds, traced_call_ns), mixed_notes(rounds, received)
+    notes = [f"the application's work between two calls: {work:,} iterations of pure Python "
+             f"(~{FILLER_US:g} us on this machine)", *mixed_notes(rounds, received)]
+    return mixed_rows(rounds, traced_call_ns), notes
 
 
 def paired(rounds: list[Round], mode: str, key: str = "wall_s") -> Ratio:
@@ -830,7 +850,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--mixed-process"]:  # (one mode of part 2, run by mixed_rounds)
-        mode, endpoint, calls = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        print("RESULT " + json.dumps(mixed_process(mode, endpoint, calls)), flush=True)
+        mode, endpoint, calls, work = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        print("RESULT " + json.dumps(mixed_process(mode, endpoint, calls, work)), flush=True)
     else:
         main()
